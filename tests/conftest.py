@@ -1,0 +1,20 @@
+import os, shutil, subprocess, sys
+from pathlib import Path
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+NBS = ROOT/'nbs'
+
+def notebooks(): return sorted(p.name for p in NBS.glob('*.ipynb'))
+
+@pytest.fixture
+def cpu_env(tmp_path):
+    "Environment of a CPU-only runtime: CUDA hidden, state kept in a temporary folder."
+    env = {**os.environ, 'CUDA_VISIBLE_DEVICES': '', 'COLAB_T4_HOME': str(tmp_path/'state'), 'PYTHONUNBUFFERED': '1'}
+    for k in ('IN_TEST', 'COLAB_RELEASE_TAG', 'KAGGLE_KERNEL_RUN_TYPE'): env.pop(k, None)
+    return env
+
+def nvml_works()->bool:
+    "True where a real NVIDIA driver answers (a GPU machine)."
+    r = subprocess.run([sys.executable, '-c', 'import pynvml; pynvml.nvmlInit()'], capture_output=True)
+    return r.returncode == 0

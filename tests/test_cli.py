@@ -1,0 +1,50 @@
+"""The `colab-t4` command, end to end, as a user runs it."""
+import json, os, shutil, subprocess, sys
+import pytest
+from conftest import ROOT, nvml_works
+
+EXE = shutil.which('colab-t4')
+
+def run(args, env, **kw):
+    assert EXE, 'colab-t4 is not on the PATH: pip install -e .'
+    return subprocess.run([EXE, *args], capture_output=True, text=True, env=env, timeout=300, **kw)
+
+def test_info_json_lists_runtime_and_gpus(cpu_env):
+    r = run(['info', '--json'], cpu_env)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d['runtime'] == 'local' and isinstance(d['gpus'], list)
+    for g in d['gpus']: assert g['name'] and 'spec' in g
+
+@pytest.mark.skipif(nvml_works(), reason='a real GPU answers here')
+def test_info_on_cpu_says_no_gpu(cpu_env):
+    r = run(['info'], cpu_env)
+    assert r.returncode == 0 and 'No NVIDIA GPU found' in r.stdout, r.stdout + r.stderr
+    assert json.loads(run(['info', '--json'], cpu_env).stdout)['gpus'] == []
+
+@pytest.mark.skipif(nvml_works(), reason='a real GPU answers here')
+def test_info_falls_back_to_nvidia_smi(cpu_env, tmp_path):
+    "No NVML, no CUDA in torch: the recorded Colab T4 printed by a stand-in `nvidia-smi` is found and matched."
+    table = (ROOT/'nbs'/'files'/'gpu'/'t4_colab_nvidia-smi_2023.txt').read_text()
+    (tmp_path/'table.txt').write_text(table)
+    smi = tmp_path/'nvidia-smi'
+    smi.write_text(f'#!/bin/sh\ncase "$*" in *--query-gpu*) echo \'Field "compute_cap" is not a valid field to query.\'; exit 2;; esac\ncat {tmp_path}/table.txt\n')
+    smi.chmod(0o755)
+    env = {**cpu_env, 'PATH': f"{tmp_path}{os.pathsep}{cpu_env['PATH']}", 'TF_CPP_MIN_LOG_LEVEL': '3'}
+    d = json.loads(run(['info', '--json'], env).stdout)
+    g, = d['gpus']
+    assert (g['name'], g['source'], g['mem_total'] // 2**20, g['spec']['key'], g['native_bf16']) == ('Tesla T4', 'nvidia-smi', 15360, 'T4', False)
+    text = run(['info'], env).stdout
+    assert 'GPU 0: Tesla T4  (read from nvidia-smi)' in text and 'spec      T4: Turing, 40 SMs' in text, text
+
+def test_ensure_refuses_unknown_and_missing_cards(cpu_env):
+    r = run(['ensure', '--want', 'T5'], cpu_env)
+    assert r.returncode == 1 and "'T5' is not in the spec table. Known cards: K80" in r.stderr, r.stderr
+    if not nvml_works():
+        r = run(['ensure', '--want', 'T4'], cpu_env)
+        assert r.returncode == 1 and 'Wanted T4, but this local machine has no GPU' in r.stderr, r.stderr
+    assert 'Traceback' not in r.stderr
+
+def test_help_lists_the_subcommands(cpu_env):
+    r = run(['--help'], cpu_env)
+    assert r.returncode == 0 and 'info' in r.stdout and 'ensure' in r.stdout

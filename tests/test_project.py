@@ -1,0 +1,37 @@
+"""Packaging and docs-site configuration, as nbdev 2 and Quarto read them."""
+import configparser, re
+import yaml
+from conftest import ROOT, notebooks
+
+def cfg(): c = configparser.ConfigParser(); c.read(ROOT/'settings.ini'); return c['DEFAULT']
+
+def test_settings():
+    c = cfg()
+    assert c['tst_flags'].split() == ['notest', 'slow', 'cuda']
+    assert c['readme_nb'] == 'index.ipynb'
+    assert c['console_scripts'] == 'colab-t4=colab_t4_nb.cli:main'
+    reqs = c['requirements'].split()
+    assert 'nvidia-ml-py' in reqs and 'pynvml' not in reqs
+    assert any(re.fullmatch(r'torch>=[\d.]+', r) for r in reqs), 'torch needs a loose lower bound only'
+    dev = c['dev_requirements'].split()
+    for pin in ['nbdev>=2.4.14,<3', 'fastcore>=1.12.3,<2' , 'execnb>=0.1.12,<0.2', 'ghapi<2', 'fastgit<0.1.2', 'tensorflow-cpu']:
+        assert pin in dev + reqs, pin
+    assert 'tensorflow' in c['tf_requirements'].split()
+
+def test_one_quarto_config_read_from_both_places():
+    top, nbs = ROOT/'_quarto.yml', ROOT/'nbs'/'_quarto.yml'
+    assert nbs.is_symlink() and nbs.resolve() == top.resolve()
+    q = yaml.safe_load(top.read_text())
+    assert q['project']['type'] == 'website'
+    for f in q['metadata-files']: assert (ROOT/'nbs'/f).exists(), f
+    assert (ROOT/'nbs'/q['format']['html']['css']).exists()
+
+def test_sidebar_lists_every_page():
+    side = yaml.safe_load((ROOT/'nbs'/'sidebar.yml').read_text())['website']['sidebar']['contents']
+    assert sorted(side) == notebooks()
+    assert side[0] == 'index.ipynb'
+
+def test_nbdev_yml_matches_settings():
+    ny = yaml.safe_load((ROOT/'nbs'/'nbdev.yml').read_text())
+    c = cfg()
+    assert ny['website']['title'] == c['repo'] and ny['project']['output-dir'] == c['doc_path']

@@ -1,5 +1,5 @@
 """Packaging and docs-site configuration, as nbdev 2 and Quarto read them."""
-import configparser, re
+import configparser, json, re
 import yaml
 from conftest import ROOT, notebooks
 
@@ -35,3 +35,18 @@ def test_nbdev_yml_matches_settings():
     ny = yaml.safe_load((ROOT/'nbs'/'nbdev.yml').read_text())
     c = cfg()
     assert ny['website']['title'] == c['repo'] and ny['project']['output-dir'] == c['doc_path']
+
+def _cells(nb): return [(c['cell_type'], ''.join(c['source'])) for c in json.loads(nb.read_text())['cells']]
+
+def test_notebooks_follow_the_house_layout():
+    for nb in sorted((ROOT/'nbs').glob('*.ipynb')):
+        cells = _cells(nb)
+        if nb.name != 'index.ipynb':
+            assert cells[0][1].startswith('#| default_exp '), nb.name
+            assert "if Path('../settings.ini').exists(): import nbdev; nbdev.nbdev_export()" in cells[-1][1], nb.name
+            assert cells[-2][1].startswith('## ') and cells[-2][1].rstrip().endswith(' -'), nb.name
+        assert any('%pip install' in s for t, s in cells[:3]), f'{nb.name}: no install cell for Colab'
+        assert not any('nbdev.showdoc' in s for t, s in cells), f'{nb.name}: Colab has no nbdev'
+        for t, s in cells:
+            if t == 'code' and s.startswith('#| cuda'):
+                assert 'needs_gpu(' in s, f'{nb.name}: a cuda cell must skip with one line on CPU:\n{s[:200]}'

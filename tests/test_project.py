@@ -50,3 +50,14 @@ def test_notebooks_follow_the_house_layout():
         for t, s in cells:
             if t == 'code' and s.startswith('#| cuda'):
                 assert 'needs_gpu(' in s, f'{nb.name}: a cuda cell must skip with one line on CPU:\n{s[:200]}'
+
+def test_cells_with_imports_hold_only_imports():
+    "nbdev's docs build runs every cell holding an import (and no others but exports): such cells must stand alone."
+    import ast
+    for nb in sorted((ROOT/'nbs').glob('*.ipynb')):
+        for t, s in _cells(nb):
+            dirs = [l.replace(' ', '') for l in s.splitlines() if l.startswith('#|')]
+            if t != 'code' or 'nbdev_export()' in s or '#|eval:false' in dirs or any(d.startswith('#|export') for d in dirs): continue
+            tree = ast.parse('\n'.join(l for l in s.splitlines() if not l.lstrip().startswith(('%', '!'))))
+            if any(isinstance(n, (ast.Import, ast.ImportFrom)) for n in ast.walk(tree)):
+                assert all(isinstance(n, (ast.Import, ast.ImportFrom)) for n in tree.body), f'{nb.name}: imports mixed with code:\n{s[:300]}'

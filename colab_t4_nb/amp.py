@@ -536,6 +536,7 @@ def _bench_out(name:str, df:pd.DataFrame, **extra)->str|None:
     "Append `df` as one JSON line named `name` to $COLAB_T4_BENCH_OUT, if that is set; returns the path."
     path = os.environ.get('COLAB_T4_BENCH_OUT')
     if not path: return None
+    df = df.set_axis([' / '.join(map(str, i)) if isinstance(i, tuple) else str(i) for i in df.index])
     rec = {'name': name, 'torch': torch.__version__, **extra, 'rows': json.loads(df.to_json(orient='index'))}
     with open(path, 'a') as f: f.write(json.dumps(rec) + '\n')
     return path

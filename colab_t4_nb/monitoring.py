@@ -4,7 +4,7 @@
 
 # %% ../nbs/06_monitoring.ipynb #499a92ff
 from __future__ import annotations
-import atexit, csv, json, math, os, re, shutil, subprocess, sys, tempfile, threading, time, uuid, warnings, weakref
+import atexit, csv, json, math, numbers, os, re, shutil, subprocess, sys, tempfile, threading, time, uuid, warnings, weakref
 from collections import deque
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -149,6 +149,10 @@ def _number(v:str|None)->float:
     m = re.fullmatch(r'\s*(-?\d+(?:\.\d+)?)\s*(?:%|MiB|W|MHz|C)?\s*', v or '')
     return float(m.group(1)) if m else _NAN
 
+def _by_index(text:str)->dict:
+    "GPU index -> row of an `nvidia-smi --query-gpu` CSV (the position where the index is missing)."
+    return {k if math.isnan(i := _number(row.get('index'))) else int(i): row for k, row in enumerate(parse_smi_csv(text))}
+
 def smi_values(row:dict # one row of `parse_smi_csv`
               )->tuple:
     "The `FIELDS` values in one row of `nvidia-smi --query-gpu` CSV."
@@ -166,13 +170,13 @@ class SmiSource:
                  timeout:float=10, # seconds one call may take
                 ):
         self.exe, self.timeout, self.errors = exe or shutil.which('nvidia-smi'), timeout, deque(maxlen=100)
-        if self.exe is None: raise FileNotFoundError('nvidia-smi is not on the PATH')
+        if self.exe is None: raise FileNotFoundError('not on the PATH')
         for extra in ([SMI_REASONS[0]], [SMI_REASONS[1]], []):
             self.args = [self.exe, f"--query-gpu={','.join(SMI_QUERY + extra)}", '--format=csv']
             r = subprocess.run(self.args, capture_output=True, text=True, timeout=timeout)
             if r.returncode == 0: break
         else: raise OSError(f'nvidia-smi --query-gpu failed: {(r.stdout + r.stderr).strip()[:200]}')
-        rows = {int(_number(r['index'])): r for r in parse_smi_csv(r.stdout)}
+        rows = _by_index(r.stdout)
         self.gpus = sorted(rows) if gpus is None else [int(i) for i in gpus]
         if bad := [i for i in self.gpus if i not in rows]:
             raise MonitorError(f'GPU {bad[0]} is not here: nvidia-smi lists {sorted(rows)}.')
@@ -187,8 +191,8 @@ def read(self:SmiSource)->list[tuple]:
     try:
         r = subprocess.run(self.args, capture_output=True, text=True, timeout=self.timeout)
         if r.returncode != 0: raise OSError(f'exit status {r.returncode}: {r.stdout.strip()[:200]}')
-        rows = {int(_number(row['index'])): row for row in parse_smi_csv(r.stdout)}
-    except (OSError, subprocess.SubprocessError, ValueError, KeyError) as e:
+        rows = _by_index(r.stdout)
+    except (OSError, subprocess.SubprocessError) as e:
         self.errors.append((None, 'nvidia-smi', str(e)))
         rows = {}
     return [smi_values(rows[i]) if i in rows else (_NAN,) * len(FIELDS) for i in self.gpus]
@@ -231,7 +235,7 @@ def frame(rows:list[tuple], # rows in `ROW` layout
 MIN_INTERVAL = 0.01  # seconds
 
 def _check_interval(interval)->float:
-    if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not interval > 0 or not math.isfinite(interval):
+    if isinstance(interval, bool) or not isinstance(interval, numbers.Real) or not interval > 0 or not math.isfinite(interval):
         raise MonitorError(f'interval must be a positive number of seconds, got {interval!r}.')
     if interval < MIN_INTERVAL:
         raise MonitorError(f'interval={interval} s is too short: the driver averages utilization over 1/6 s to 1 s, so use at least '
@@ -277,7 +281,9 @@ def open(self:GPUMonitor)->GPUMonitor:
     try:
         self.names = dict(self.source.names)
         if self.csv is not None: self._csvf = _open_csv(Path(self.csv))
-        if self.ledger is not None: self._session = self.ledger.begin(_gpu_label(self.names.values()))
+        if self.ledger is not None:
+            try: self._session = self.ledger.begin(_gpu_label(self.names.values()))
+            except OSError as e: raise MonitorError(f'Cannot write the usage ledger {self.ledger.path}: {e.strerror or e}.') from e
         if self.live: self._view = LiveView(self.display)
     except BaseException:
         self.source.close(); self.source = None
@@ -294,6 +300,7 @@ def _gpu_label(names)->str:
 @patch
 def close(self:GPUMonitor):
     "Write what is pending, close the CSV, update the ledger one last time and release NVML (idempotent)."
+    if self._thread is not None: return self.stop()  # still sampling: stop the thread first
     if self._csvf is not None:
         self._flush(sync=True); self._csvf.close(); self._csvf = None
     if self._session is not None: self._ledger_update(self.clock()); self._session = None
@@ -318,6 +325,11 @@ def df(self:GPUMonitor)->pd.DataFrame:
     "The samples kept so far (see `frame`)."
     with self._lock: rows = list(self._rows)
     return frame(rows, self.names)
+
+@patch(as_prop=True)
+def n_samples(self:GPUMonitor)->int:
+    "The number of rows kept."
+    return len(self._rows)
 
 # %% ../nbs/06_monitoring.ipynb #a25f2e2a
 CSV_COLUMNS = ['time', 'gpu', 'name', *FIELDS, 'reasons']
@@ -581,16 +593,12 @@ class UsageLedger:
                                             'busy_h': round(float(busy_h), 4), 'runtime': runtime()}))
         return session
 
-    def begin(self, gpu:str)->LedgerSession:
-        "Start a session on `gpu` now; its `update` appends the latest end and busy hours."
-        t = self.clock()
-        return LedgerSession(self, self.add(t, t, gpu), t, gpu)
-
 @dataclass
 class LedgerSession:
     "An open session of a `UsageLedger`."
     ledger:UsageLedger; session:str; start:float; gpu:str
     def update(self, busy_h:float, end:float|None=None):
+        "Append the session's latest end (default: now) and busy hours."
         self.ledger.add(self.start, self.ledger.clock() if end is None else end, self.gpu, busy_h, self.session)
 
 # %% ../nbs/06_monitoring.ipynb #4eec70ef
@@ -760,9 +768,6 @@ def latest(self:GPUMonitor)->list[tuple]:
             rows.append(r)
     return rows[::-1]
 
-@patch(as_prop=True)
-def n_samples(self:GPUMonitor)->int: return len(self._rows)
-
 # %% ../nbs/06_monitoring.ipynb #f909b1f9
 def run_monitor(interval:float=1.0, # seconds between samples
                 duration:float|None=None, # seconds to run; None: until Ctrl-C
@@ -832,7 +837,14 @@ class Overhead:
     blocks:pd.DataFrame  # pair, monitor ('on'/'off'), steps, ms_per_step, samples
     def median(self, mode:str)->float: return float(self.blocks.ms_per_step[self.blocks.monitor == mode].median())
     @property
-    def change(self)->float: return self.median('on') / self.median('off') - 1
+    def ratios(self)->pd.Series:
+        "Step time with the monitor over step time without it, per pair of neighbouring blocks."
+        b = self.blocks.pivot(index='pair', columns='monitor', values='ms_per_step')
+        return b['on'] / b['off']
+    @property
+    def change(self)->float:
+        "Median over the pairs of the relative change in step time (neighbouring blocks share the card's state)."
+        return float(self.ratios.median() - 1)
     @property
     def spread(self)->float:
         "Interquartile range over median of the step times without the monitor."

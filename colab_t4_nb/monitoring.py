@@ -866,11 +866,12 @@ def monitor_overhead(step:Callable, # one training step, no arguments
                      pairs:int=12, # blocks with and without the monitor
                      block_s:float=0.5, # seconds per block
                      sync:Callable|None=None, # waits for queued work, e.g. `torch.cuda.synchronize`
+                     warmup_s:float=1.0, # seconds of steps before anything is timed (clocks and caches settle)
                      **kwargs, # more `GPUMonitor` arguments
                     )->Overhead:
     "Step time with and without a monitor running, in alternating blocks of about `block_s` seconds."
-    sync = sync or (lambda: None)
-    for _ in range(3): step()
+    sync, t = sync or (lambda: None), time.perf_counter()
+    while time.perf_counter() - t < warmup_s: step(); sync()
     n = max(1, round(block_s / (_block(step, 5, sync) / 1e3)))
     n = max(1, round(block_s / (_block(step, n, sync) / 1e3)))
     rows = []

@@ -68,18 +68,31 @@ def _reasons_call(nvml, h)->tuple:
         return name, f
     return 'clocks event reasons', lambda h: _NAN
 
-def _nvml_calls(nvml, h)->list:
-    "(name, number of fields, function of a handle) for the calls of one reading, in `FIELDS` order."
-    n, (rname, reasons) = nvml, _reasons_call(nvml, h)
-    def util(h): u = n.nvmlDeviceGetUtilizationRates(h); return u.gpu, u.memory
-    def mem(h): m = n.nvmlDeviceGetMemoryInfo(h); return m.used / MIB, m.total / MIB
+_get = object.__getattribute__  # reads a ctypes field without pynvml's slower `__getattribute__` override
+
+def _nvml_calls(nvml, reasons:tuple)->list:
+    "(name, number of fields, function of a handle) for each call of one reading, in `FIELDS` order."
+    n, (rname, rfn) = nvml, reasons
+    def util(h): u = n.nvmlDeviceGetUtilizationRates(h); return _get(u, 'gpu'), _get(u, 'memory')
+    def mem(h): m = n.nvmlDeviceGetMemoryInfo(h); return _get(m, 'used') / MIB, _get(m, 'total') / MIB
     return [('nvmlDeviceGetUtilizationRates', 2, util), ('nvmlDeviceGetMemoryInfo', 2, mem),
             ('nvmlDeviceGetTemperature', 1, lambda h: (n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU),)),
             ('nvmlDeviceGetPowerUsage', 1, lambda h: (n.nvmlDeviceGetPowerUsage(h) / 1e3,)),
             ('nvmlDeviceGetEnforcedPowerLimit', 1, lambda h: (n.nvmlDeviceGetEnforcedPowerLimit(h) / 1e3,)),
             ('nvmlDeviceGetClockInfo(SM)', 1, lambda h: (n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM),)),
             ('nvmlDeviceGetClockInfo(MEM)', 1, lambda h: (n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_MEM),)),
-            (rname, 1, lambda h: (reasons(h),))]
+            (rname, 1, lambda h: (rfn(h),))]
+
+def _nvml_fast(nvml, h, reasons:tuple)->Callable:
+    "The same calls for handle `h` as straight-line code, everything looked up once: the path taken while nothing fails."
+    util, mem, temp, power = nvml.nvmlDeviceGetUtilizationRates, nvml.nvmlDeviceGetMemoryInfo, nvml.nvmlDeviceGetTemperature, nvml.nvmlDeviceGetPowerUsage
+    limit, clock, rfn = nvml.nvmlDeviceGetEnforcedPowerLimit, nvml.nvmlDeviceGetClockInfo, reasons[1]
+    T, SM, MEM = nvml.NVML_TEMPERATURE_GPU, nvml.NVML_CLOCK_SM, nvml.NVML_CLOCK_MEM
+    def read():
+        u, m = util(h), mem(h)
+        return (_get(u, 'gpu'), _get(u, 'memory'), _get(m, 'used') / MIB, _get(m, 'total') / MIB, temp(h, T),
+                power(h) / 1e3, limit(h) / 1e3, clock(h, SM), clock(h, MEM), rfn(h))
+    return read
 
 # %% ../nbs/06_monitoring.ipynb #a5a64fe2
 class NVMLSource:
@@ -98,7 +111,9 @@ class NVMLSource:
             self.handles = {i: nvml.nvmlDeviceGetHandleByIndex(i) for i in self.gpus}
             self.names = {i: _str(nvml.nvmlDeviceGetName(h)) for i, h in self.handles.items()}
             self.uuids = {i: _str(nvml.nvmlDeviceGetUUID(h)) for i, h in self.handles.items()} if torch_memory else {}
-            self.calls = {i: _nvml_calls(nvml, h) for i, h in self.handles.items()}
+            reasons = {i: _reasons_call(nvml, h) for i, h in self.handles.items()}
+            self.calls = {i: _nvml_calls(nvml, reasons[i]) for i in self.gpus}
+            self.fast = {i: _nvml_fast(nvml, h, reasons[i]) for i, h in self.handles.items()}
         except BaseException:
             nvml.nvmlShutdown(); raise
         self.nvml, self.torch_memory, self.torch_module = nvml, torch_memory, None
@@ -109,6 +124,8 @@ class NVMLSource:
         if self.nvml is not None: self.nvml.nvmlShutdown(); self.nvml = None
 
 # %% ../nbs/06_monitoring.ipynb #45a2713b
+_NO_TORCH = (_NAN, _NAN)
+
 @patch
 def read(self:NVMLSource)->list[tuple]:
     "One reading of every GPU: a tuple of `FIELDS` values per GPU."
@@ -116,7 +133,14 @@ def read(self:NVMLSource)->list[tuple]:
 
 @patch
 def read_gpu(self:NVMLSource, i:int)->tuple:
-    "The `FIELDS` values of GPU `i`; NaN for a call that failed or is not supported."
+    "The `FIELDS` values of GPU `i`; NaN for a call that failed twice or is not supported."
+    if not self.unsupported[i]:
+        try: return self.fast[i]() + (self._torch_mem(i) if self.torch_memory else _NO_TORCH)
+        except self.nvml.NVMLError: pass
+    return self._read_each(i) + (self._torch_mem(i) if self.torch_memory else _NO_TORCH)
+
+@patch
+def _read_each(self:NVMLSource, i:int)->tuple:
     h, vals, skip = self.handles[i], [], self.unsupported[i]
     for name, width, f in self.calls[i]:
         if name not in skip:
@@ -125,7 +149,7 @@ def read_gpu(self:NVMLSource, i:int)->tuple:
                 if e.value == self.nvml.NVML_ERROR_NOT_SUPPORTED: skip.add(name)
                 else: self.errors.append((i, name, str(e)))
         vals += [_NAN] * width
-    return (*vals, *(self._torch_mem(i) if self.torch_memory else (_NAN, _NAN)))
+    return tuple(vals)
 
 # %% ../nbs/06_monitoring.ipynb #b48aae62
 @patch
@@ -311,12 +335,16 @@ def close(self:GPUMonitor):
 @patch
 def sample_once(self:GPUMonitor)->list[tuple]:
     "Read every GPU once and keep the rows (`ROW` layout); [] where there is no GPU."
-    if self.available is None: self.open()
-    if not self.available: return []
+    if (src := self.source) is None:
+        if self.available is None: self.open()
+        if (src := self.source) is None: return []
     t = self.clock()
-    rows = [(t, i, *v) for i, v in zip(self.source.gpus, self.source.read())]
+    rows = [(t, i) + v for i, v in zip(src.gpus, src.read())]
     with self._lock: self._rows.extend(rows)
-    if self._last_t is not None and any(r[2] >= self.busy_util for r in rows): self.busy_s += t - self._last_t
+    for r in rows:
+        if r[2] >= self.busy_util:
+            if self._last_t is not None: self.busy_s += t - self._last_t
+            break
     self._last_t = t
     return rows
 

@@ -31,8 +31,8 @@ def test_stuck_nvml_call_does_not_hold_exit(cpu_env):
         from colab_t4_nb.monitoring import GPUMonitor
         from colab_t4_nb.testing import fake_nvml, h200_reading
         with fake_nvml([h200_reading()]) as nv:
-            mon = GPUMonitor(interval=0.05).start()
             nv.nvmlDeviceGetTemperature = lambda h, s: time.sleep(600)
+            mon = GPUMonitor(interval=0.05).start()
             time.sleep(0.3)
         print('leaving')
         ''', cpu_env)

@@ -499,7 +499,8 @@ def summary(df:pd.DataFrame # samples, as `GPUMonitor.df` or `read_csv`
 
 def throttle_share(df:pd.DataFrame)->pd.DataFrame:
     "Share of samples (0..1) in which each clocks-event reason was active, per GPU."
-    return df.reasons.str.get_dummies('|').groupby(df.gpu.values).mean().rename_axis('gpu')
+    shares = df.reasons.str.get_dummies('|').drop(columns='', errors='ignore')  # some pandas versions make a column of ''
+    return shares.groupby(df.gpu.values).mean().rename_axis('gpu')
 
 @patch
 def summary(self:GPUMonitor)->pd.DataFrame: return summary(self.df)

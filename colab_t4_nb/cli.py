@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse, json, sys
 
 from .allocation import ColabT4Error, GPU, ensure_gpu, gpu_info, runtime
+from .monitoring import run_monitor
 
 # %% auto #0
 __all__ = ['info_dict', 'info_text', 'main']
@@ -51,6 +52,13 @@ def _parser()->argparse.ArgumentParser:
     e.add_argument('--want', nargs='+', default=['T4'], help='accepted cards: keys or families (default: T4)')
     e.add_argument('--budget', type=int, default=5, help='runtime re-assignments allowed per day (default: 5)')
     e.add_argument('--budget-path', default=None, help='budget file (default: in the state folder)')
+    m = sub.add_parser('monitor', help='sample the GPUs in the background: status lines, summary, CSV, plot')
+    m.add_argument('--interval', type=float, default=1.0, help='seconds between samples (default: 1)')
+    m.add_argument('--duration', type=float, default=None, help='seconds to run (default: until Ctrl-C)')
+    m.add_argument('--csv', default=None, help='append the samples to this CSV file')
+    m.add_argument('--plot', default=None, help='save a plot here at the end (.png, .pdf, .svg)')
+    m.add_argument('--every', type=float, default=10.0, help='print the latest sample every S seconds; 0: never (default: 10)')
+    m.add_argument('--ledger', nargs='?', const='', default=None, help='record the session in the usage ledger (default file: in the state folder)')
     return p
 
 # %% ../nbs/07_cli.ipynb #e9a1a350
@@ -65,6 +73,8 @@ def main(argv:list|None=None # arguments; default `sys.argv[1:]`
         elif args.cmd == 'ensure':
             gpus = ensure_gpu(args.want, budget=args.budget, budget_path=args.budget_path)
             print(f"OK: {', '.join(g.name for g in gpus)}")
+        elif args.cmd == 'monitor':
+            return run_monitor(args.interval, args.duration, args.csv, args.plot, every=args.every, ledger=args.ledger)
     except ColabT4Error as e:
         print(f'colab-t4 {args.cmd}: {e}', file=sys.stderr)
         return 1

@@ -1,0 +1,75 @@
+"""`colab-t4 monitor`, end to end, as a user runs it: without a GPU, and with NVML missing but a
+stand-in `nvidia-smi` on the PATH that prints the recorded H200 query CSV."""
+import json, os, shutil, subprocess, sys
+import pytest
+from conftest import ROOT, nvml_works
+
+EXE = shutil.which('colab-t4')
+GPU_FILES = ROOT/'nbs'/'files'/'gpu'
+no_real_gpu = pytest.mark.skipif(nvml_works(), reason='a real GPU answers here')
+
+def run(args, env, timeout=120):
+    assert EXE, 'colab-t4 is not on the PATH: pip install -e .'
+    env = {**env, 'PYTHONPATH': str(ROOT), 'MPLBACKEND': 'Agg'}
+    return subprocess.run([EXE, *args], capture_output=True, text=True, env=env, timeout=timeout)
+
+@pytest.fixture
+def smi_env(cpu_env, tmp_path):
+    "NVML missing (the real library finds no driver here), a stand-in nvidia-smi printing the recorded busy H200."
+    d = tmp_path/'bin'; d.mkdir()
+    (d/'query.csv').write_text((GPU_FILES/'h200_query_busy.csv').read_text())
+    (d/'table.txt').write_text((GPU_FILES/'h200_nvidia-smi_busy.txt').read_text())
+    smi = d/'nvidia-smi'
+    smi.write_text(f'#!/bin/sh\ncase "$*" in *--query-gpu*) cat {d}/query.csv;; *) cat {d}/table.txt;; esac\n')
+    smi.chmod(0o755)
+    return {**cpu_env, 'PATH': f"{d}{os.pathsep}{cpu_env['PATH']}"}
+
+@no_real_gpu
+def test_monitor_on_cpu_says_no_gpu(cpu_env, tmp_path):
+    r = run(['monitor', '--interval', '0.2', '--duration', '1', '--csv', str(tmp_path/'gpu.csv'), '--plot', str(tmp_path/'gpu.png')], cpu_env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.startswith('No NVIDIA GPU found (nvml: NVML Shared Library Not Found; nvidia-smi: not on the PATH)'), r.stdout
+    assert 'Traceback' not in r.stdout + r.stderr
+    assert not (tmp_path/'gpu.csv').exists() and not (tmp_path/'gpu.png').exists()
+
+@no_real_gpu
+def test_monitor_falls_back_to_nvidia_smi(smi_env, tmp_path):
+    from colab_t4_nb.monitoring import read_csv
+    csv, png = tmp_path/'out'/'gpu.csv', tmp_path/'gpu.png'
+    r = run(['monitor', '--interval', '0.2', '--duration', '1.5', '--every', '0.5', '--csv', str(csv), '--plot', str(png)], smi_env)
+    assert r.returncode == 0 and 'Traceback' not in r.stderr, r.stdout + r.stderr
+    out = r.stdout.splitlines()
+    assert out[0] == 'Monitoring NVIDIA H200 every 0.2 s through nvidia-smi for 1.5 s.', r.stdout
+    assert 'GPU 0 NVIDIA H200: 100% busy, 0.9/140.4 GiB, 59 °C, 688/700 W, SM 1500 MHz, SwPowerCap' in out, r.stdout
+    assert any(l.split()[-3:] == ['power_w', '688.5', '688.5'] for l in out), r.stdout
+    df = read_csv(csv)
+    assert 3 <= len(df) <= 15, len(df)
+    assert set(df.name) == {'NVIDIA H200'} and set(df.reasons) == {'SwPowerCap'} and set(df.util_gpu) == {100.0}
+    assert png.read_bytes()[:4] == b'\x89PNG'
+
+@no_real_gpu
+def test_monitor_appends_and_keeps_the_ledger(smi_env, tmp_path):
+    csv, ledger = tmp_path/'gpu.csv', tmp_path/'drive'/'ledger.jsonl'
+    for _ in range(2):
+        r = run(['monitor', '--interval', '0.2', '--duration', '0.6', '--csv', str(csv), '--ledger', str(ledger)], smi_env)
+        assert r.returncode == 0, r.stdout + r.stderr
+    lines = csv.read_text().splitlines()
+    assert sum(l.startswith('time,gpu,name,') for l in lines) == 1 and len(lines) >= 5, lines
+    recs = [json.loads(l) for l in ledger.read_text().splitlines()]
+    assert len({r['session'] for r in recs}) == 2 and {r['gpu'] for r in recs} == {'NVIDIA H200'}, recs
+
+@no_real_gpu
+def test_monitor_refuses_bad_input(smi_env, tmp_path):
+    (tmp_path/'file').write_text('x')
+    for args, msg in [(['--interval', '0'], 'colab-t4 monitor: interval must be a positive number of seconds, got 0.0.'),
+                      (['--interval', '1e-4'], 'colab-t4 monitor: interval=0.0001 s is too short'),
+                      (['--duration', '-1'], 'colab-t4 monitor: duration must be a positive number of seconds, got -1.0.'),
+                      (['--csv', str(tmp_path/'file'/'gpu.csv')], f"colab-t4 monitor: Cannot write the monitor CSV {tmp_path/'file'/'gpu.csv'}"),
+                      (['--plot', str(tmp_path/'nowhere'/'gpu.png')], 'colab-t4 monitor: Cannot save the plot to')]:
+        r = run(['monitor', '--duration', '5', *args], smi_env)
+        assert r.returncode == 1 and r.stderr.startswith(msg), (args, r.stdout, r.stderr)
+        assert 'Traceback' not in r.stderr
+
+def test_help_lists_monitor(cpu_env):
+    r = run(['monitor', '--help'], cpu_env)
+    assert r.returncode == 0 and all(o in r.stdout for o in ['--interval', '--duration', '--csv', '--plot', '--ledger'])

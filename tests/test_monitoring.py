@@ -1,0 +1,82 @@
+"""GPUMonitor and UsageLedger where a notebook cell cannot look: interpreter exit with the
+thread still running, kill -9 in the middle of a run, several processes writing one ledger."""
+import json, os, signal, subprocess, sys, textwrap, time
+import pytest
+from conftest import ROOT
+
+def py(code, env, **kw):
+    return subprocess.Popen([sys.executable, '-c', textwrap.dedent(code)], env={**env, 'PYTHONPATH': str(ROOT)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+def test_running_monitor_never_blocks_exit(cpu_env, tmp_path):
+    "A monitor left running at exit: the process ends at once and the atexit hook writes the pending rows."
+    p = py(f'''
+        import time
+        from colab_t4_nb.monitoring import GPUMonitor
+        from colab_t4_nb.testing import fake_nvml, h200_reading
+        with fake_nvml([h200_reading()]):
+            GPUMonitor(interval=0.05, csv={str(tmp_path/'gpu.csv')!r}, every={{'flush': 3600}}).start()
+            time.sleep(0.5)
+        print('leaving')
+        ''', cpu_env)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 0 and out == 'leaving\n' and 'Traceback' not in err, err
+    from colab_t4_nb.monitoring import read_csv
+    assert len(read_csv(tmp_path/'gpu.csv')) >= 3
+
+def test_stuck_nvml_call_does_not_hold_exit(cpu_env):
+    "Even a thread stuck inside an NVML call does not keep the interpreter alive: stop() gives up after its timeout."
+    p = py('''
+        import time
+        from colab_t4_nb.monitoring import GPUMonitor
+        from colab_t4_nb.testing import fake_nvml, h200_reading
+        with fake_nvml([h200_reading()]) as nv:
+            nv.nvmlDeviceGetTemperature = lambda h, s: time.sleep(600)
+            mon = GPUMonitor(interval=0.05).start()
+            time.sleep(0.3)
+        print('leaving')
+        ''', cpu_env)
+    t = time.monotonic()
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0 and out == 'leaving\n', err
+    assert time.monotonic() - t < 30 and 'did not end within 2 s' in err, err
+
+def test_csv_survives_kill_9(cpu_env, tmp_path):
+    "kill -9 mid-run loses at most the last flush interval; the file reads back, and the next run appends to it."
+    csv = tmp_path/'gpu.csv'
+    code = f'''
+        import time
+        from colab_t4_nb.monitoring import GPUMonitor
+        from colab_t4_nb.testing import fake_nvml, h200_reading
+        with fake_nvml([h200_reading()]):
+            GPUMonitor(interval=0.02, csv={str(csv)!r}, every={{'flush': 0.1}}).start()
+            print('started', flush=True); time.sleep(600)
+        '''
+    p = py(code, cpu_env)
+    assert p.stdout.readline() == 'started\n'
+    time.sleep(1.5)
+    p.send_signal(signal.SIGKILL); p.wait(timeout=60)
+    from colab_t4_nb.monitoring import read_csv, CSV_COLUMNS
+    n = len(read_csv(csv))
+    assert n >= 10, n
+    p = py(code, cpu_env); assert p.stdout.readline() == 'started\n'; time.sleep(1.0)
+    p.send_signal(signal.SIGKILL); p.wait(timeout=60)
+    lines = csv.read_text().splitlines()
+    assert lines.count(','.join(CSV_COLUMNS)) == 1 and len(read_csv(csv)) > n
+
+def test_ledger_concurrent_processes(cpu_env, tmp_path):
+    "Four processes appending to one ledger at once: every record is there and every line is whole."
+    path = tmp_path/'ledger.jsonl'
+    procs = [py(f'''
+        from colab_t4_nb.monitoring import UsageLedger
+        led = UsageLedger({str(path)!r})
+        for j in range(50): led.add(1.8e9, 1.8e9 + 60 * j, 'Tesla T4', 0.01 * j, session='p{k}')
+        ''', cpu_env) for k in range(4)]
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    recs = [json.loads(l) for l in path.read_text().splitlines()]
+    assert len(recs) == 200 and {r['session'] for r in recs} == {'p0', 'p1', 'p2', 'p3'}
+    from colab_t4_nb.monitoring import UsageLedger
+    s = UsageLedger(path).sessions()
+    assert len(s) == 4 and (s.hours.round(4) == round(49 / 60, 4)).all()

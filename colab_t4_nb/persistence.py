@@ -4,10 +4,9 @@
 
 # %% ../nbs/05_persistence.ipynb #420f6f86
 from __future__ import annotations
-import atexit, copy, errno, gc, hashlib, json, os, pickle, random, re, shutil, subprocess, sys, tempfile, threading, time
-import warnings, weakref, zlib
+import atexit, copy, errno, gc, hashlib, json, os, pickle, random, re, shutil, struct, subprocess, sys, tempfile, threading
+import time, warnings, weakref, zlib
 from collections import OrderedDict, deque
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -23,10 +22,11 @@ from .allocation import ColabT4Error, runtime, state_dir
 
 # %% auto #0
 __all__ = ['CheckpointError', 'CheckpointCorrupt', 'NoCheckpoint', 'CheckpointMismatch', 'CheckpointWriteError',
-           'CheckpointWarning', 'new_hash', 'Checkpoint', 'read_trailer', 'verify_file', 'write_checkpoint',
-           'rng_state', 'set_rng_state', 'training_state', 'CheckpointDir', 'Resumed', 'CheckpointManager',
-           'drive_checkpoints', 'flush_drive', 'SessionEnding', 'SessionClock', 'is_oom', 'is_context_lost',
-           'CudaContextLost', 'RunReport', 'run_resumable', 'RestartLimit', 'Attempt', 'run_with_restarts']
+           'CheckpointWarning', 'new_hash', 'crc32_combine', 'Checkpoint', 'read_trailer', 'verify_file',
+           'write_checkpoint', 'rng_state', 'set_rng_state', 'training_state', 'CheckpointDir', 'Resumed',
+           'CheckpointManager', 'drive_checkpoints', 'flush_drive', 'SessionEnding', 'SessionClock', 'is_oom',
+           'is_context_lost', 'CudaContextLost', 'RunReport', 'run_resumable', 'RestartLimit', 'Attempt',
+           'run_with_restarts']
 
 # %% ../nbs/05_persistence.ipynb #a1f11d12
 class CheckpointError(ColabT4Error):
@@ -65,20 +65,44 @@ def new_hash(algo:str='crc32' # 'crc32' or a `hashlib` algorithm such as 'sha256
     return _Crc32() if algo == 'crc32' else hashlib.new(algo)
 
 # %% ../nbs/05_persistence.ipynb #5ac7a329
-_EOCD = b'PK\x05\x06'  # signature of the zip end-of-archive record; its last 2 bytes are the comment length
-_BIG = 1 << 20         # chunks at least this large are hashed on the helper thread
-_pool = _pool_pid = None
+def _gf2_times(mat:list, vec:int)->int:
+    s, i = 0, 0
+    while vec:
+        if vec & 1: s ^= mat[i]
+        vec >>= 1; i += 1
+    return s
 
-def _hash_pool()->ThreadPoolExecutor:
-    global _pool, _pool_pid
-    if _pool is None or _pool_pid != os.getpid():  # a forked child gets its own thread
-        _pool, _pool_pid = ThreadPoolExecutor(1, thread_name_prefix='ckpt-hash'), os.getpid()
-    return _pool
+_ZEROS = []  # _ZEROS[k]: the GF(2) operator that feeds 2**k zero bytes through a CRC-32 register
+
+def _zeros_op(k:int)->list:
+    if not _ZEROS:
+        op = [0xEDB88320] + [1 << n for n in range(31)]  # one zero bit
+        for _ in range(3): op = [_gf2_times(op, op[n]) for n in range(32)]  # squared three times: one zero byte
+        _ZEROS.append(op)
+    while len(_ZEROS) <= k: _ZEROS.append([_gf2_times(_ZEROS[-1], v) for v in _ZEROS[-1]])
+    return _ZEROS[k]
+
+def crc32_combine(crc1:int, # CRC-32 of A
+                  crc2:int, # CRC-32 of B
+                  len2:int, # length of B in bytes
+                 )->int:
+    "The CRC-32 of A + B, from the CRC-32s of A and B (zlib's `crc32_combine`)."
+    k = 0
+    while len2:
+        if len2 & 1: crc1 = _gf2_times(_zeros_op(k), crc1)
+        len2 >>= 1; k += 1
+    return crc1 ^ crc2
+
+# %% ../nbs/05_persistence.ipynb #6c635dba
+_EOCD, _DESC = b'PK\x05\x06', b'PK\x07\x08'  # zip end-of-archive record (ends with the comment length); data descriptor
+_BIG = 1 << 16  # writes at least this large are record data whose CRC torch reports
 
 class _HashingWriter:
-    "The file object `torch.save` writes into: passes each chunk to `f` and to the hash, in one pass."
-    def __init__(self, f, h, comment:int=0):
-        self.f, self.h, self.comment, self.size, self._end, self.error = f, h, comment, 0, None, None
+    "The file object `torch.save` writes into: passes each chunk to `f`, working out the checksum of everything written."
+    def __init__(self, f, algo:str='crc32', comment:int=0):
+        self.f, self.comment, self.size, self._end, self.error = f, comment, 0, None, None
+        self.h = None if algo == 'crc32' else new_hash(algo)
+        self.pieces, self._run, self._hole = [], None, None  # pieces: [offset, length, crc or None], in file order
 
     def write(self, b)->int:
         try:
@@ -88,23 +112,53 @@ class _HashingWriter:
         except BaseException as e: self.error = e; raise  # torch.save reports it as a RuntimeError of its own
         return len(b)
 
-    def _put(self, b):
-        if len(b) < _BIG: self.h.update(b); self.f.write(b)
-        else:
-            job = _hash_pool().submit(self.h.update, b)
-            try: self.f.write(b)
-            finally: job.result()  # `b` must stay valid until the hash has read it
-        self.size += len(b)
-
     def flush(self): pass
 
-    def close(self):
-        "Write the held-back end record, its comment length set to `comment`."
-        if self._end is None: return
-        if self._end[20:22] == b'\0\0': self._end[20:22] = self.comment.to_bytes(2, 'little')
-        self._put(self._end); self._end = None
-
 # %% ../nbs/05_persistence.ipynb #95ba7af7
+@patch
+def _put(self:_HashingWriter, b):
+    n = len(b)
+    if self.h is not None: self.h.update(b)
+    elif n >= _BIG:
+        self._run = None
+        if self._hole is None: self._hole = [self.size, 0, None]; self.pieces.append(self._hole)
+        self._hole[1] += n
+    else:
+        if self._hole is not None: self._descriptor(b)
+        if self._run is None: self._run = [self.size, 0, 0]; self.pieces.append(self._run)
+        self._run[1] += n; self._run[2] = zlib.crc32(b, self._run[2])
+    self.f.write(b); self.size += n
+
+@patch
+def _descriptor(self:_HashingWriter, b):
+    "Take the CRC of the record data just written from the data descriptor `b`, if that is what `b` is."
+    hole, self._hole = self._hole, None
+    if bytes(b[:4]) != _DESC or len(b) not in (16, 24): return
+    crc, size = struct.unpack('<IIQQ' if len(b) == 24 else '<IIII', bytes(b))[1::2]
+    if size == hole[1] and crc: hole[2] = crc
+
+# %% ../nbs/05_persistence.ipynb #0e6b8238
+@patch
+def close(self:_HashingWriter):
+    "Write the held-back end record, its comment length set to `comment`."
+    if self._end is None: return
+    if self._end[20:22] == b'\0\0': self._end[20:22] = self.comment.to_bytes(2, 'little')
+    self._put(self._end); self._end = None
+
+@patch
+def hexdigest(self:_HashingWriter, chunk:int=16 << 20)->str:
+    "The checksum of all bytes written; pieces whose CRC torch did not report are read back from the file."
+    if self.h is not None: return self.h.hexdigest()
+    crc = 0
+    for off, n, c in self.pieces:
+        if c is None:
+            self.f.flush(); self.f.seek(off); c, left = 0, n
+            while left: data = self.f.read(min(chunk, left)); c = zlib.crc32(data, c); left -= len(data)
+            self.f.seek(0, os.SEEK_END)
+        crc = crc32_combine(crc, c, n)
+    return f'{crc:08x}'
+
+# %% ../nbs/05_persistence.ipynb #b719278e
 _TRAILER = 256
 _TRAILER_RE = re.compile(rb'colab_t4_nb checkpoint v1 size=(\d+) step=(\d+) seq=(\d+) checksum=(\w+:[0-9a-f]+) *\n')
 
@@ -123,7 +177,7 @@ def _trailer(c:Checkpoint)->bytes:
     t = f'colab_t4_nb checkpoint v1 size={c.size} step={c.step} seq={c.seq} checksum={c.checksum}'.encode()
     return t.ljust(_TRAILER - 1) + b'\n'
 
-# %% ../nbs/05_persistence.ipynb #bcb076ca
+# %% ../nbs/05_persistence.ipynb #12c86878
 def read_trailer(path:str|Path)->Checkpoint|None:
     "The `Checkpoint` the trailer of `path` describes; None if it has none (truncated, damaged, foreign, unreadable)."
     path = Path(path)
@@ -151,7 +205,7 @@ def verify_file(c:Checkpoint, chunk:int=16 << 20)->str|None:
     except OSError as e: return f'it cannot be read ({e.strerror or e})'
     return None if h.hexdigest() == want else f'its checksum is {algo}:{h.hexdigest()}, not {c.checksum}'
 
-# %% ../nbs/05_persistence.ipynb #5f36e8d7
+# %% ../nbs/05_persistence.ipynb #4b88bb9d
 def _fsync_dir(d:Path):
     if os.name == 'nt': return  # Windows cannot open a folder; NTFS journals renames itself
     fd = os.open(d, os.O_RDONLY)
@@ -165,7 +219,7 @@ def _atomic(path:Path, check:Callable|None=None):
     "Write `path` through a temporary file: flush, fsync, `check(tmp)`, rename, fsync the folder."
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.', suffix='.tmp')
     try:
-        with os.fdopen(fd, 'wb') as f:
+        with os.fdopen(fd, 'w+b') as f:
             yield f
             f.flush(); os.fsync(f.fileno())
         if check is not None: check(Path(tmp))
@@ -174,25 +228,25 @@ def _atomic(path:Path, check:Callable|None=None):
         Path(tmp).unlink(missing_ok=True); raise
     _fsync_dir(path.parent)
 
-# %% ../nbs/05_persistence.ipynb #c98bb1db
+# %% ../nbs/05_persistence.ipynb #770907da
 def write_checkpoint(path:str|Path, # the final file name
                      obj, # anything `torch.save` takes
                      step:int=0, seq:int=0, # recorded in the trailer
                      checksum:str='crc32', # 'crc32' or a `hashlib` algorithm
                     )->Checkpoint:
     "Save `obj` to `path` atomically, followed by a trailer recording its size and checksum."
-    path, h = Path(path), new_hash(checksum)
+    path = Path(path)
     with _atomic(path) as f:
-        w = _HashingWriter(f, h, comment=_TRAILER)
+        w = _HashingWriter(f, checksum, comment=_TRAILER)
         try: torch.save(obj, w); w.close()
         except Exception as e:
             if w.error is not None and w.error is not e: raise w.error from e  # the real cause, e.g. a full disk
             raise
-        c = Checkpoint(path, step, seq, w.size, f'{checksum}:{h.hexdigest()}')
+        c = Checkpoint(path, step, seq, w.size, f'{checksum}:{w.hexdigest()}')
         f.write(_trailer(c))
     return c
 
-# %% ../nbs/05_persistence.ipynb #ee10658b
+# %% ../nbs/05_persistence.ipynb #a481a11d
 def rng_state()->dict:
     "The states of Python's, NumPy's and torch's random generators (CUDA's too when CUDA is started)."
     kind, keys, pos, has_gauss, gauss = np.random.get_state()
@@ -215,7 +269,7 @@ def set_rng_state(st:dict # from `rng_state`
         else:
             for i, s in enumerate(st['cuda'][:torch.cuda.device_count()]): torch.cuda.set_rng_state(s, i)
 
-# %% ../nbs/05_persistence.ipynb #9bc3a51b
+# %% ../nbs/05_persistence.ipynb #21ca7c7c
 def _unwrap(model): return getattr(model, '_orig_mod', model)  # torch.compile's wrapper
 
 def training_state(step:int, # steps done: the step to continue from
@@ -228,7 +282,7 @@ def training_state(step:int, # steps done: the step to continue from
             'scaler': sd(scaler), 'scheduler': sd(scheduler), 'rng': rng_state(), 'extras': dict(extras or {}),
             'torch': str(torch.__version__)}
 
-# %% ../nbs/05_persistence.ipynb #b5d340a2
+# %% ../nbs/05_persistence.ipynb #fd99ace0
 _FORMAT = 'colab_t4_nb checkpoints v1'
 _NAME_RE = re.compile(r'ckpt-\d{9,}\.pt')
 
@@ -240,14 +294,14 @@ class CheckpointDir:
                 ):
         if not isinstance(keep, int) or keep < 1: raise ValueError(f'keep must be an int >= 1, got {keep!r}')
         new_hash(checksum)
-        self.path, self.keep, self.checksum, self._verified = Path(path), keep, checksum, {}
+        self.path, self.keep, self.checksum, self._verified, self._deleting = Path(path), keep, checksum, {}, None
 
     @property
     def manifest(self)->Path: return self.path/'manifest.json'
     def file_for(self, step:int)->Path: return self.path/f'ckpt-{step:09d}.pt'
     def __repr__(self): return f'CheckpointDir({str(self.path)!r}, keep={self.keep})'
 
-# %% ../nbs/05_persistence.ipynb #21ca7c7c
+# %% ../nbs/05_persistence.ipynb #db54d929
 _ENTRY = {'file': str, 'step': int, 'seq': int, 'size': int, 'checksum': str}
 
 @patch
@@ -267,7 +321,7 @@ def _write_manifest(self:CheckpointDir, cks:list):
             'checkpoints': [c.as_dict() for c in cks]}
     with _atomic(self.manifest) as f: f.write(json.dumps(data, indent=1).encode())
 
-# %% ../nbs/05_persistence.ipynb #1655db0f
+# %% ../nbs/05_persistence.ipynb #efab1ad7
 def _warn(msg): warnings.warn(msg, CheckpointWarning, stacklevel=3)
 
 @patch
@@ -291,7 +345,7 @@ def checkpoints(self:CheckpointDir)->list[Checkpoint]:
     if changed: self._try_write_manifest(res)
     return res
 
-# %% ../nbs/05_persistence.ipynb #fd99ace0
+# %% ../nbs/05_persistence.ipynb #a14a78c3
 @patch
 def _rebuild(self:CheckpointDir, problem:str, files:dict)->list[Checkpoint]:
     good, bad = [], []
@@ -310,7 +364,7 @@ def _try_write_manifest(self:CheckpointDir, cks:list):
     try: self._write_manifest(cks)
     except OSError as e: _warn(f'Could not update {self.manifest} ({e}); it will be rebuilt on the next save.')
 
-# %% ../nbs/05_persistence.ipynb #db54d929
+# %% ../nbs/05_persistence.ipynb #bfae07ea
 @patch
 def verify(self:CheckpointDir, c:Checkpoint)->str|None:
     "None when `c` is intact, else what is wrong with it."
@@ -335,7 +389,7 @@ def latest(self:CheckpointDir)->Checkpoint|None:
     "The newest checkpoint in this folder that verifies, or None."
     return _newest([(c, self) for c in self.checkpoints()])
 
-# %% ../nbs/05_persistence.ipynb #efab1ad7
+# %% ../nbs/05_persistence.ipynb #c6f10303
 def _write_error(e:OSError, where:Path)->CheckpointWriteError:
     hints = {errno.ENOSPC: 'the disk is full: free space, lower `keep`, or save to another disk',
              errno.EDQUOT: 'the disk quota is used up: free space or save elsewhere',
@@ -351,17 +405,29 @@ def _clean_tmp(self:CheckpointDir):
     for p in self.path.glob('.*.tmp'):
         if p.name.startswith(('.ckpt-', '.manifest.json.')): p.unlink(missing_ok=True)
 
+def _unlink_all(paths:list):
+    for p in paths:
+        try: p.unlink(missing_ok=True)
+        except OSError as e: _warn(f'Could not delete the old checkpoint {p} ({e}); the next save tries again.')
+
+@patch
+def settle(self:CheckpointDir):
+    "Wait until the old checkpoints handed to the background for deletion are gone."
+    if self._deleting is not None: self._deleting.join(); self._deleting = None
+
 @patch
 def _commit(self:CheckpointDir, c:Checkpoint, old:list):
-    "Check `c` on disk, list it in the manifest with the newest `keep - 1` others, delete the rest."
+    "Check `c` on disk, list it in the manifest with the newest `keep - 1` others, delete the rest (in the background)."
     if read_trailer(c.path) != c: raise CheckpointCorrupt(f'{c.path} does not read back as written: the file system lost data.')
     kept = [c] + [o for o in old if o.path != c.path and read_trailer(o.path) is not None][:self.keep - 1]
     self._write_manifest(kept)
     names = {k.path.name for k in kept}
-    for p in self.path.glob('ckpt-*.pt'):
-        if p.name not in names and _NAME_RE.fullmatch(p.name): p.unlink(missing_ok=True)
+    doomed = [p for p in self.path.glob('ckpt-*.pt') if p.name not in names and _NAME_RE.fullmatch(p.name)]
+    if doomed:
+        self._deleting = threading.Thread(target=_unlink_all, args=(doomed,), name='checkpoint-rotation', daemon=True)
+        self._deleting.start()
 
-# %% ../nbs/05_persistence.ipynb #a14a78c3
+# %% ../nbs/05_persistence.ipynb #318060cf
 @patch
 def save(self:CheckpointDir, obj, # what to save (see `training_state`)
          step:int, # training step, used in the file name
@@ -369,6 +435,7 @@ def save(self:CheckpointDir, obj, # what to save (see `training_state`)
         )->Checkpoint:
     "Write `obj` as the checkpoint of `step` atomically, record it in the manifest, then rotate."
     if not isinstance(step, int) or step < 0: raise ValueError(f'step must be an int >= 0, got {step!r}')
+    self.settle()
     try:
         self.path.mkdir(parents=True, exist_ok=True)
         self._clean_tmp()
@@ -379,7 +446,7 @@ def save(self:CheckpointDir, obj, # what to save (see `training_state`)
     except OSError as e: raise _write_error(e, self.path) from e
     return c
 
-# %% ../nbs/05_persistence.ipynb #c6f10303
+# %% ../nbs/05_persistence.ipynb #208773e3
 class Resumed(NamedTuple):
     "What `CheckpointManager.load` returns."
     step:int     # the step the checkpoint was saved at: the next step to run
@@ -406,7 +473,7 @@ class CheckpointManager:
     def _dirs(self)->list: return [self.local] + ([self.mirror] if self.mirror is not None else [])
     def __repr__(self): return f'CheckpointManager({str(self.path)!r}, keep={self.local.keep}' + (f', mirror={str(self.mirror.path)!r})' if self.mirror else ')')
 
-# %% ../nbs/05_persistence.ipynb #a6efa8d4
+# %% ../nbs/05_persistence.ipynb #f8436727
 @patch
 def _settle(self:CheckpointManager):
     "Wait for the save in flight; raise its error, once, if it failed."
@@ -438,7 +505,7 @@ def _listing(self:CheckpointManager, d:CheckpointDir)->list:
     try: return d.checkpoints()
     except OSError as e: _warn(f'Cannot read the mirror {d.path} ({e}); using the local folder only.'); return []
 
-# %% ../nbs/05_persistence.ipynb #f2219491
+# %% ../nbs/05_persistence.ipynb #c21cbaa1
 @patch
 def latest(self:CheckpointManager)->Checkpoint|None:
     "The newest checkpoint, in the folder or its mirror, that verifies; None if there is none."
@@ -458,7 +525,7 @@ def _pick(self:CheckpointManager, checkpoint)->Checkpoint:
     if why: raise CheckpointCorrupt(f'Checkpoint {c.path} is corrupt: {why}.')
     return c
 
-# %% ../nbs/05_persistence.ipynb #b1b9aafb
+# %% ../nbs/05_persistence.ipynb #f781b417
 def _few(xs:list, n:int=6)->str: return ', '.join(xs[:n]) + (f' and {len(xs) - n} more' if len(xs) > n else '')
 
 def _mismatch(st:dict, model, optimizer, strict:bool)->list[str]:
@@ -478,7 +545,7 @@ def _mismatch(st:dict, model, optimizer, strict:bool)->list[str]:
         if saved != here: out.append(f'optimizer parameter groups of sizes {saved}, {here} here')
     return out
 
-# %% ../nbs/05_persistence.ipynb #f8436727
+# %% ../nbs/05_persistence.ipynb #4a1b0929
 @patch
 def load(self:CheckpointManager, model=None, optimizer=None, scaler=None, scheduler=None, # restored in place
          checkpoint:Checkpoint|str|Path|None=None, # what to load; default `latest()`
@@ -504,7 +571,7 @@ def load(self:CheckpointManager, model=None, optimizer=None, scaler=None, schedu
     self.last_loaded = c
     return Resumed(st['step'], st.get('extras', {}))
 
-# %% ../nbs/05_persistence.ipynb #4c39ac65
+# %% ../nbs/05_persistence.ipynb #6abb14fe
 class _HostCopy:
     "Copies the tensors of a nested state into reused host buffers (pinned for GPU tensors)."
     def __init__(self): self.buffers = []  # (tensor, pinned) in the order tensors are met
@@ -528,7 +595,7 @@ class _HostCopy:
             return type(o)(*items) if hasattr(o, '_fields') else tuple(items)
         return copy.deepcopy(o)
 
-# %% ../nbs/05_persistence.ipynb #c925a9e0
+# %% ../nbs/05_persistence.ipynb #e3a30695
 @patch
 def _tensor(self:_HostCopy, t:torch.Tensor)->torch.Tensor:
     key = (t.data_ptr(), t.dtype, t.device, tuple(t.shape), tuple(t.stride()))
@@ -547,7 +614,7 @@ def _tensor(self:_HostCopy, t:torch.Tensor)->torch.Tensor:
     self.memo[key] = out
     return out
 
-# %% ../nbs/05_persistence.ipynb #6abb14fe
+# %% ../nbs/05_persistence.ipynb #af04de80
 @patch
 def _background(self:CheckpointManager, st:dict):
     try: self._write(st)
@@ -564,8 +631,10 @@ def save_async(self:CheckpointManager, step:int, model=None, optimizer=None, sca
 
 @patch
 def wait(self:CheckpointManager)->Checkpoint|None:
-    "Wait for the save in flight, raise its error if it failed; return the last checkpoint saved."
-    self._settle(); return self.last_saved
+    "Wait for the save in flight (raise its error if it failed) and for old files being deleted; return the last checkpoint saved."
+    self._settle()
+    for d in self._dirs(): d.settle()
+    return self.last_saved
 
 @patch(as_prop=True)
 def pending(self:CheckpointManager)->bool: return self._thread is not None and self._thread.is_alive()
@@ -581,7 +650,7 @@ def _finish_saves():
         try: m.wait()
         except Exception as e: print(f'colab_t4_nb: the last background checkpoint save in {m.path} failed: {e!r}', file=sys.stderr)
 
-# %% ../nbs/05_persistence.ipynb #1d054cbd
+# %% ../nbs/05_persistence.ipynb #9b198367
 @patch
 def copy_in(self:CheckpointDir, c:Checkpoint)->Checkpoint:
     "Copy checkpoint `c` from another folder into this one; the copy is re-read and checked before it is renamed."
@@ -590,6 +659,7 @@ def copy_in(self:CheckpointDir, c:Checkpoint)->Checkpoint:
         copy = Checkpoint(tmp, c.step, c.seq, c.size, c.checksum)
         why = 'its trailer differs' if read_trailer(tmp) != copy else verify_file(copy)
         if why: raise CheckpointCorrupt(f'The copy of {c.path.name} in {self.path} does not verify: {why}.')
+    self.settle()
     try:
         self.path.mkdir(parents=True, exist_ok=True)
         self._clean_tmp()
@@ -607,7 +677,7 @@ def _copy_to_mirror(self:CheckpointManager, c:Checkpoint):
         self.mirror_error = e
         _warn(f'Copying {c.path.name} to {self.mirror.path} failed: {e} The local checkpoint {c.path} is good; the next save tries the copy again.')
 
-# %% ../nbs/05_persistence.ipynb #1dd8d9ff
+# %% ../nbs/05_persistence.ipynb #56025e4d
 def drive_checkpoints(name:str='run', # the run's folder name
                       keep:int=3, # checkpoints kept, locally and on Drive
                       mountpoint:str|Path='/content/drive', # where Colab mounts Drive
@@ -623,7 +693,7 @@ def drive_checkpoints(name:str='run', # the run's folder name
         drive.mount(str(mountpoint))
     return CheckpointManager(Path.cwd()/'checkpoints'/name if local is None else local, keep, mirror=my_drive/folder/name, **kwargs)
 
-# %% ../nbs/05_persistence.ipynb #d6a92fdd
+# %% ../nbs/05_persistence.ipynb #9ad4558b
 def flush_drive(mountpoint:str|Path='/content/drive' # where Drive is mounted
                )->bool:
     "In Colab, upload pending writes and unmount Drive (`drive.flush_and_unmount()`); elsewhere say there is nothing to do."
@@ -633,7 +703,7 @@ def flush_drive(mountpoint:str|Path='/content/drive' # where Drive is mounted
     drive.flush_and_unmount()
     return True
 
-# %% ../nbs/05_persistence.ipynb #7badef54
+# %% ../nbs/05_persistence.ipynb #a39d22f3
 class SessionEnding(UserWarning):
     "Colab is likely to end this session soon."
 
@@ -663,7 +733,7 @@ class SessionClock:
 
     def __repr__(self): return 'SessionClock(' + ', '.join(f'{k} cut in {v / 60:.0f} min' for k, v in self.left().items()) + ')'
 
-# %% ../nbs/05_persistence.ipynb #8bd95410
+# %% ../nbs/05_persistence.ipynb #67b63849
 _CUT = {'session': 'the session limit ({:g} h)', 'idle': 'the idle disconnect ({:g} min without activity)'}
 
 @patch
@@ -682,7 +752,7 @@ def due(self:SessionClock)->str|None:
             self._said.add((limit, 'due')); return limit
     return None
 
-# %% ../nbs/05_persistence.ipynb #67b63849
+# %% ../nbs/05_persistence.ipynb #cad3a730
 _OOM = ('CUDA out of memory.', 'CUDA error: out of memory', 'CUBLAS_STATUS_ALLOC_FAILED', 'CUDNN_STATUS_ALLOC_FAILED',
         'cuDNN error: CUDNN_STATUS_NOT_SUPPORTED.', "DefaultCPUAllocator: can't allocate memory")
 _LOST = ('device-side assert triggered', 'an illegal memory access was encountered', 'unspecified launch failure',
@@ -699,7 +769,7 @@ def is_context_lost(e:BaseException)->bool:
 class CudaContextLost(ColabT4Error):
     "CUDA failed in a way that leaves this process unable to use the GPU again."
 
-# %% ../nbs/05_persistence.ipynb #ce8125d4
+# %% ../nbs/05_persistence.ipynb #beb5429e
 @dataclass
 class RunReport:
     "What `run_resumable` did."
@@ -714,7 +784,7 @@ def _free_memory(optimizer):
     gc.collect()
     if torch.cuda.is_initialized(): torch.cuda.empty_cache()
 
-# %% ../nbs/05_persistence.ipynb #d46c0f57
+# %% ../nbs/05_persistence.ipynb #6ec9ad64
 def run_resumable(step_fn:Callable, # step_fn(step) runs one training step; its data must depend only on `step`
                   ckpt:CheckpointManager, # where checkpoints go and come from
                   steps:int, # train until this many steps are done
@@ -759,7 +829,7 @@ def run_resumable(step_fn:Callable, # step_fn(step) runs one training step; its 
     ckpt.wait(); rep.stop = step
     return rep
 
-# %% ../nbs/05_persistence.ipynb #19bd77d0
+# %% ../nbs/05_persistence.ipynb #3c8dd73d
 class RestartLimit(ColabT4Error):
     "A child process kept failing after the allowed number of restarts."
 
@@ -775,7 +845,7 @@ def _child_env(env:dict|None, attempt:int)->dict:
     paths = [p for p in sys.path if p] + [p for p in env.get('PYTHONPATH', '').split(os.pathsep) if p]
     return {**env, 'COLAB_T4_ATTEMPT': str(attempt), 'PYTHONPATH': os.pathsep.join(dict.fromkeys(paths))}
 
-# %% ../nbs/05_persistence.ipynb #97eb97ae
+# %% ../nbs/05_persistence.ipynb #18aaed96
 def run_with_restarts(cmd:list, # the command, e.g. [sys.executable, 'train.py']
                       max_restarts:int=3, # restarts allowed after the first run
                       env:dict|None=None, # the child's environment; default this process's

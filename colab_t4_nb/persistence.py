@@ -72,14 +72,16 @@ def _gf2_times(mat:list, vec:int)->int:
         vec >>= 1; i += 1
     return s
 
-_ZEROS = []  # _ZEROS[k]: the GF(2) operator that feeds 2**k zero bytes through a CRC-32 register
+_ZEROS, _ZEROS_LOCK = [], threading.Lock()  # _ZEROS[k]: the GF(2) operator feeding 2**k zero bytes through a CRC-32
 
 def _zeros_op(k:int)->list:
-    if not _ZEROS:
-        op = [0xEDB88320] + [1 << n for n in range(31)]  # one zero bit
-        for _ in range(3): op = [_gf2_times(op, op[n]) for n in range(32)]  # squared three times: one zero byte
-        _ZEROS.append(op)
-    while len(_ZEROS) <= k: _ZEROS.append([_gf2_times(_ZEROS[-1], v) for v in _ZEROS[-1]])
+    if len(_ZEROS) <= k:
+        with _ZEROS_LOCK:  # saves may run on several threads
+            if not _ZEROS:
+                op = [0xEDB88320] + [1 << n for n in range(31)]  # one zero bit
+                for _ in range(3): op = [_gf2_times(op, op[n]) for n in range(32)]  # squared three times: one zero byte
+                _ZEROS.append(op)
+            while len(_ZEROS) <= k: _ZEROS.append([_gf2_times(_ZEROS[-1], v) for v in _ZEROS[-1]])
     return _ZEROS[k]
 
 def crc32_combine(crc1:int, # CRC-32 of A
@@ -392,7 +394,7 @@ def latest(self:CheckpointDir)->Checkpoint|None:
 # %% ../nbs/05_persistence.ipynb #c6f10303
 def _write_error(e:OSError, where:Path)->CheckpointWriteError:
     hints = {errno.ENOSPC: 'the disk is full: free space, lower `keep`, or save to another disk',
-             errno.EDQUOT: 'the disk quota is used up: free space or save elsewhere',
+             getattr(errno, 'EDQUOT', -1): 'the disk quota is used up: free space or save elsewhere',
              errno.EACCES: 'the folder is not writable: choose another folder', errno.EPERM: 'the folder is not writable: choose another folder',
              errno.EROFS: 'the file system is read-only: choose another folder',
              errno.ENOTCONN: 'the mount is gone ("Transport endpoint is not connected"): mount it again',
@@ -746,7 +748,7 @@ def due(self:SessionClock)->str|None:
         if crossed:
             what = _CUT[limit].format(self.session_h if limit == 'session' else self.idle_min)
             warnings.warn(f'Colab may end this session in about {max(s, 0) / 60:.0f} min: {what}. '
-                          f'A final checkpoint is taken {self.margin_min:g} min before.', SessionEnding, stacklevel=2)
+                          f'A final checkpoint is due {self.margin_min:g} min before the cut.', SessionEnding, stacklevel=2)
     for limit, s in self.left().items():
         if s <= self.margin_min * 60 and (limit, 'due') not in self._said:
             self._said.add((limit, 'due')); return limit

@@ -639,7 +639,9 @@ def wait(self:CheckpointManager)->Checkpoint|None:
     return self.last_saved
 
 @patch(as_prop=True)
-def pending(self:CheckpointManager)->bool: return self._thread is not None and self._thread.is_alive()
+def pending(self:CheckpointManager)->bool:
+    "True while a background save is running."
+    return self._thread is not None and self._thread.is_alive()
 
 @patch
 def release_buffers(self:CheckpointManager):

@@ -833,7 +833,7 @@ def run_resumable(step_fn:Callable, # step_fn(step) runs one training step; its 
     ckpt.wait(); rep.stop = step
     return rep
 
-# %% ../nbs/05_persistence.ipynb #3c8dd73d
+# %% ../nbs/05_persistence.ipynb #1c085784
 class RestartLimit(ColabT4Error):
     "A child process kept failing after the allowed number of restarts."
 
@@ -849,7 +849,7 @@ def _child_env(env:dict|None, attempt:int)->dict:
     paths = [p for p in sys.path if p] + [p for p in env.get('PYTHONPATH', '').split(os.pathsep) if p]
     return {**env, 'COLAB_T4_ATTEMPT': str(attempt), 'PYTHONPATH': os.pathsep.join(dict.fromkeys(paths))}
 
-# %% ../nbs/05_persistence.ipynb #18aaed96
+# %% ../nbs/05_persistence.ipynb #204141ad
 def run_with_restarts(cmd:list, # the command, e.g. [sys.executable, 'train.py']
                       max_restarts:int=3, # restarts allowed after the first run
                       env:dict|None=None, # the child's environment; default this process's

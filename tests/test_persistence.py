@@ -1,0 +1,383 @@
+"""Checkpoints under fire: SIGKILL at random moments (mid-write included), damaged files, full and
+unwritable disks, crashing training scripts, errors of background saves at exit."""
+import errno, json, os, random, signal, subprocess, sys, tempfile, textwrap, time, warnings
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import ROOT
+
+from colab_t4_nb import persistence as P
+
+# ---------------------------------------------------------------- the training run under test
+TRAIN = r'''
+import json, os, random, signal, sys, time
+import numpy as np, torch
+from colab_t4_nb import persistence as P
+
+STEPS = 12
+
+def build():
+    "Small model with dropout, Adam, StepLR and a GradScaler; every generator seeded."
+    torch.manual_seed(0); random.seed(0); np.random.seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Dropout(0.3), torch.nn.Linear(32, 1))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    return dict(model=model, optimizer=opt, scheduler=torch.optim.lr_scheduler.StepLR(opt, 3, 0.5),
+                scaler=torch.amp.GradScaler('cpu', init_scale=2.**8, growth_interval=2))
+
+def train_step(o, step):
+    "Data from the step number; dropout and the noise term draw from torch's, Python's and NumPy's generators."
+    g = torch.Generator().manual_seed(1000 + step)
+    x, y = torch.randn(16, 8, generator=g), torch.randn(16, 1, generator=g)
+    loss = torch.nn.functional.mse_loss(o['model'](x) + random.random() * float(np.random.rand()), y)
+    o['optimizer'].zero_grad(); o['scaler'].scale(loss).backward()
+    o['scaler'].step(o['optimizer']); o['scaler'].update(); o['scheduler'].step()
+
+OPS = []
+def instrument(kill_at, slow):
+    "Count the checkpoint code's file operations; SIGKILL this process at operation `kill_at`; sleep `slow` s per write."
+    def wrap(owner, name):
+        orig = getattr(owner, name)
+        def f(*a, **k):
+            OPS.append(name)
+            if kill_at is not None and len(OPS) > kill_at: os.kill(os.getpid(), signal.SIGKILL)
+            if slow and name == '_put': time.sleep(slow)
+            return orig(*a, **k)
+        setattr(owner, name, f)
+    for owner, name in [(P._HashingWriter, '_put'), (P.tempfile, 'mkstemp'), (os, 'fsync'), (os, 'replace'), (os, 'unlink')]:
+        wrap(owner, name)
+
+def train(folder, kill_at=None, slow=0.0):
+    "Train to STEPS from the latest checkpoint in `folder`, saving after every step; write final.pt at the end."
+    instrument(kill_at, slow)
+    o = build()
+    ckpt = P.CheckpointManager(folder, keep=2)
+    start = ckpt.load(**o).step if ckpt.latest() else 0
+    for step in range(start, STEPS):
+        train_step(o, step)
+        ckpt.save(step + 1, **o, note=step + 1)
+    ckpt.wait()
+    torch.save(o['model'].state_dict(), os.path.join(folder, 'final.pt'))
+    with open(os.path.join(folder, 'ops.json'), 'w') as f: json.dump(len(OPS), f)
+'''
+
+# A long-lived process that imports torch once and forks one child per run (a fresh interpreter per
+# run would cost seconds each). The parent kills the children; each is reaped only on request, so its
+# pid cannot be reused by another process before the parent is done with it.
+ZYGOTE = TRAIN + r'''
+if __name__ == '__main__':
+    import traceback
+    import io
+    torch.set_num_threads(1)  # no thread pools in the forking process
+    o = build(); train_step(o, 0)  # warm up once: lazy imports (torch.optim's first step imports a lot) happen here, not per child
+    buf = io.BytesIO(); torch.save({k: v.state_dict() for k, v in o.items()}, buf); buf.seek(0); torch.load(buf)
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        if cmd['op'] == 'run':
+            pid = os.fork()
+            if pid == 0:
+                os.dup2(2, 1)  # the child's output must not mix with the protocol on stdout
+                code = 0
+                try: train(**cmd['args'])
+                except BaseException: traceback.print_exc(); code = 1
+                sys.stdout.flush(); sys.stderr.flush(); os._exit(code)
+            print(json.dumps({'pid': pid}), flush=True)
+        elif cmd['op'] == 'wait':
+            _, st = os.waitpid(cmd['pid'], 0)
+            print(json.dumps({'signal': os.WTERMSIG(st) if os.WIFSIGNALED(st) else 0,
+                              'code': os.WEXITSTATUS(st) if os.WIFEXITED(st) else None}), flush=True)
+'''
+
+class Zygote:
+    def __init__(self, tmp:Path, env:dict):
+        (tmp/'zygote.py').write_text(ZYGOTE)
+        self.err = open(tmp/'zygote.err', 'w')
+        self.p = subprocess.Popen([sys.executable, str(tmp/'zygote.py')], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=self.err, text=True, env=env)
+    def _ask(self, **cmd)->dict:
+        self.p.stdin.write(json.dumps(cmd) + '\n'); self.p.stdin.flush()
+        line = self.p.stdout.readline()
+        assert line, f'zygote died: {Path(self.err.name).read_text()[-3000:]}'
+        return json.loads(line)
+    def start(self, **args)->int: return self._ask(op='run', args={k: str(v) if isinstance(v, Path) else v for k, v in args.items()})['pid']
+    def wait(self, pid:int)->dict: return self._ask(op='wait', pid=pid)
+    def run(self, **args)->dict: return self.wait(self.start(**args))
+    def close(self):
+        self.p.stdin.close(); self.p.wait(timeout=60); self.err.close()
+
+@pytest.fixture
+def zygote(tmp_path, cpu_env):
+    z = Zygote(tmp_path, {**cpu_env, 'PYTHONPATH': os.pathsep.join([str(ROOT), cpu_env.get('PYTHONPATH', '')])})
+    try: yield z
+    finally: z.close()
+
+@pytest.fixture
+def train_ns():
+    "The training code above, in this process (for loading checkpoints and building reference objects)."
+    threads = torch.get_num_threads()
+    ns = {'__name__': 'train_ns'}
+    exec(TRAIN, ns)
+    yield ns
+    torch.set_num_threads(threads)
+
+def final_of(folder:Path)->dict: return torch.load(folder/'final.pt')
+
+def same_weights(a:dict, b:dict)->bool: return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+def disk_state(folder:Path)->str:
+    "What a killed run left behind, read from the folder before anything touches it."
+    if any(folder.glob('.*.tmp')): return 'temporary file left (killed mid-write)'
+    listed, _ = P.CheckpointDir(folder)._read_manifest()
+    names = {e['file'] for e in listed or []}
+    files = sorted(p.name for p in folder.glob('ckpt-*.pt'))
+    if files and max(files) not in names: return 'new checkpoint not yet in the manifest'
+    if len(files) > 2: return 'old checkpoint not yet deleted'
+    return 'between saves' if files else 'nothing saved yet'
+
+def check_latest_loads(folder:Path, ns:dict)->int|None:
+    "latest() answers and the checkpoint it names loads into fresh objects; returns its step."
+    rng = P.rng_state()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter('ignore', P.CheckpointWarning)
+            ckpt = P.CheckpointManager(folder, keep=2)
+            c = ckpt.latest()
+            if c is None: return None
+            step, extras = ckpt.load(**ns['build']())
+    finally: P.set_rng_state(rng)
+    assert (step, extras) == (c.step, {'note': c.step})
+    return step
+
+def test_sigkill_at_random_moments(tmp_path, zygote, train_ns, capsys):
+    "SIGKILL >= 50 times, from inside at a random file operation and from outside at a random time: latest() always loads, and every resumed run ends bit-identical to an uninterrupted one."
+    ref = tmp_path/'ref'
+    assert zygote.run(folder=ref) == {'signal': 0, 'code': 0}
+    ref_final, n_ops = final_of(ref), json.loads((ref/'ops.json').read_text())
+    t0 = time.monotonic(); assert zygote.run(folder=tmp_path/'slow', slow=0.0005)['code'] == 0
+    slow_run = time.monotonic() - t0
+    rng, stats, loads = random.Random(20261202), {}, {'checkpoint': 0, 'none yet': 0}
+    trials = [('at a file operation', dict(kill_at=rng.randrange(n_ops))) for _ in range(36)]
+    trials += [('at a random time', dict(delay=rng.uniform(0, slow_run))) for _ in range(24)]
+    kills = 0
+    for i, (how, t) in enumerate(trials):
+        folder = tmp_path/f'trial{i:02d}'
+        if 'kill_at' in t: r = zygote.run(folder=folder, kill_at=t['kill_at'])
+        else:
+            pid = zygote.start(folder=folder, slow=0.0005)
+            time.sleep(t['delay']); os.kill(pid, signal.SIGKILL)  # not yet reaped: the pid is still this child's
+            r = zygote.wait(pid)
+        if r['signal'] != signal.SIGKILL:  # the run ended before the kill came
+            assert r['code'] == 0; stats['finished before the kill'] = stats.get('finished before the kill', 0) + 1; continue
+        kills += 1
+        where = disk_state(folder)
+        stats[where] = stats.get(where, 0) + 1
+        loads['checkpoint' if check_latest_loads(folder, train_ns) is not None else 'none yet'] += 1
+        assert zygote.run(folder=folder) == {'signal': 0, 'code': 0}, f'resume after kill {i} ({how}, {where}) failed'
+        assert same_weights(final_of(folder), ref_final), f'resume after kill {i} ({how}, {where}) differs from the uninterrupted run'
+        assert check_latest_loads(folder, train_ns) == 12
+    mid_write = stats.get('temporary file left (killed mid-write)', 0)
+    with capsys.disabled():
+        print(f'\nfault injection: {kills} SIGKILLs ({mid_write} mid-write), latest() loaded after every kill '
+              f'({loads["checkpoint"]} with a checkpoint, {loads["none yet"]} before the first save), '
+              f'{kills} resumed runs bit-identical to the uninterrupted run; {n_ops} file operations per run; states: {stats}')
+    assert kills >= 50 and mid_write >= 10, stats
+
+# ---------------------------------------------------------------- damaged files
+def saved(folder:Path, steps=(1, 2, 3))->P.CheckpointManager:
+    ckpt = P.CheckpointManager(folder, keep=5)
+    for s in steps: ckpt.save(s, model=torch.nn.Linear(64, 64), step_note=s)
+    ckpt.wait()
+    return ckpt
+
+def damage(path:Path, how:str):
+    data = bytearray(path.read_bytes())
+    if how == 'truncate by one byte': path.write_bytes(data[:-1])
+    elif how == 'truncate to half': path.write_bytes(data[:len(data) // 2])
+    elif how == 'flip one bit': data[len(data) // 3] ^= 1; path.write_bytes(data)
+    elif how == 'zero a 4 KiB block': data[4096:8192] = bytes(4096); path.write_bytes(data)
+    elif how == 'same size, random bytes': path.write_bytes(os.urandom(len(data)))
+    elif how == 'empty file': path.write_bytes(b'')
+    elif how == 'delete': path.unlink()
+
+@pytest.mark.parametrize('how', ['truncate by one byte', 'truncate to half', 'flip one bit', 'zero a 4 KiB block',
+                                 'same size, random bytes', 'empty file', 'delete'])
+def test_damaged_newest_falls_back_to_previous(tmp_path, how):
+    ckpt = saved(tmp_path)
+    newest = ckpt.local.file_for(3)
+    damage(newest, how)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter('always')
+        c = P.CheckpointManager(tmp_path).latest()
+    assert c.step == 2
+    said = [str(x.message) for x in w if issubclass(x.category, P.CheckpointWarning)]
+    assert len(said) == 1 and str(newest) in said[0], said
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', P.CheckpointWarning)
+        step, extras = P.CheckpointManager(tmp_path).load(model=torch.nn.Linear(64, 64))
+    assert (step, extras) == (2, {'step_note': 2})
+
+def test_every_damaged_file_is_skipped(tmp_path):
+    "Damage to all but the oldest: each is named, the oldest loads; damage to all: no checkpoint, a clear error."
+    ckpt = saved(tmp_path, steps=(1, 2, 3, 4))
+    for s in (2, 3, 4): damage(ckpt.local.file_for(s), 'flip one bit')
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter('always')
+        assert P.CheckpointManager(tmp_path).latest().step == 1
+    assert [f'ckpt-00000000{s}.pt' in str(x.message) for x, s in zip(w, (4, 3, 2))] == [True] * 3
+    damage(ckpt.local.file_for(1), 'truncate to half')
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', P.CheckpointWarning)
+        with pytest.raises(P.NoCheckpoint, match='No checkpoint that verifies in'): P.CheckpointManager(tmp_path).load(model=torch.nn.Linear(64, 64))
+
+@pytest.mark.parametrize('text', ['', 'not json', '[]', '{"format": "colab_t4_nb checkpoints v1", "checkpoints": [{"file": "../etc/passwd"}]}',
+                                  '{"format": "something else", "checkpoints": []}'])
+def test_unreadable_manifest_is_rebuilt(tmp_path, text):
+    ckpt = saved(tmp_path)
+    ckpt.local.manifest.write_text(text)
+    with pytest.warns(P.CheckpointWarning, match='rebuilt from the 3 checkpoint file'):
+        assert P.CheckpointManager(tmp_path).latest().step == 3
+    assert [e['step'] for e in json.loads(ckpt.local.manifest.read_text())['checkpoints']] == [3, 2, 1]
+
+def test_manifest_missing_is_rebuilt(tmp_path):
+    ckpt = saved(tmp_path)
+    ckpt.local.manifest.unlink()
+    with pytest.warns(P.CheckpointWarning, match='is missing; rebuilt from the 3 checkpoint file'):
+        assert P.CheckpointManager(tmp_path).latest().step == 3
+
+def test_mismatched_model_changes_nothing(tmp_path):
+    ckpt = saved(tmp_path)
+    model, opt = torch.nn.Linear(64, 32), None
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(P.CheckpointMismatch, match=r'different shapes weight \(64, 64\) vs \(32, 64\) here, bias \(64,\) vs \(32,\) here\. Nothing was changed'):
+        ckpt.load(model=model)
+    assert same_weights(model.state_dict(), before)
+    seq = torch.nn.Sequential(torch.nn.Linear(64, 64))
+    with pytest.raises(P.CheckpointMismatch, match='missing keys 0.weight, 0.bias; unexpected keys weight, bias'): ckpt.load(model=seq)
+    m2 = torch.nn.Linear(64, 64); o2 = torch.optim.SGD([{'params': [m2.weight]}, {'params': [m2.bias]}], lr=0.1)
+    ckpt.save(4, model=m2, optimizer=o2)
+    m3 = torch.nn.Linear(64, 64); o3 = torch.optim.SGD(m3.parameters(), lr=0.1)
+    before = {k: v.clone() for k, v in m3.state_dict().items()}
+    with pytest.raises(P.CheckpointMismatch, match=r'optimizer parameter groups of sizes \[1, 1\], \[2\] here'): ckpt.load(model=m3, optimizer=o3)
+    assert same_weights(m3.state_dict(), before)
+
+# ---------------------------------------------------------------- full or unwritable disk
+def earlier_all_load(folder:Path, steps:list):
+    ckpt = P.CheckpointManager(folder)
+    for c in ckpt.local.checkpoints():
+        if c.step in steps: assert ckpt.load(model=torch.nn.Linear(64, 64), checkpoint=c).step == c.step
+    assert {c.step for c in ckpt.local.checkpoints()} >= set(steps)
+
+def fail_after(n:int, exc:Exception):
+    calls = [0]
+    def f(*a, **k):
+        calls[0] += 1
+        if calls[0] > n: raise exc
+    return f
+
+@pytest.mark.parametrize('where', ['first write', 'mid-file', 'fsync', 'rename', 'manifest'])
+def test_full_disk_is_a_clear_error_and_earlier_checkpoints_load(tmp_path, monkeypatch, where):
+    ckpt = saved(tmp_path)
+    full = OSError(errno.ENOSPC, 'No space left on device')
+    if where in ('first write', 'mid-file'):
+        orig, hook = P._HashingWriter._put, fail_after(0 if where == 'first write' else 20, full)
+        monkeypatch.setattr(P._HashingWriter, '_put', lambda self, b: (hook(), orig(self, b)))
+    elif where == 'fsync': monkeypatch.setattr(os, 'fsync', lambda fd: (_ for _ in ()).throw(full))
+    elif where == 'rename': monkeypatch.setattr(os, 'replace', lambda a, b: (_ for _ in ()).throw(full))
+    else: monkeypatch.setattr(P.CheckpointDir, '_write_manifest', lambda self, cks: (_ for _ in ()).throw(full))
+    with pytest.raises(P.CheckpointWriteError, match=r'No space left on device \(the disk is full: free space, lower `keep`, or save to another disk\)\. Earlier checkpoints there are untouched') as e:
+        ckpt.save(4, model=torch.nn.Linear(64, 64))
+    assert e.value.errno == errno.ENOSPC and isinstance(e.value, OSError)
+    monkeypatch.undo()
+    assert not list(tmp_path.glob('.*.tmp'))
+    earlier_all_load(tmp_path, [1, 2, 3])
+
+def test_unwritable_folder(tmp_path, monkeypatch):
+    ckpt = saved(tmp_path)
+    if os.geteuid() != 0: tmp_path.chmod(0o500)  # root ignores permissions: there the refusal is simulated
+    else: monkeypatch.setattr(tempfile, 'mkstemp', lambda *a, **k: (_ for _ in ()).throw(PermissionError(errno.EACCES, 'Permission denied')))
+    try:
+        with pytest.raises(P.CheckpointWriteError, match='Permission denied \\(the folder is not writable: choose another folder\\)') as e:
+            ckpt.save(4, model=torch.nn.Linear(64, 64))
+        assert e.value.errno == errno.EACCES
+    finally: tmp_path.chmod(0o700)
+    monkeypatch.undo()
+    earlier_all_load(tmp_path, [1, 2, 3])
+    with pytest.raises(P.CheckpointWriteError, match='Could not write a checkpoint in'):
+        P.CheckpointManager(tmp_path/'ckpt-000000001.pt'/'sub').save(1, model=torch.nn.Linear(2, 2))  # a file in the way
+
+def test_background_save_error_is_raised_once(tmp_path, monkeypatch):
+    ckpt = saved(tmp_path)
+    monkeypatch.setattr(P._HashingWriter, '_put', lambda self, b: (_ for _ in ()).throw(OSError(errno.ENOSPC, 'No space left on device')))
+    ckpt.save_async(4, model=torch.nn.Linear(64, 64))
+    with pytest.raises(P.CheckpointWriteError, match='No space left on device'): ckpt.latest()
+    monkeypatch.undo()
+    assert ckpt.latest().step == 3
+    ckpt.save_async(5, model=torch.nn.Linear(64, 64)); assert ckpt.wait().step == 5
+
+def test_background_save_error_is_printed_at_exit(tmp_path, cpu_env):
+    "A background save that fails in a script that never calls wait() is reported when Python exits."
+    script = tmp_path/'s.py'
+    script.write_text(textwrap.dedent(f'''
+        import errno, torch
+        from colab_t4_nb import persistence as P
+        ckpt = P.CheckpointManager({str(tmp_path/"ck")!r})
+        P._HashingWriter._put = lambda self, b: (_ for _ in ()).throw(OSError(errno.ENOSPC, 'No space left on device'))
+        ckpt.save_async(1, model=torch.nn.Linear(2, 2))
+    '''))
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                       env={**cpu_env, 'PYTHONPATH': str(ROOT)})
+    assert 'colab_t4_nb: the last background checkpoint save in' in r.stderr and 'No space left on device' in r.stderr, r.stderr
+
+# ---------------------------------------------------------------- a crashing training script
+SCRIPT = r'''
+import os, signal, sys, torch
+from colab_t4_nb.persistence import CheckpointManager, run_resumable
+
+def train(folder, out, crash=True):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Dropout(0.2), torch.nn.Linear(8, 1))
+    opt = torch.optim.Adam(model.parameters(), lr=0.05)
+    attempt = int(os.environ.get('COLAB_T4_ATTEMPT', 0))
+    def step(s):
+        if crash and (attempt, s) == (1, 3): os._exit(9)                         # dies on the spot
+        if crash and (attempt, s) == (2, 7): os.kill(os.getpid(), signal.SIGKILL)  # killed from outside
+        if crash and (attempt, s) == (3, 10): raise RuntimeError('CUDA error: device-side assert triggered')
+        g = torch.Generator().manual_seed(s)
+        loss = (model(torch.randn(8, 4, generator=g)) - 1).pow(2).mean()
+        opt.zero_grad(); loss.backward(); opt.step()
+    rep = run_resumable(step, CheckpointManager(folder), 12, model=model, optimizer=opt, every_steps=2)
+    print(f'attempt {attempt}: steps {rep.start} to {rep.stop}', flush=True)
+    torch.save(model.state_dict(), out)
+
+if __name__ == '__main__': train(sys.argv[1], sys.argv[2])
+'''
+
+def test_runner_restarts_a_crashing_script_until_done(tmp_path, cpu_env):
+    (tmp_path/'train.py').write_text(SCRIPT)
+    attempts = P.run_with_restarts([sys.executable, tmp_path/'train.py', tmp_path/'ck', tmp_path/'final.pt'], max_restarts=3,
+                                   env={**cpu_env, 'PYTHONPATH': str(ROOT)}, echo=False)
+    assert [a.returncode for a in attempts] == [9, -signal.SIGKILL, 1, 0]
+    assert any('CudaContextLost: CUDA failed at step 10' in l for l in attempts[2].tail), attempts[2].tail
+    assert attempts[3].tail[-1] == 'attempt 4: steps 10 to 12\n'
+    ns = {'__name__': 'ref'}; exec(SCRIPT, ns)
+    ns['train'](tmp_path/'ref', tmp_path/'ref.pt', crash=False)
+    assert same_weights(torch.load(tmp_path/'final.pt'), torch.load(tmp_path/'ref.pt'))
+
+def test_runner_gives_up_after_the_restart_limit(tmp_path, cpu_env):
+    (tmp_path/'bad.py').write_text('import os\nprint("attempt", os.environ["COLAB_T4_ATTEMPT"])\nraise SystemExit(4)\n')
+    with pytest.raises(P.RestartLimit, match=r'bad.py failed 3 times \(last exit status 4\); gave up after 2 restarts. Its last output:\nattempt 3'):
+        P.run_with_restarts([sys.executable, tmp_path/'bad.py'], max_restarts=2, env=cpu_env, echo=False)
+
+# ---------------------------------------------------------------- Google Drive (stand-in)
+def test_new_runtime_resumes_from_drive_skipping_a_damaged_copy(tmp_path):
+    from colab_t4_nb.testing import fake_colab
+    with fake_colab() as colab:
+        ckpt = P.drive_checkpoints('run', keep=3, mountpoint=tmp_path/'drive', local=tmp_path/'local')
+        for s in (1, 2, 3): ckpt.save(s, model=torch.nn.Linear(64, 64))
+        ckpt.wait()
+        assert ckpt.mirror_error is None and colab.calls == [('drive.mount', str(tmp_path/'drive'))]
+        damage(ckpt.mirror.file_for(3), 'flip one bit')
+        fresh = P.drive_checkpoints('run', mountpoint=tmp_path/'drive', local=tmp_path/'local-new')  # the old local disk is gone
+        with pytest.warns(P.CheckpointWarning, match='ckpt-000000003.pt is corrupt'):
+            assert fresh.load(model=torch.nn.Linear(64, 64)).step == 2
+        assert fresh.last_loaded.path.parent == ckpt.mirror.path

@@ -121,7 +121,7 @@ class BatchSizeResult:
     trials:list              # every `Trial`, in order
     mode:str = 'grow'
     steps:int = 3
-    margin:float = 0.02
+    margin:float = 0.015
     train_ooms:list = field(default_factory=list)  # sizes that ran out of memory in training (`auto_batch_size`)
 
     @property
@@ -202,16 +202,16 @@ def _nothing_fits(trials, min_size, steps):
 # %% ../nbs/02_memory.ipynb #4544f14c
 def find_batch_size(fn:Callable, # `fn(batch_size)` runs one training step
                     mode:str='grow', # 'grow': double from `start` until OOM; 'halve': halve from `start` until it fits
-                    start:int|None=None, # first size tried; default 16 ('grow', kept within the bounds) or `max_size` ('halve')
+                    start:int|None=None, # first size tried; default 32 ('grow', kept within the bounds) or `max_size` ('halve')
                     min_size:int=1, # never try a smaller size
                     max_size:int=2**14, # never try a larger size
                     steps:int=3, # training steps each candidate must survive
-                    margin:float=0.02, # the result is this fraction (rounded down) below the largest size that fitted
-                    tol:float=0.02, # bisect until the interval is this fraction of the size, or 1, wide
+                    margin:float=0.015, # the result is this fraction (rounded down) below the largest size that fitted
+                    tol:float=0.03, # bisect until the interval is this fraction of the size, or 1, wide
                     verbose:bool=False, # print each trial
                    )->BatchSizeResult:
     "The largest batch size at which `fn` survives `steps` steps, less a safety margin."
-    if start is None: start = min(max(16, min_size), max_size) if mode == 'grow' else max_size
+    if start is None: start = min(max(32, min_size), max_size) if mode == 'grow' else max_size
     _check_args(mode, start, min_size, max_size, steps, margin, tol)
     trials = []
     def trial(size):

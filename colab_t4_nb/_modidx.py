@@ -611,4 +611,5 @@ d = { 'settings': { 'branch': 'main',
                                     'colab_t4_nb.timing.benchmark': ('timing.html#benchmark', 'colab_t4_nb/timing.py'),
                                     'colab_t4_nb.timing.cpu_timer': ('timing.html#cpu_timer', 'colab_t4_nb/timing.py'),
                                     'colab_t4_nb.timing.cuda_timer': ('timing.html#cuda_timer', 'colab_t4_nb/timing.py'),
-                                    'colab_t4_nb.timing.needs_gpu': ('timing.html#needs_gpu', 'colab_t4_nb/timing.py')}}}
+                                    'colab_t4_nb.timing.needs_gpu': ('timing.html#needs_gpu', 'colab_t4_nb/timing.py'),
+                                    'colab_t4_nb.timing.record': ('timing.html#record', 'colab_t4_nb/timing.py')}}}

@@ -20,7 +20,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from fastcore.basics import patch, store_attr
 
 from .allocation import ColabT4Error, GPU, GPUSpec, SPECS, native_bf16, spec_for
-from .timing import benchmark, needs_gpu
+from .timing import benchmark, needs_gpu, record
 
 # %% auto #0
 __all__ = ['DTYPES', 'AmpError', 'SkippedStepsError', 'EmulatedBF16Warning', 'SlowAMPWarning', 'parse_dtype', 'dtype_name',
@@ -533,12 +533,11 @@ def bench_encoder(batch:int=16, seq:int=512, # sequences per step, tokens per se
 
 # %% ../nbs/01_amp.ipynb #77401640
 def _bench_out(name:str, df:pd.DataFrame, **extra)->str|None:
-    "Append `df` as one JSON line named `name` to $COLAB_T4_BENCH_OUT, if that is set; returns the path."
+    "`record` the rows of `df` under `name` (NaN as null); returns the path written to, or None."
     path = os.environ.get('COLAB_T4_BENCH_OUT')
     if not path: return None
     df = df.set_axis([' / '.join(map(str, i)) if isinstance(i, tuple) else str(i) for i in df.index])
-    rec = {'name': name, 'torch': torch.__version__, **extra, 'rows': json.loads(df.to_json(orient='index'))}
-    with open(path, 'a') as f: f.write(json.dumps(rec) + '\n')
+    record(name, torch=torch.__version__, **extra, rows=json.loads(df.to_json(orient='index')))
     return path
 
 # %% ../nbs/01_amp.ipynb #2fb706cd

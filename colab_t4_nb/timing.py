@@ -4,14 +4,14 @@
 
 # %% ../nbs/00a_timing.ipynb #fd0b81cf
 from __future__ import annotations
-import statistics, time
+import json, os, statistics, time
 from dataclasses import dataclass, field
 from typing import Callable
 
 import pandas as pd
 
 # %% auto #0
-__all__ = ['cpu_timer', 'cuda_timer', 'Timings', 'benchmark', 'needs_gpu']
+__all__ = ['cpu_timer', 'cuda_timer', 'Timings', 'benchmark', 'record', 'needs_gpu']
 
 # %% ../nbs/00a_timing.ipynb #b499d02c
 def cpu_timer(fn:Callable, clock:Callable=time.perf_counter)->float:
@@ -77,6 +77,15 @@ def _sync():
     torch.cuda.synchronize()
 
 # %% ../nbs/00a_timing.ipynb #5578635d
+def record(name:str, # what was measured, e.g. 'monitoring.sample_cost'
+           **figures)->dict:
+    "Append `figures` (with `name`) as one JSON line to $COLAB_T4_BENCH_OUT, if that is set; return them."
+    path = os.environ.get('COLAB_T4_BENCH_OUT')
+    if path:
+        with open(path, 'a') as f: f.write(json.dumps({'name': name, **figures}, default=str) + '\n')
+    return figures
+
+# %% ../nbs/00a_timing.ipynb #f1d85199
 def needs_gpu(what:str # what the cell would show
              )->bool:
     "True when a CUDA GPU is usable here; otherwise print one line saying `what` was skipped."

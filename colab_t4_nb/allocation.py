@@ -4,19 +4,22 @@
 
 # %% ../nbs/00_allocation.ipynb #5901e05a
 from __future__ import annotations
-import json, os, re, shutil, subprocess, sys, tempfile, warnings
+import errno, json, os, re, shutil, subprocess, sys, tempfile, warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, asdict, field, fields
 from datetime import date
 from importlib.util import find_spec
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['SPECS', 'SOURCES', 'ColabT4Error', 'UnknownGPUError', 'NoGPUError', 'WrongGPUError', 'BudgetExhausted', 'GPUSpec',
-           'native_bf16', 'spec_table', 'spec_for', 'GPU', 'parse_smi_csv', 'parse_smi_table', 'parse_tf_devices',
-           'nvml_gpus', 'gpu_info', 'runtime', 'state_dir', 'Budget', 'wanted_specs', 'ensure_gpu', 'compare']
+__all__ = ['SPECS', 'SOURCES', 'ColabT4Error', 'UnknownGPUError', 'NoGPUError', 'WrongGPUError', 'BudgetExhausted', 'oom_kind',
+           'GPUSpec', 'native_bf16', 'spec_table', 'spec_for', 'GPU', 'parse_smi_csv', 'parse_smi_table',
+           'parse_tf_devices', 'nvml_gpus', 'gpu_info', 'runtime', 'state_dir', 'Budget', 'atomic_write',
+           'wanted_specs', 'ensure_gpu', 'compare']
 
 # %% ../nbs/00_allocation.ipynb #aafa5028
 class ColabT4Error(Exception):
@@ -36,6 +39,28 @@ class BudgetExhausted(ColabT4Error):
     "Today's allowance of runtime re-assignments is spent."
 
 # %% ../nbs/00_allocation.ipynb #81ee3f5e
+_OOM_MESSAGES = {'CUDA out of memory': 'cuda', 'CUDA error: out of memory': 'cuda',
+                 'cuDNN error: CUDNN_STATUS_NOT_SUPPORTED': 'cudnn', 'CUDNN_STATUS_ALLOC_FAILED': 'cudnn',
+                 'CUBLAS_STATUS_ALLOC_FAILED': 'cublas', "DefaultCPUAllocator: can't allocate memory": 'cpu',
+                 'MPS backend out of memory': 'mps'}
+
+def _is_a(e, module:str, name:str)->bool:
+    "Is `e` an instance of the class `name` from package `module`, without importing that package?"
+    return any(c.__name__ == name and c.__module__.split('.')[0] == module for c in type(e).__mro__)
+
+def oom_kind(e:BaseException # an exception caught around a training step
+            )->str|None:
+    "What ran out of memory in `e` ('cuda', 'cudnn', 'cublas', 'cpu', 'mps', 'tf'); None if `e` is not an out-of-memory error."
+    if isinstance(e, RuntimeError):
+        msg = str(e)
+        for pat, kind in _OOM_MESSAGES.items():
+            if pat in msg: return kind
+    if _is_a(e, 'torch', 'OutOfMemoryError'): return 'cuda'
+    if isinstance(e, MemoryError): return 'cpu'
+    if _is_a(e, 'tensorflow', 'ResourceExhaustedError'): return 'tf'
+    return None
+
+# %% ../nbs/00_allocation.ipynb #48e1c6b1
 @dataclass(frozen=True)
 class GPUSpec:
     "One row of the spec table: a card's datasheet figures."
@@ -65,13 +90,13 @@ class GPUSpec:
         rows = [(k, v) for k, v in asdict(self).items() if k != 'pattern'] + [('native_bf16', self.native_bf16)]
         return '| | |\n|---|---|\n' + '\n'.join(f'| {k} | {"-" if v is None else v} |' for k, v in rows)
 
-# %% ../nbs/00_allocation.ipynb #ed4adcf4
+# %% ../nbs/00_allocation.ipynb #af0afd27
 def native_bf16(cc:tuple|None # compute capability, e.g. (7, 5)
                )->bool:
     "True when a card of compute capability `cc` runs bf16 natively (>= 8.0)."
     return cc is not None and tuple(cc) >= (8, 0)
 
-# %% ../nbs/00_allocation.ipynb #af0afd27
+# %% ../nbs/00_allocation.ipynb #c83d9d7c
 _DS = "NVIDIA {} datasheet"
 _ROWS = [
   # key, family, arch, cc, sms, cores, mem_gb, mem_type, bw, fp32, tf32, fp16, bf16, int8, tc, tdp, pattern, source
@@ -116,7 +141,7 @@ _ROWS = [
 ]
 SPECS = {r[0]: GPUSpec(*r) for r in _ROWS}
 
-# %% ../nbs/00_allocation.ipynb #b20932b4
+# %% ../nbs/00_allocation.ipynb #31bab0d7
 def spec_table()->pd.DataFrame:
     "The spec table as a DataFrame, one row per card."
     df = pd.DataFrame([asdict(s) for s in SPECS.values()]).set_index('key')
@@ -124,7 +149,7 @@ def spec_table()->pd.DataFrame:
     df['native_bf16'] = [s.native_bf16 for s in SPECS.values()]
     return df.drop(columns=['pattern'])
 
-# %% ../nbs/00_allocation.ipynb #f76c2ad0
+# %% ../nbs/00_allocation.ipynb #384130b1
 def _matches(name:str)->list:
     up = name.strip().upper()
     if up in (k.upper() for k in SPECS): return [s for k, s in SPECS.items() if k.upper() == up]
@@ -141,7 +166,7 @@ def spec_for(name:str, # a driver's name ("Tesla T4") or a table key ("T4")
     else: msg = f"{name!r} is not in the spec table. Known cards: {', '.join(SPECS)}."
     raise UnknownGPUError(msg)
 
-# %% ../nbs/00_allocation.ipynb #a73032ee
+# %% ../nbs/00_allocation.ipynb #a6873d46
 @dataclass
 class GPU:
     "One GPU as found on this machine."
@@ -173,7 +198,7 @@ class GPU:
         if spec: d['spec'].pop('pattern')
         return d
 
-# %% ../nbs/00_allocation.ipynb #bc0b7259
+# %% ../nbs/00_allocation.ipynb #6c1cd621
 def _num(s:str)->float|None:
     "The number in '15109 MiB', '70.00 W', '9.0'; None for '[N/A]' and the like."
     m = re.search(r'-?\d+(\.\d+)?', s or '')
@@ -192,7 +217,7 @@ def parse_smi_csv(text:str, # output of `nvidia-smi --query-gpu=... --format=csv
     else: cols = list(columns)
     return [dict(zip(cols, (v.strip() for v in l.split(',')))) for l in lines]
 
-# %% ../nbs/00_allocation.ipynb #6c1cd621
+# %% ../nbs/00_allocation.ipynb #2b398540
 _SMI_GPU = re.compile(r'^\|\s+(\d+)\s+(.+?)\s+(On|Off)\s*\|')
 _SMI_MEM = re.compile(r'(\d+)MiB\s*/\s*(\d+)MiB')
 
@@ -212,7 +237,7 @@ def parse_smi_table(text:str # output of plain `nvidia-smi`
                         driver=drv and drv.group(1), cuda=cuda and cuda.group(1), source='nvidia-smi'))
     return gpus
 
-# %% ../nbs/00_allocation.ipynb #2b398540
+# %% ../nbs/00_allocation.ipynb #29fceaf4
 _SMI_FIELDS = ['index', 'name', 'uuid', 'driver_version', 'memory.total', 'memory.free', 'pci.bus_id', 'compute_cap']
 
 def _smi_rows_to_gpus(rows:list[dict])->list[GPU]:
@@ -224,7 +249,7 @@ def _smi_rows_to_gpus(rows:list[dict])->list[GPU]:
                 cc=cc(r), driver=r.get('driver_version'), uuid=r.get('uuid'), bus_id=r.get('pci.bus_id'),
                 source='nvidia-smi') for i, r in enumerate(rows)]
 
-# %% ../nbs/00_allocation.ipynb #29fceaf4
+# %% ../nbs/00_allocation.ipynb #f5f6d4e5
 _TF_DESC = re.compile(r'device: (\d+), name: (.+?), pci bus id: ([\w:.]+), compute capability: (\d+)\.(\d+)')
 
 def parse_tf_devices(text:str # str(device_lib.list_local_devices()), or TensorFlow's log
@@ -241,7 +266,7 @@ def parse_tf_devices(text:str # str(device_lib.list_local_devices()), or TensorF
                       bus_id=m.group(3), source='tf')
     return list(gpus.values())
 
-# %% ../nbs/00_allocation.ipynb #f5f6d4e5
+# %% ../nbs/00_allocation.ipynb #f97c0b92
 def _s(v): return v.decode() if isinstance(v, bytes) else v
 
 def nvml_gpus(nvml # the `pynvml` module (or a stand-in with the same functions)
@@ -264,7 +289,7 @@ def nvml_gpus(nvml # the `pynvml` module (or a stand-in with the same functions)
         return gpus
     finally: nvml.nvmlShutdown()
 
-# %% ../nbs/00_allocation.ipynb #f97c0b92
+# %% ../nbs/00_allocation.ipynb #4b6dc4e4
 def _from_nvml():
     import pynvml
     return nvml_gpus(pynvml)
@@ -301,7 +326,7 @@ def _from_smi(timeout=30):
 
 SOURCES = {'nvml': _from_nvml, 'torch': _from_torch, 'tf': _from_tf, 'nvidia-smi': _from_smi}
 
-# %% ../nbs/00_allocation.ipynb #4b2de5bb
+# %% ../nbs/00_allocation.ipynb #c44e2d84
 def gpu_info(sources:list|None=None, # names from `SOURCES`, in the order to try; default all
              verbose:bool=False, # say which sources failed and why
             )->list[GPU]:
@@ -314,7 +339,7 @@ def gpu_info(sources:list|None=None, # names from `SOURCES`, in the order to try
         if gpus: return gpus
     return []
 
-# %% ../nbs/00_allocation.ipynb #ccfa00c2
+# %% ../nbs/00_allocation.ipynb #d400e86d
 def runtime(env:dict|None=None, # environment to inspect; default `os.environ`
             modules:dict|None=None, # loaded modules; default `sys.modules`
            )->str:
@@ -325,7 +350,7 @@ def runtime(env:dict|None=None, # environment to inspect; default `os.environ`
     if 'KAGGLE_KERNEL_RUN_TYPE' in env: return 'kaggle'
     return 'local'
 
-# %% ../nbs/00_allocation.ipynb #d400e86d
+# %% ../nbs/00_allocation.ipynb #737ffcb1
 def state_dir(env:dict|None=None, # environment; default `os.environ`
               drive:str|Path='/content/drive', # where Colab's Drive is mounted
               create:bool=True, # create the folder
@@ -338,7 +363,7 @@ def state_dir(env:dict|None=None, # environment; default `os.environ`
     if create: d.mkdir(parents=True, exist_ok=True)
     return d
 
-# %% ../nbs/00_allocation.ipynb #737ffcb1
+# %% ../nbs/00_allocation.ipynb #e976d7b4
 class Budget:
     "A per-day count of attempts, kept in a small JSON file."
     def __init__(self, path:str|Path, # the JSON file; its folder is created
@@ -363,30 +388,33 @@ class Budget:
         "Attempts recorded today."
         return self._read().get(self.today().isoformat(), 0)
 
-# %% ../nbs/00_allocation.ipynb #33c70e9e
-def _write_json_atomic(path:Path, data):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix='.tmp')
+# %% ../nbs/00_allocation.ipynb #c73b970c
+def _fsync_dir(d:Path):
+    if os.name == 'nt': return  # Windows cannot open a folder; NTFS journals renames itself
+    fd = os.open(d, os.O_RDONLY)
+    try: os.fsync(fd)
+    except OSError as e:
+        if e.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF): raise  # some FUSE mounts cannot fsync a folder
+    finally: os.close(fd)
+
+@contextmanager
+def atomic_write(path:str|Path, # the file to (re)write; its folder must exist
+                 check:Callable|None=None, # check(tmp_path) before the rename; raise to abandon the write
+                ):
+    "Context manager giving a binary file that replaces `path` atomically when the block ends without error."
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.', suffix='.tmp')
     try:
-        with os.fdopen(fd, 'w') as f: json.dump(data, f); f.flush(); os.fsync(f.fileno())
+        with os.fdopen(fd, 'w+b') as f:
+            yield f
+            f.flush(); os.fsync(f.fileno())
+        if check is not None: check(Path(tmp))
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True); raise
+    _fsync_dir(path.parent)
 
-@patch
-def spend(self:Budget)->int:
-    "Record one attempt today; raise `BudgetExhausted` if none is left. Returns the attempts used."
-    data, day = self._read(), self.today().isoformat()
-    n = data.get(day, 0)
-    if n >= self.per_day:
-        raise BudgetExhausted(f'All {self.per_day} runtime re-assignments for {day} are used (count kept in {self.path}). '
-                              f'Carry on with the GPU you have, try again tomorrow, or raise the budget.')
-    data = {k: v for k, v in data.items() if k >= date.fromordinal(self.today().toordinal() - 7).isoformat()}
-    data[day] = n + 1
-    _write_json_atomic(self.path, data)
-    return n + 1
-
-# %% ../nbs/00_allocation.ipynb #eb7b32ba
+# %% ../nbs/00_allocation.ipynb #8ac2f711
 def wanted_specs(want:str|list)->list[GPUSpec]:
     "Spec rows accepted for `want`: keys, families or driver names."
     found = []
@@ -395,7 +423,7 @@ def wanted_specs(want:str|list)->list[GPUSpec]:
         found += [s for s in rows if s not in found]
     return found
 
-# %% ../nbs/00_allocation.ipynb #db7b8507
+# %% ../nbs/00_allocation.ipynb #15b341aa
 def _describe(gpus:list[GPU])->str:
     return ', '.join(f'{g.name} ({g.mem_total_gib:.0f} GiB)' if g.mem_total else g.name for g in gpus) or 'no GPU'
 
@@ -425,7 +453,7 @@ def ensure_gpu(want:str|list='T4', # card(s) accepted: spec keys, families or dr
     _unassign()
     raise WrongGPUError(f'Runtime handed back because it had {here}, not {wanted}: reconnect and run again.')
 
-# %% ../nbs/00_allocation.ipynb #5a80fd2b
+# %% ../nbs/00_allocation.ipynb #12912ebf
 _CMP = ['arch', 'cc', 'sms', 'cuda_cores', 'mem_gb', 'mem_type', 'bandwidth_gbs', 'fp32_tflops', 'tf32_tflops',
         'fp16_tflops', 'bf16_tflops', 'int8_tops', 'native_bf16', 'tdp_w']
 

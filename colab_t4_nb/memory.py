@@ -16,11 +16,11 @@ from fastcore.basics import patch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from .allocation import ColabT4Error, NoGPUError, nvml_gpus, spec_for
+from .allocation import ColabT4Error, NoGPUError, nvml_gpus, oom_kind, spec_for
 from .timing import benchmark
 
 # %% auto #0
-__all__ = ['REPORTED_MIB', 'BatchSizeError', 'NothingFits', 'SplitError', 'MemoryGrowthError', 'oom_kind', 'free_memory', 'Trial',
+__all__ = ['REPORTED_MIB', 'BatchSizeError', 'NothingFits', 'SplitError', 'MemoryGrowthError', 'free_memory', 'Trial',
            'try_batch', 'BatchSizeResult', 'find_batch_size', 'auto_batch_size', 'Accumulation', 'accumulation',
            'usable_memory', 'cap_memory', 'peak_memory', 'memory_report', 'Checkpointed', 'checkpoint_every',
            'checkpoint_report', 'balance', 'param_bytes', 'SplitModel', 'split_model', 'launch_ddp', 'allreduce_check',
@@ -39,27 +39,7 @@ class SplitError(ColabT4Error, TypeError):
 class MemoryGrowthError(ColabT4Error, RuntimeError):
     "TensorFlow's memory growth was switched after TensorFlow had started on the GPU."
 
-# %% ../nbs/02_memory.ipynb #ffb47d90
-_OOM_MESSAGES = {'CUDA out of memory': 'cuda', 'CUDA error: out of memory': 'cuda',
-                 'cuDNN error: CUDNN_STATUS_NOT_SUPPORTED': 'cudnn', 'CUBLAS_STATUS_ALLOC_FAILED': 'cublas',
-                 "DefaultCPUAllocator: can't allocate memory": 'cpu', 'MPS backend out of memory': 'mps'}
-
-def _is_tf_oom(e): return any(c.__name__ == 'ResourceExhaustedError' and c.__module__.startswith('tensorflow')
-                              for c in type(e).__mro__)
-
-def oom_kind(e:BaseException # an exception caught around a training step
-            )->str|None:
-    "What ran out of memory in `e` ('cuda', 'cudnn', 'cublas', 'cpu', 'mps', 'tf'); None if `e` is not an out-of-memory error."
-    if isinstance(e, RuntimeError):
-        msg = str(e)
-        for pat, kind in _OOM_MESSAGES.items():
-            if pat in msg: return kind
-    if isinstance(e, torch.OutOfMemoryError): return 'cuda'
-    if isinstance(e, MemoryError): return 'cpu'
-    if _is_tf_oom(e): return 'tf'
-    return None
-
-# %% ../nbs/02_memory.ipynb #458d86bc
+# %% ../nbs/02_memory.ipynb #66a07b34
 def _clear_exception(e:BaseException|None, seen=None):
     seen = set() if seen is None else seen
     while e is not None and id(e) not in seen:
@@ -81,7 +61,7 @@ def free_memory(e:BaseException|None=None # the error of a failed step, whose fr
     gc.collect()
     if torch.cuda.is_initialized(): torch.cuda.empty_cache()
 
-# %% ../nbs/02_memory.ipynb #fb224632
+# %% ../nbs/02_memory.ipynb #db8e046e
 @dataclass
 class Trial:
     "One candidate batch size and what happened to it."
@@ -111,7 +91,7 @@ def try_batch(fn:Callable, # `fn(batch_size)` runs one training step
     free_memory(err)
     return Trial(size, False, clock() - t0, kind)
 
-# %% ../nbs/02_memory.ipynb #c5c5fce8
+# %% ../nbs/02_memory.ipynb #6fe24747
 @dataclass
 class BatchSizeResult:
     "What `find_batch_size` chose, and every trial it made."
@@ -137,7 +117,7 @@ class BatchSizeResult:
         return (f'BatchSizeResult(batch_size={self.batch_size}, largest_ok={self.largest_ok}, smallest_oom={self.smallest_oom}, '
                 f'trials={len(self.trials)}, seconds={self.seconds:.2f})')
 
-# %% ../nbs/02_memory.ipynb #3ae44ebd
+# %% ../nbs/02_memory.ipynb #c5c5fce8
 @patch
 def _repr_markdown_(self:BatchSizeResult):
     oom = f'{self.smallest_oom} ran out of memory' if self.smallest_oom else 'nothing ran out of memory'
@@ -147,7 +127,7 @@ def _repr_markdown_(self:BatchSizeResult):
                      for i, t in enumerate(self.trials))
     return head + '| trial | size | result | seconds |\n|---|---|---|---|\n' + rows
 
-# %% ../nbs/02_memory.ipynb #fd2555a5
+# %% ../nbs/02_memory.ipynb #c375866a
 def _check_args(mode, start, min_size, max_size, steps, margin, tol):
     if mode not in ('grow', 'halve'): raise BatchSizeError(f"mode must be 'grow' or 'halve', got mode={mode!r}")
     if min_size < 1: raise BatchSizeError(f'min_size must be at least 1, got min_size={min_size}')
@@ -158,7 +138,7 @@ def _check_args(mode, start, min_size, max_size, steps, margin, tol):
     if not 0 <= margin < 1: raise BatchSizeError(f'margin is a fraction in [0, 1), got margin={margin}')
     if tol < 0: raise BatchSizeError(f'tol must be >= 0, got tol={tol}')
 
-# %% ../nbs/02_memory.ipynb #06742d58
+# %% ../nbs/02_memory.ipynb #66827b54
 def _bracket(trial, mode, start, min_size, max_size):
     lo, hi, size = None, None, start
     if mode == 'grow':
@@ -182,14 +162,14 @@ def _bisect(trial, lo, hi, tol):
         else: hi = mid
     return lo, hi
 
-# %% ../nbs/02_memory.ipynb #6153edcf
+# %% ../nbs/02_memory.ipynb #9c640095
 @contextmanager
 def _gc_frozen():
     gc.freeze()
     try: yield
     finally: gc.unfreeze()
 
-# %% ../nbs/02_memory.ipynb #a844b03e
+# %% ../nbs/02_memory.ipynb #2bd2bf13
 def _nothing_fits(trials, min_size, steps):
     t = min(trials, key=lambda t: t.size)
     lower = f' or lower min_size (={min_size})' if t.size == min_size > 1 else ''
@@ -199,7 +179,7 @@ def _nothing_fits(trials, min_size, steps):
     e.trials = trials
     return e
 
-# %% ../nbs/02_memory.ipynb #4544f14c
+# %% ../nbs/02_memory.ipynb #a844b03e
 def find_batch_size(fn:Callable, # `fn(batch_size)` runs one training step
                     mode:str='grow', # 'grow': double from `start` until OOM; 'halve': halve from `start` until it fits
                     start:int|None=None, # first size tried; default 32 ('grow', kept within the bounds) or `max_size` ('halve')
@@ -226,7 +206,7 @@ def find_batch_size(fn:Callable, # `fn(batch_size)` runs one training step
         finally: free_memory()
     return BatchSizeResult(lo if hi is None else max(min_size, lo - int(lo * margin)), lo, hi, trials, mode, steps, margin)
 
-# %% ../nbs/02_memory.ipynb #43de4b99
+# %% ../nbs/02_memory.ipynb #6115aa97
 def auto_batch_size(probe:Callable, # `probe(batch_size, *args, **kwargs)` runs one training step
                     retries:int=2, # retries at a smaller size after an out-of-memory in training
                     backoff:float=0.9, # each retry trains at this fraction of the previous size
@@ -251,7 +231,7 @@ def auto_batch_size(probe:Callable, # `probe(batch_size, *args, **kwargs)` runs 
         return wrapper
     return deco
 
-# %% ../nbs/02_memory.ipynb #f9604d44
+# %% ../nbs/02_memory.ipynb #302332d7
 @dataclass
 class Accumulation:
     "Micro-batch sizes that add up to an effective batch."
@@ -277,7 +257,7 @@ def accumulation(target:int, # the effective batch size wanted
     base, extra = divmod(target, n)
     return Accumulation(target, [base + 1] * extra + [base] * (n - extra))
 
-# %% ../nbs/02_memory.ipynb #b4e93bac
+# %% ../nbs/02_memory.ipynb #9f5ec0a6
 REPORTED_MIB = {'T4': 15360, 'K80': 11441, 'H200': 143771}  # total memory the driver reports, recorded (files/gpu/)
 
 def usable_memory(card:str # a spec-table key or a driver's name: 'T4', 'Tesla T4', 'NVIDIA H200'
@@ -288,7 +268,7 @@ def usable_memory(card:str # a spec-table key or a driver's name: 'T4', 'Tesla T
     warnings.warn(f'No recorded reading for {spec.key}: estimating its usable memory as 15/16 of the {spec.mem_gb} GB datasheet figure.')
     return int(spec.mem_gb * 2**30 * 15 / 16)
 
-# %% ../nbs/02_memory.ipynb #90ffbd80
+# %% ../nbs/02_memory.ipynb #8d35e47a
 class cap_memory:
     "Hold PyTorch's allocations on `device` to what `card` offers; the previous cap comes back on exit or `.restore()`."
     def __init__(self, card:str|int='T4', # a spec-table card, or a number of bytes
@@ -313,7 +293,7 @@ class cap_memory:
     def __exit__(self, *exc): self.restore()
     def __repr__(self): return f'cap_memory({self.limit / 2**20:.0f} MiB of {self.total / 2**20:.0f} MiB on device {self.device}: fraction {self.fraction:.4f})'
 
-# %% ../nbs/02_memory.ipynb #62257140
+# %% ../nbs/02_memory.ipynb #0355f784
 def _device(device=None)->torch.device:
     return torch.device(device if device is not None else ('cuda' if torch.cuda.is_available() else 'cpu'))
 
@@ -342,7 +322,7 @@ class peak_memory:
     def __repr__(self):
         return f'peak_memory({self.device}: peak {self.peak / 2**20:.1f} MiB, {self.extra / 2**20:.1f} MiB above the start, {self.seconds:.3f} s)'
 
-# %% ../nbs/02_memory.ipynb #2a8d6801
+# %% ../nbs/02_memory.ipynb #05d269e4
 _REPORT = ['name', 'allocated_mib', 'reserved_mib', 'peak_allocated_mib', 'peak_reserved_mib', 'cap_mib', 'ooms',
            'alloc_retries', 'nvml_used_mib', 'nvml_total_mib']
 
@@ -372,7 +352,7 @@ def memory_report(nvml=None # the `pynvml` module (a stand-in in tests); default
     df = pd.DataFrame.from_dict(rows, orient='index').reindex(columns=_REPORT)
     return df.rename_axis('gpu')
 
-# %% ../nbs/02_memory.ipynb #b9970543
+# %% ../nbs/02_memory.ipynb #ef0c3965
 class Checkpointed(nn.Module):
     "Run `module` with activation checkpointing (non-reentrant) while training."
     def __init__(self, module:nn.Module):
@@ -383,7 +363,7 @@ class Checkpointed(nn.Module):
         if self.training and torch.is_grad_enabled(): return checkpoint(self.module, *args, use_reentrant=False, **kwargs)
         return self.module(*args, **kwargs)
 
-# %% ../nbs/02_memory.ipynb #efcb5e5c
+# %% ../nbs/02_memory.ipynb #b213a72a
 def checkpoint_every(model:nn.Sequential, # the blocks, in order
                      n:int=1, # blocks per checkpointed segment
                     )->nn.Sequential:
@@ -393,7 +373,7 @@ def checkpoint_every(model:nn.Sequential, # the blocks, in order
     blocks = list(model)
     return nn.Sequential(*[Checkpointed(nn.Sequential(*blocks[i:i + n])) for i in range(0, len(blocks), n)])
 
-# %% ../nbs/02_memory.ipynb #52a744f7
+# %% ../nbs/02_memory.ipynb #0fdf3312
 def checkpoint_report(model:nn.Sequential, # the model, on its device
                       x:torch.Tensor, # one input batch, on the same device
                       n:int=1, # blocks per checkpointed segment
@@ -419,7 +399,7 @@ def checkpoint_report(model:nn.Sequential, # the model, on its device
     df['time_ratio'], df['memory_ratio'] = df.step_ms / df.step_ms['plain'], df.peak_mib / df.peak_mib['plain']
     return df
 
-# %% ../nbs/02_memory.ipynb #29b5b4d9
+# %% ../nbs/02_memory.ipynb #7932e6be
 def balance(sizes:list, # size of each block, in order
             parts:int, # number of consecutive groups
            )->list[int]:
@@ -440,7 +420,7 @@ def balance(sizes:list, # size of each block, in order
     for k in range(parts, 0, -1): lens.append(i - cut[k][i]); i = cut[k][i]
     return lens[::-1]
 
-# %% ../nbs/02_memory.ipynb #e8731488
+# %% ../nbs/02_memory.ipynb #2e8a7a20
 def param_bytes(m:nn.Module)->int:
     "Bytes of `m`'s parameters and buffers."
     return sum(t.numel() * t.element_size() for t in [*m.parameters(), *m.buffers()])
@@ -467,7 +447,7 @@ class SplitModel(nn.Module):
         return pd.DataFrame({'device': [str(d) for d in self.devices], 'blocks': [len(p) for p in self.parts],
                              'param_mib': [param_bytes(p) / 2**20 for p in self.parts]})
 
-# %% ../nbs/02_memory.ipynb #38ff1146
+# %% ../nbs/02_memory.ipynb #e8731488
 def split_model(model:nn.Sequential, # the blocks, in order
                 devices:list|None=None, # e.g. ['cuda:0', 'cuda:1']; default every GPU here (the CPU if none)
                 verbose:bool=True, # say where the parts went
@@ -487,7 +467,7 @@ def split_model(model:nn.Sequential, # the blocks, in order
         else: print('Split: ' + '; '.join(f'{r.device}: {r.blocks} blocks, {r.param_mib:.1f} MiB' for r in res.plan.itertuples()))
     return res
 
-# %% ../nbs/02_memory.ipynb #f286c3d3
+# %% ../nbs/02_memory.ipynb #84ec909d
 def _free_port()->int:
     with socket.socket() as s:
         s.bind(('127.0.0.1', 0))
@@ -511,7 +491,7 @@ def _check_importable(fn, start_method):
                            f"(%%writefile train.py) and import it from there, or pass start_method='fork' if this process has "
                            f'neither started CUDA nor run a backward pass on a machine with a GPU.')
 
-# %% ../nbs/02_memory.ipynb #5c6e1d82
+# %% ../nbs/02_memory.ipynb #f286c3d3
 def launch_ddp(fn:Callable, # `fn(rank, world_size, *args)`, run once in each process; importable unless forking
                nprocs:int|None=None, # processes; default one per GPU (2 on a machine without one)
                args:tuple=(), # further arguments for `fn`
@@ -544,7 +524,7 @@ def launch_ddp(fn:Callable, # `fn(rank, world_size, *args)`, run once in each pr
     drain()
     return [results[r] for r in range(nprocs)]
 
-# %% ../nbs/02_memory.ipynb #86a89d68
+# %% ../nbs/02_memory.ipynb #74bd6301
 def allreduce_check(rank:int, world_size:int)->float:
     "For `launch_ddp`: all-reduce `rank + 1` over the group; each rank returns the sum it received."
     import torch.distributed as dist
@@ -553,7 +533,7 @@ def allreduce_check(rank:int, world_size:int)->float:
     dist.all_reduce(t)
     return t.item()
 
-# %% ../nbs/02_memory.ipynb #c55a1044
+# %% ../nbs/02_memory.ipynb #86dfedc7
 def tf_memory_growth(enable:bool=True, # True: take GPU memory as needed; False: TensorFlow's default (all of it)
                      tf=None, # the `tensorflow` module (a stand-in in tests); imported if not given
                     )->list:
@@ -570,7 +550,7 @@ def tf_memory_growth(enable:bool=True, # True: take GPU memory as needed; False:
                 "or set os.environ['TF_FORCE_GPU_ALLOW_GROWTH'] = 'true' before importing TensorFlow.") from e
     return gpus
 
-# %% ../nbs/02_memory.ipynb #6e0829ab
+# %% ../nbs/02_memory.ipynb #0e2968e3
 _AMP = {'fp16': torch.float16, 'bf16': torch.bfloat16, None: None}
 
 def synthetic_step(model:nn.Module, # on its device

@@ -15,7 +15,7 @@ import pandas as pd
 import pynvml
 from fastcore.basics import patch
 
-from .allocation import ColabT4Error, parse_smi_csv, runtime, state_dir
+from .allocation import ColabT4Error, atomic_write, parse_smi_csv, runtime, state_dir
 from .timing import benchmark
 
 # %% auto #0
@@ -643,14 +643,6 @@ def _parse_records(text:str)->tuple:
         except (ValueError, KeyError, TypeError): bad += 1
     return recs, bad
 
-def _write_atomic(path:Path, text:str):
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix='.tmp')
-    try:
-        with os.fdopen(fd, 'w') as f: f.write(text); f.flush(); os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True); raise
-
 # %% ../nbs/06_monitoring.ipynb #fd386d4b
 @patch
 def _rewrite(self:UsageLedger, repair:bool)->list[dict]:
@@ -667,7 +659,7 @@ def _rewrite(self:UsageLedger, repair:bool)->list[dict]:
             if repair:
                 aside = self.path.with_name(f"{self.path.name}.corrupt-{datetime.now(timezone.utc):%Y%m%dT%H%M%S%f}")
                 shutil.copyfile(self.path, aside)
-            _write_atomic(self.path, ''.join(json.dumps(r) + '\n' for r in keep))
+            with atomic_write(self.path) as f: f.write(''.join(json.dumps(r) + '\n' for r in keep).encode())
             if repair: warnings.warn(f'Usage ledger {self.path} had {bad} unreadable line(s): it is kept as {aside.name}, and a new '
                                      f'ledger was started with its {len(keep)} readable record(s).')
             return keep

@@ -7,7 +7,6 @@ from __future__ import annotations
 import atexit, copy, errno, gc, hashlib, json, os, pickle, random, re, shutil, struct, subprocess, sys, tempfile, threading
 import time, warnings, weakref, zlib
 from collections import OrderedDict, deque
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -18,7 +17,7 @@ import pandas as pd
 import torch
 from fastcore.basics import patch, store_attr
 
-from .allocation import ColabT4Error, runtime, state_dir
+from .allocation import ColabT4Error, atomic_write, oom_kind, runtime, state_dir
 
 # %% auto #0
 __all__ = ['CheckpointError', 'CheckpointCorrupt', 'NoCheckpoint', 'CheckpointMismatch', 'CheckpointWriteError',
@@ -207,30 +206,7 @@ def verify_file(c:Checkpoint, chunk:int=16 << 20)->str|None:
     except OSError as e: return f'it cannot be read ({e.strerror or e})'
     return None if h.hexdigest() == want else f'its checksum is {algo}:{h.hexdigest()}, not {c.checksum}'
 
-# %% ../nbs/05_persistence.ipynb #4b88bb9d
-def _fsync_dir(d:Path):
-    if os.name == 'nt': return  # Windows cannot open a folder; NTFS journals renames itself
-    fd = os.open(d, os.O_RDONLY)
-    try: os.fsync(fd)
-    except OSError as e:
-        if e.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF): raise  # some FUSE mounts cannot fsync a folder
-    finally: os.close(fd)
-
-@contextmanager
-def _atomic(path:Path, check:Callable|None=None):
-    "Write `path` through a temporary file: flush, fsync, `check(tmp)`, rename, fsync the folder."
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.', suffix='.tmp')
-    try:
-        with os.fdopen(fd, 'w+b') as f:
-            yield f
-            f.flush(); os.fsync(f.fileno())
-        if check is not None: check(Path(tmp))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True); raise
-    _fsync_dir(path.parent)
-
-# %% ../nbs/05_persistence.ipynb #770907da
+# %% ../nbs/05_persistence.ipynb #829a7fc2
 def write_checkpoint(path:str|Path, # the final file name
                      obj, # anything `torch.save` takes
                      step:int=0, seq:int=0, # recorded in the trailer
@@ -238,7 +214,7 @@ def write_checkpoint(path:str|Path, # the final file name
                     )->Checkpoint:
     "Save `obj` to `path` atomically, followed by a trailer recording its size and checksum."
     path = Path(path)
-    with _atomic(path) as f:
+    with atomic_write(path) as f:
         w = _HashingWriter(f, checksum, comment=_TRAILER)
         try: torch.save(obj, w); w.close()
         except Exception as e:
@@ -248,7 +224,7 @@ def write_checkpoint(path:str|Path, # the final file name
         f.write(_trailer(c))
     return c
 
-# %% ../nbs/05_persistence.ipynb #a481a11d
+# %% ../nbs/05_persistence.ipynb #9bc3a51b
 def rng_state()->dict:
     "The states of Python's, NumPy's and torch's random generators (CUDA's too when CUDA is started)."
     kind, keys, pos, has_gauss, gauss = np.random.get_state()
@@ -271,7 +247,7 @@ def set_rng_state(st:dict # from `rng_state`
         else:
             for i, s in enumerate(st['cuda'][:torch.cuda.device_count()]): torch.cuda.set_rng_state(s, i)
 
-# %% ../nbs/05_persistence.ipynb #21ca7c7c
+# %% ../nbs/05_persistence.ipynb #5cd90c27
 def _unwrap(model): return getattr(model, '_orig_mod', model)  # torch.compile's wrapper
 
 def training_state(step:int, # steps done: the step to continue from
@@ -284,7 +260,7 @@ def training_state(step:int, # steps done: the step to continue from
             'scaler': sd(scaler), 'scheduler': sd(scheduler), 'rng': rng_state(), 'extras': dict(extras or {}),
             'torch': str(torch.__version__)}
 
-# %% ../nbs/05_persistence.ipynb #fd99ace0
+# %% ../nbs/05_persistence.ipynb #1655db0f
 _FORMAT = 'colab_t4_nb checkpoints v1'
 _NAME_RE = re.compile(r'ckpt-\d{9,}\.pt')
 
@@ -303,7 +279,7 @@ class CheckpointDir:
     def file_for(self, step:int)->Path: return self.path/f'ckpt-{step:09d}.pt'
     def __repr__(self): return f'CheckpointDir({str(self.path)!r}, keep={self.keep})'
 
-# %% ../nbs/05_persistence.ipynb #db54d929
+# %% ../nbs/05_persistence.ipynb #3905d889
 _ENTRY = {'file': str, 'step': int, 'seq': int, 'size': int, 'checksum': str}
 
 @patch
@@ -321,9 +297,9 @@ def _read_manifest(self:CheckpointDir)->tuple:
 def _write_manifest(self:CheckpointDir, cks:list):
     data = {'format': _FORMAT, 'written': datetime.now(timezone.utc).isoformat(timespec='seconds'),
             'checkpoints': [c.as_dict() for c in cks]}
-    with _atomic(self.manifest) as f: f.write(json.dumps(data, indent=1).encode())
+    with atomic_write(self.manifest) as f: f.write(json.dumps(data, indent=1).encode())
 
-# %% ../nbs/05_persistence.ipynb #efab1ad7
+# %% ../nbs/05_persistence.ipynb #9970a62f
 def _warn(msg): warnings.warn(msg, CheckpointWarning, stacklevel=3)
 
 @patch
@@ -347,7 +323,7 @@ def checkpoints(self:CheckpointDir)->list[Checkpoint]:
     if changed: self._try_write_manifest(res)
     return res
 
-# %% ../nbs/05_persistence.ipynb #a14a78c3
+# %% ../nbs/05_persistence.ipynb #efab1ad7
 @patch
 def _rebuild(self:CheckpointDir, problem:str, files:dict)->list[Checkpoint]:
     good, bad = [], []
@@ -366,7 +342,7 @@ def _try_write_manifest(self:CheckpointDir, cks:list):
     try: self._write_manifest(cks)
     except OSError as e: _warn(f'Could not update {self.manifest} ({e}); it will be rebuilt on the next save.')
 
-# %% ../nbs/05_persistence.ipynb #bfae07ea
+# %% ../nbs/05_persistence.ipynb #334b5859
 @patch
 def verify(self:CheckpointDir, c:Checkpoint)->str|None:
     "None when `c` is intact, else what is wrong with it."
@@ -391,7 +367,7 @@ def latest(self:CheckpointDir)->Checkpoint|None:
     "The newest checkpoint in this folder that verifies, or None."
     return _newest([(c, self) for c in self.checkpoints()])
 
-# %% ../nbs/05_persistence.ipynb #c6f10303
+# %% ../nbs/05_persistence.ipynb #bd2abe4f
 def _write_error(e:OSError, where:Path)->CheckpointWriteError:
     hints = {errno.ENOSPC: 'the disk is full: free space, lower `keep`, or save to another disk',
              getattr(errno, 'EDQUOT', -1): 'the disk quota is used up: free space or save elsewhere',
@@ -429,7 +405,7 @@ def _commit(self:CheckpointDir, c:Checkpoint, old:list):
         self._deleting = threading.Thread(target=_unlink_all, args=(doomed,), name='checkpoint-rotation', daemon=True)
         self._deleting.start()
 
-# %% ../nbs/05_persistence.ipynb #318060cf
+# %% ../nbs/05_persistence.ipynb #c6f10303
 @patch
 def save(self:CheckpointDir, obj, # what to save (see `training_state`)
          step:int, # training step, used in the file name
@@ -448,7 +424,7 @@ def save(self:CheckpointDir, obj, # what to save (see `training_state`)
     except OSError as e: raise _write_error(e, self.path) from e
     return c
 
-# %% ../nbs/05_persistence.ipynb #208773e3
+# %% ../nbs/05_persistence.ipynb #f2219491
 class Resumed(NamedTuple):
     "What `CheckpointManager.load` returns."
     step:int     # the step the checkpoint was saved at: the next step to run
@@ -475,7 +451,7 @@ class CheckpointManager:
     def _dirs(self)->list: return [self.local] + ([self.mirror] if self.mirror is not None else [])
     def __repr__(self): return f'CheckpointManager({str(self.path)!r}, keep={self.local.keep}' + (f', mirror={str(self.mirror.path)!r})' if self.mirror else ')')
 
-# %% ../nbs/05_persistence.ipynb #f8436727
+# %% ../nbs/05_persistence.ipynb #b1b9aafb
 @patch
 def _settle(self:CheckpointManager):
     "Wait for the save in flight; raise its error, once, if it failed."
@@ -507,7 +483,7 @@ def _listing(self:CheckpointManager, d:CheckpointDir)->list:
     try: return d.checkpoints()
     except OSError as e: _warn(f'Cannot read the mirror {d.path} ({e}); using the local folder only.'); return []
 
-# %% ../nbs/05_persistence.ipynb #c21cbaa1
+# %% ../nbs/05_persistence.ipynb #57a4027e
 @patch
 def latest(self:CheckpointManager)->Checkpoint|None:
     "The newest checkpoint, in the folder or its mirror, that verifies; None if there is none."
@@ -527,7 +503,7 @@ def _pick(self:CheckpointManager, checkpoint)->Checkpoint:
     if why: raise CheckpointCorrupt(f'Checkpoint {c.path} is corrupt: {why}.')
     return c
 
-# %% ../nbs/05_persistence.ipynb #f781b417
+# %% ../nbs/05_persistence.ipynb #d90a2f8e
 def _few(xs:list, n:int=6)->str: return ', '.join(xs[:n]) + (f' and {len(xs) - n} more' if len(xs) > n else '')
 
 def _mismatch(st:dict, model, optimizer, strict:bool)->list[str]:
@@ -547,7 +523,7 @@ def _mismatch(st:dict, model, optimizer, strict:bool)->list[str]:
         if saved != here: out.append(f'optimizer parameter groups of sizes {saved}, {here} here')
     return out
 
-# %% ../nbs/05_persistence.ipynb #4a1b0929
+# %% ../nbs/05_persistence.ipynb #f781b417
 @patch
 def load(self:CheckpointManager, model=None, optimizer=None, scaler=None, scheduler=None, # restored in place
          checkpoint:Checkpoint|str|Path|None=None, # what to load; default `latest()`
@@ -573,7 +549,7 @@ def load(self:CheckpointManager, model=None, optimizer=None, scaler=None, schedu
     self.last_loaded = c
     return Resumed(st['step'], st.get('extras', {}))
 
-# %% ../nbs/05_persistence.ipynb #6abb14fe
+# %% ../nbs/05_persistence.ipynb #33212a29
 class _HostCopy:
     "Copies the tensors of a nested state into reused host buffers (pinned for GPU tensors)."
     def __init__(self): self.buffers = []  # (tensor, pinned) in the order tensors are met
@@ -597,7 +573,7 @@ class _HostCopy:
             return type(o)(*items) if hasattr(o, '_fields') else tuple(items)
         return copy.deepcopy(o)
 
-# %% ../nbs/05_persistence.ipynb #e3a30695
+# %% ../nbs/05_persistence.ipynb #6abb14fe
 @patch
 def _tensor(self:_HostCopy, t:torch.Tensor)->torch.Tensor:
     key = (t.data_ptr(), t.dtype, t.device, tuple(t.shape), tuple(t.stride()))
@@ -616,7 +592,7 @@ def _tensor(self:_HostCopy, t:torch.Tensor)->torch.Tensor:
     self.memo[key] = out
     return out
 
-# %% ../nbs/05_persistence.ipynb #af04de80
+# %% ../nbs/05_persistence.ipynb #06828878
 @patch
 def _background(self:CheckpointManager, st:dict):
     try: self._write(st)
@@ -654,7 +630,7 @@ def _finish_saves():
         try: m.wait()
         except Exception as e: print(f'colab_t4_nb: the last background checkpoint save in {m.path} failed: {e!r}', file=sys.stderr)
 
-# %% ../nbs/05_persistence.ipynb #9b198367
+# %% ../nbs/05_persistence.ipynb #943e543a
 @patch
 def copy_in(self:CheckpointDir, c:Checkpoint)->Checkpoint:
     "Copy checkpoint `c` from another folder into this one; the copy is re-read and checked before it is renamed."
@@ -668,7 +644,7 @@ def copy_in(self:CheckpointDir, c:Checkpoint)->Checkpoint:
         self.path.mkdir(parents=True, exist_ok=True)
         self._clean_tmp()
         old = self.checkpoints()
-        with open(c.path, 'rb') as src, _atomic(dst, check) as f: shutil.copyfileobj(src, f, 16 << 20)
+        with open(c.path, 'rb') as src, atomic_write(dst, check) as f: shutil.copyfileobj(src, f, 16 << 20)
         new = Checkpoint(dst, c.step, c.seq, c.size, c.checksum)
         self._commit(new, old)
     except OSError as e: raise _write_error(e, self.path) from e
@@ -681,7 +657,7 @@ def _copy_to_mirror(self:CheckpointManager, c:Checkpoint):
         self.mirror_error = e
         _warn(f'Copying {c.path.name} to {self.mirror.path} failed: {e} The local checkpoint {c.path} is good; the next save tries the copy again.')
 
-# %% ../nbs/05_persistence.ipynb #56025e4d
+# %% ../nbs/05_persistence.ipynb #9b198367
 def drive_checkpoints(name:str='run', # the run's folder name
                       keep:int=3, # checkpoints kept, locally and on Drive
                       mountpoint:str|Path='/content/drive', # where Colab mounts Drive
@@ -697,7 +673,7 @@ def drive_checkpoints(name:str='run', # the run's folder name
         drive.mount(str(mountpoint))
     return CheckpointManager(Path.cwd()/'checkpoints'/name if local is None else local, keep, mirror=my_drive/folder/name, **kwargs)
 
-# %% ../nbs/05_persistence.ipynb #9ad4558b
+# %% ../nbs/05_persistence.ipynb #15581054
 def flush_drive(mountpoint:str|Path='/content/drive' # where Drive is mounted
                )->bool:
     "In Colab, upload pending writes and unmount Drive (`drive.flush_and_unmount()`); elsewhere say there is nothing to do."
@@ -707,7 +683,7 @@ def flush_drive(mountpoint:str|Path='/content/drive' # where Drive is mounted
     drive.flush_and_unmount()
     return True
 
-# %% ../nbs/05_persistence.ipynb #a39d22f3
+# %% ../nbs/05_persistence.ipynb #9888a6b6
 class SessionEnding(UserWarning):
     "Colab is likely to end this session soon."
 
@@ -737,7 +713,7 @@ class SessionClock:
 
     def __repr__(self): return 'SessionClock(' + ', '.join(f'{k} cut in {v / 60:.0f} min' for k, v in self.left().items()) + ')'
 
-# %% ../nbs/05_persistence.ipynb #67b63849
+# %% ../nbs/05_persistence.ipynb #a39d22f3
 _CUT = {'session': 'the session limit ({:g} h)', 'idle': 'the idle disconnect ({:g} min without activity)'}
 
 @patch
@@ -756,15 +732,13 @@ def due(self:SessionClock)->str|None:
             self._said.add((limit, 'due')); return limit
     return None
 
-# %% ../nbs/05_persistence.ipynb #cad3a730
-_OOM = ('CUDA out of memory.', 'CUDA error: out of memory', 'CUBLAS_STATUS_ALLOC_FAILED', 'CUDNN_STATUS_ALLOC_FAILED',
-        'cuDNN error: CUDNN_STATUS_NOT_SUPPORTED.', "DefaultCPUAllocator: can't allocate memory")
+# %% ../nbs/05_persistence.ipynb #d8a20775
 _LOST = ('device-side assert triggered', 'an illegal memory access was encountered', 'unspecified launch failure',
          'misaligned address', 'an illegal instruction was encountered')
 
 def is_oom(e:BaseException)->bool:
-    "True for an out-of-memory error: `torch.OutOfMemoryError`, or a RuntimeError with an allocator's message."
-    return isinstance(e, torch.OutOfMemoryError) or (isinstance(e, RuntimeError) and any(m in str(e) for m in _OOM))
+    "True for an out-of-memory error, as `oom_kind` recognises them."
+    return oom_kind(e) is not None
 
 def is_context_lost(e:BaseException)->bool:
     "True for a CUDA error after which the process's CUDA context is unusable (device-side assert, illegal access)."
@@ -773,7 +747,7 @@ def is_context_lost(e:BaseException)->bool:
 class CudaContextLost(ColabT4Error):
     "CUDA failed in a way that leaves this process unable to use the GPU again."
 
-# %% ../nbs/05_persistence.ipynb #beb5429e
+# %% ../nbs/05_persistence.ipynb #bb96b8bf
 @dataclass
 class RunReport:
     "What `run_resumable` did."
@@ -788,7 +762,7 @@ def _free_memory(optimizer):
     gc.collect()
     if torch.cuda.is_initialized(): torch.cuda.empty_cache()
 
-# %% ../nbs/05_persistence.ipynb #6ec9ad64
+# %% ../nbs/05_persistence.ipynb #beb5429e
 def run_resumable(step_fn:Callable, # step_fn(step) runs one training step; its data must depend only on `step`
                   ckpt:CheckpointManager, # where checkpoints go and come from
                   steps:int, # train until this many steps are done
@@ -833,7 +807,7 @@ def run_resumable(step_fn:Callable, # step_fn(step) runs one training step; its 
     ckpt.wait(); rep.stop = step
     return rep
 
-# %% ../nbs/05_persistence.ipynb #1c085784
+# %% ../nbs/05_persistence.ipynb #18aaed96
 class RestartLimit(ColabT4Error):
     "A child process kept failing after the allowed number of restarts."
 
@@ -849,7 +823,7 @@ def _child_env(env:dict|None, attempt:int)->dict:
     paths = [p for p in sys.path if p] + [p for p in env.get('PYTHONPATH', '').split(os.pathsep) if p]
     return {**env, 'COLAB_T4_ATTEMPT': str(attempt), 'PYTHONPATH': os.pathsep.join(dict.fromkeys(paths))}
 
-# %% ../nbs/05_persistence.ipynb #204141ad
+# %% ../nbs/05_persistence.ipynb #1c085784
 def run_with_restarts(cmd:list, # the command, e.g. [sys.executable, 'train.py']
                       max_restarts:int=3, # restarts allowed after the first run
                       env:dict|None=None, # the child's environment; default this process's

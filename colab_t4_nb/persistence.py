@@ -4,7 +4,7 @@
 
 # %% ../nbs/05_persistence.ipynb #420f6f86
 from __future__ import annotations
-import atexit, copy, errno, gc, hashlib, json, os, pickle, random, re, shutil, struct, subprocess, sys, tempfile, threading
+import atexit, copy, errno, gc, hashlib, io, json, os, pickle, random, re, shutil, struct, subprocess, sys, tempfile, threading
 import time, warnings, weakref, zlib
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
@@ -100,8 +100,9 @@ _BIG = 1 << 16  # writes at least this large are record data whose CRC torch rep
 
 class _HashingWriter:
     "The file object `torch.save` writes into: passes each chunk to `f`, working out the checksum of everything written."
-    def __init__(self, f, algo:str='crc32', comment:int=0):
+    def __init__(self, f, algo:str='crc32', comment:int=0, writeback:int|None=None):
         self.f, self.comment, self.size, self._end, self.error = f, comment, 0, None, None
+        self.writeback, self._started = writeback, 0  # bytes between starts of the disk write-back; bytes started
         self.h = None if algo == 'crc32' else new_hash(algo)
         self.pieces, self._run, self._hole = [], None, None  # pieces: [offset, length, crc or None], in file order
 
@@ -129,6 +130,18 @@ def _put(self:_HashingWriter, b):
         if self._run is None: self._run = [self.size, 0, 0]; self.pieces.append(self._run)
         self._run[1] += n; self._run[2] = zlib.crc32(b, self._run[2])
     self.f.write(b); self.size += n
+    if self.writeback and self.size - self._started >= self.writeback: self._start_writeback()
+
+@patch
+def _start_writeback(self:_HashingWriter):
+    "Ask the kernel to start writing the bytes written since the last call to the disk, without waiting for it."
+    fadvise = getattr(os, 'posix_fadvise', None)
+    try:
+        if fadvise is None: raise io.UnsupportedOperation
+        self.f.flush()
+        fadvise(self.f.fileno(), self._started, self.size - self._started, os.POSIX_FADV_DONTNEED)
+    except (OSError, ValueError): self.writeback = None  # not on this system, or not a real file: stop asking
+    self._started = self.size
 
 @patch
 def _descriptor(self:_HashingWriter, b):
@@ -211,11 +224,12 @@ def write_checkpoint(path:str|Path, # the final file name
                      obj, # anything `torch.save` takes
                      step:int=0, seq:int=0, # recorded in the trailer
                      checksum:str='crc32', # 'crc32' or a `hashlib` algorithm
+                     writeback:int|None=64 << 20, # start the disk write-back every this many bytes; None: all at the final fsync
                     )->Checkpoint:
     "Save `obj` to `path` atomically, followed by a trailer recording its size and checksum."
     path = Path(path)
     with atomic_write(path) as f:
-        w = _HashingWriter(f, checksum, comment=_TRAILER)
+        w = _HashingWriter(f, checksum, comment=_TRAILER, writeback=writeback)
         try: torch.save(obj, w); w.close()
         except Exception as e:
             if w.error is not None and w.error is not e: raise w.error from e  # the real cause, e.g. a full disk

@@ -4,7 +4,7 @@
 
 # %% ../nbs/05_persistence.ipynb #420f6f86
 from __future__ import annotations
-import atexit, copy, errno, gc, hashlib, io, json, os, pickle, random, re, shutil, struct, subprocess, sys, tempfile, threading
+import atexit, copy, errno, gc, hashlib, json, os, pickle, random, re, shutil, struct, subprocess, sys, tempfile, threading
 import time, warnings, weakref, zlib
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
@@ -136,11 +136,11 @@ def _put(self:_HashingWriter, b):
 def _start_writeback(self:_HashingWriter):
     "Ask the kernel to start writing the bytes written since the last call to the disk, without waiting for it."
     fadvise = getattr(os, 'posix_fadvise', None)
+    if fadvise is None: self.writeback = None; return  # not on this system (macOS, Windows): stop asking
     try:
-        if fadvise is None: raise io.UnsupportedOperation
         self.f.flush()
         fadvise(self.f.fileno(), self._started, self.size - self._started, os.POSIX_FADV_DONTNEED)
-    except (OSError, ValueError): self.writeback = None  # not on this system, or not a real file: stop asking
+    except (OSError, ValueError): self.writeback = None  # not a real file: stop asking
     self._started = self.size
 
 @patch

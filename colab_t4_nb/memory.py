@@ -479,7 +479,10 @@ def _ddp_worker(rank, fn, world, backend, port, args, queue, forked):
     if forked: torch.set_num_threads(1)
     if backend == 'nccl': torch.cuda.set_device(rank)
     dist.init_process_group(backend, rank=rank, world_size=world)
-    try: queue.put((rank, pickle.dumps(fn(rank, world, *args))))
+    try:
+        queue.put((rank, pickle.dumps(fn(rank, world, *args))))
+        gc.collect()  # what `fn` built (a DDP model and its reducer) goes while the group still exists
+        dist.barrier()  # no rank tears down the group while another still uses it (gloo aborts the process otherwise)
     finally: dist.destroy_process_group()
 
 def _check_importable(fn, start_method):

@@ -8,6 +8,7 @@ import errno, json, os, re, shutil, subprocess, sys, tempfile, warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, asdict, field, fields
 from datetime import date
+from importlib import resources
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Callable
@@ -17,9 +18,9 @@ from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['SPECS', 'SOURCES', 'ColabT4Error', 'UnknownGPUError', 'NoGPUError', 'WrongGPUError', 'BudgetExhausted', 'oom_kind',
-           'GPUSpec', 'native_bf16', 'spec_table', 'spec_for', 'GPU', 'parse_smi_csv', 'parse_smi_table',
-           'parse_tf_devices', 'nvml_gpus', 'gpu_info', 'runtime', 'state_dir', 'Budget', 'atomic_write',
-           'wanted_specs', 'ensure_gpu', 'compare']
+           'GPUSpec', 'native_bf16', 'spec_table', 'spec_for', 'GPU', 'parse_smi_csv', 'reading', 'readings',
+           'parse_smi_table', 'parse_tf_devices', 'nvml_gpus', 'gpu_info', 'runtime', 'state_dir', 'Budget',
+           'atomic_write', 'wanted_specs', 'ensure_gpu', 'compare']
 
 # %% ../nbs/00_allocation.ipynb #aafa5028
 class ColabT4Error(Exception):
@@ -216,6 +217,20 @@ def parse_smi_csv(text:str, # output of `nvidia-smi --query-gpu=... --format=csv
     if columns is None or first == list(columns): cols, lines = first, lines[1:]
     else: cols = list(columns)
     return [dict(zip(cols, (v.strip() for v in l.split(',')))) for l in lines]
+
+# %% ../nbs/00_allocation.ipynb #3809c3e9
+def _readings(): return resources.files('colab_t4_nb')/'files'/'gpu'
+
+def reading(name:str # a recorded file, e.g. 't4_colab_nvidia-smi_2023.txt'; `readings()` lists them
+           )->str:
+    "The text of a GPU reading recorded on a real card, shipped with the package."
+    f = _readings()/name
+    if not f.is_file(): raise FileNotFoundError(f'No recorded reading {name!r}. The package has: {", ".join(readings())}.')
+    return f.read_text()
+
+def readings()->list[str]:
+    "Names of the recorded GPU readings shipped with the package."
+    return sorted(f.name for f in _readings().iterdir() if f.name != 'README.md')
 
 # %% ../nbs/00_allocation.ipynb #2b398540
 _SMI_GPU = re.compile(r'^\|\s+(\d+)\s+(.+?)\s+(On|Off)\s*\|')

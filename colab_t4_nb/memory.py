@@ -258,7 +258,7 @@ def accumulation(target:int, # the effective batch size wanted
     return Accumulation(target, [base + 1] * extra + [base] * (n - extra))
 
 # %% ../nbs/02_memory.ipynb #9f5ec0a6
-REPORTED_MIB = {'T4': 15360, 'K80': 11441, 'H200': 143771}  # total memory the driver reports, recorded (files/gpu/)
+REPORTED_MIB = {'T4': 15360, 'K80': 11441, 'H200': 143771}  # total memory the driver reports, recorded (see `reading`)
 
 def usable_memory(card:str # a spec-table key or a driver's name: 'T4', 'Tesla T4', 'NVIDIA H200'
                  )->int:

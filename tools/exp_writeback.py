@@ -1,5 +1,5 @@
-# Run from the project root: python notes/exp_writeback.py cpu|cuda ROUNDS
-# One-off: CheckpointManager.save with and without the early write-back, against torch.save + fsync and
+# Run from the project root: python tools/exp_writeback.py cpu|cuda ROUNDS
+# CheckpointManager.save with and without the early write-back, against torch.save + fsync and
 # accelerate's save_state + fsync; same state, same disk, interleaved rounds after a warm-up of each.
 import json, sys, os, statistics, tempfile, functools
 from pathlib import Path

@@ -1,15 +1,60 @@
-"""Every notebook runs top to bottom, every cell included (as Colab's "Run all" does), in a
-fresh process on a CPU-only runtime, from a folder outside the project (as a notebook opened on
-its own is), with no traceback."""
-import shutil, subprocess, sys
+"""Every notebook runs top to bottom as Colab's "Run all" runs it: opened alone in an empty folder, on a
+CPU-only runtime, in a fresh environment where `colab_t4_nb` is not installed, so its first cell has to
+install the package. The install cell is pointed at a wheel built from this checkout instead of
+GitHub; the environment sees every other installed package (PyTorch, pandas...), as Colab's does."""
+import os, re, shutil, site, subprocess, sys, sysconfig
+from pathlib import Path
 import pytest
 from conftest import ROOT, NBS, notebooks
 
+GITHUB = 'git+https://github.com/colab-t4-nb/colab_t4_nb'
+
+@pytest.fixture(scope='module')
+def wheel(tmp_path_factory):
+    out = tmp_path_factory.mktemp('wheel')
+    r = subprocess.run([sys.executable, '-m', 'pip', 'wheel', '-q', '--no-deps', '--no-build-isolation', '-w', str(out),
+                        str(ROOT)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return next(out.glob('colab_t4_nb-*.whl'))
+
+@pytest.fixture(scope='module')
+def others(tmp_path_factory):
+    "A folder that shows every installed package except colab_t4_nb."
+    d = tmp_path_factory.mktemp('site')
+    for p in Path(sysconfig.get_paths()['purelib']).iterdir():
+        if p.name.startswith(('colab_t4_nb', '__editable__', '__editable___colab')) or p.suffix == '.pth': continue
+        (d/p.name).symlink_to(p)
+    return d
+
+def fresh_python(tmp:Path, others:Path)->Path:
+    subprocess.run([sys.executable, '-m', 'venv', '--without-pip', str(tmp/'venv')], check=True)  # pip, like the rest, comes from `others`
+    py = tmp/'venv'/'bin'/'python'
+    purelib = subprocess.run([str(py), '-c', 'import sysconfig; print(sysconfig.get_paths()["purelib"])'],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    Path(purelib, 'installed_elsewhere.pth').write_text(str(others) + '\n')
+    return py
+
+def test_fresh_environment_lacks_the_package(tmp_path, others, cpu_env):
+    py = fresh_python(tmp_path, others)
+    env = {k: v for k, v in cpu_env.items() if k != 'VIRTUAL_ENV'}
+    r = subprocess.run([str(py), '-c', 'import importlib.util as u; print(u.find_spec("colab_t4_nb"), u.find_spec("torch") is not None)'],
+                       cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert r.stdout.split() == ['None', 'True'], r.stdout + r.stderr
+
 @pytest.mark.parametrize('nb', notebooks())
-def test_run_all_on_cpu(nb, tmp_path, cpu_env):
-    work = tmp_path/'nbs'
-    shutil.copytree(NBS, work, symlinks=True)
-    r = subprocess.run([sys.executable, str(ROOT/'tools'/'run_nbs.py'), str(work/nb)], cwd=tmp_path, env=cpu_env,
+def test_run_all_alone_in_a_fresh_cpu_runtime(nb, tmp_path, wheel, others, cpu_env):
+    py = fresh_python(tmp_path, others)
+    work = tmp_path/'content'; work.mkdir()
+    text = (NBS/nb).read_text()
+    assert GITHUB in text, f'{nb}: no install cell pointing at {GITHUB}'
+    (work/nb).write_text(text.replace(GITHUB, str(wheel)))
+    env = {**cpu_env, 'PIP_NO_INDEX': '1', 'PIP_DISABLE_PIP_VERSION_CHECK': '1'}
+    env.pop('VIRTUAL_ENV', None)  # else IPython puts the activated environment's packages on the path
+    r = subprocess.run([str(py), str(ROOT/'tools'/'run_nbs.py'), '--save', str(work/nb)], cwd=work, env=env,
                        capture_output=True, text=True, timeout=1800)
-    assert r.returncode == 0, f'{nb} failed under Run all on CPU:\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}'
-    assert 'Traceback' not in r.stdout + r.stderr, r.stdout[-3000:] + r.stderr[-3000:]
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, f'{nb} failed under Run all, alone, in a fresh CPU runtime:\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}'
+    assert 'Traceback' not in out, out[-6000:]
+    installed = subprocess.run([str(py), '-c', 'import colab_t4_nb; print(colab_t4_nb.__file__)'], cwd=tmp_path,
+                               env=env, capture_output=True, text=True).stdout
+    assert str(tmp_path/'venv') in installed, f'{nb}: the install cell did not install the package ({installed!r})'

@@ -61,3 +61,11 @@ def test_cells_with_imports_hold_only_imports():
             tree = ast.parse('\n'.join(l for l in s.splitlines() if not l.lstrip().startswith(('%', '!'))))
             if any(isinstance(n, (ast.Import, ast.ImportFrom)) for n in ast.walk(tree)):
                 assert all(isinstance(n, (ast.Import, ast.ImportFrom)) for n in tree.body), f'{nb.name}: imports mixed with code:\n{s[:300]}'
+
+def test_every_page_has_its_colab_badge_and_a_visible_install_cell():
+    import subprocess, sys
+    r = subprocess.run([sys.executable, str(ROOT/'tools'/'colab_badges.py'), '--check'], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout
+    for nb in sorted((ROOT/'nbs').glob('*.ipynb')):
+        install = next(s for t, s in _cells(nb)[:3] if '%pip install' in s)
+        assert '#| hide' not in install, f'{nb.name}: the install cell must be visible (Colab users run it)'

@@ -8,8 +8,7 @@ Where Quarto exists, `nbdev_docs` builds the real site from `_quarto.yml`. Where
 machines), this takes the same processed notebooks that `nbdev_docs` hands to Quarto
 (`nbdev.serve.proc_nbs`: front matter, `show_doc` entries, hidden cells dropped), renders each with
 nbconvert's HTML exporter, and lays them out with the sidebar of `nbs/sidebar.yml`: one page per
-notebook under the file name nbdev gives it, an "Open in Colab" badge on each, links between pages
-made relative. Exit status 1 if a notebook cannot be processed.
+notebook under the file name nbdev gives it, links between pages made relative. Exit status 1 if a notebook cannot be processed.
 """
 import argparse, configparser, html, json, re, shutil, sys, time
 from pathlib import Path
@@ -23,20 +22,6 @@ ROOT = Path(__file__).resolve().parent.parent
 def settings()->configparser.SectionProxy:
     c = configparser.ConfigParser(); c.read(ROOT/'settings.ini')
     return c['DEFAULT']
-
-def colab_url(nb_name:str, cfg=None)->str:
-    "The address that opens notebook `nb_name` of this repository in Colab."
-    cfg = cfg or settings()
-    return (f"https://colab.research.google.com/github/{cfg['user']}/{cfg['repo']}/blob/{cfg['branch']}/"
-            f"{cfg.get('nbs_path', 'nbs')}/{nb_name}")
-
-def badge(nb_name:str, cfg=None)->str:
-    return (f'<a class="colab-badge" href="{colab_url(nb_name, cfg)}"><img alt="Open In Colab" '
-            f'src="data:image/svg+xml;utf8,{_BADGE_SVG}"></a>')
-
-_BADGE_SVG = ("%3Csvg xmlns='http://www.w3.org/2000/svg' width='117' height='20'%3E%3Crect width='117' height='20' rx='3' "
-              "fill='%23444'/%3E%3Ctext x='58' y='14' fill='%23fff' font-family='sans-serif' font-size='11' "
-              "text-anchor='middle'%3EOpen in Colab%3C/text%3E%3C/svg%3E")
 
 def directives(src:str)->dict:
     d = {}
@@ -84,7 +69,7 @@ PAGE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{title} – {site}</title><link rel="icon" href="data:,"><link rel="stylesheet" href="site.css"></head>
 <body><nav class="sidebar"><a class="site" href="index.html">{site}</a><ul>{nav}</ul></nav>
-<main><header><h1 class="title">{title}</h1>{badge}<p class="description">{description}</p></header>
+<main><header><h1 class="title">{title}</h1><p class="description">{description}</p></header>
 {body}</main></body></html>
 """
 
@@ -135,7 +120,7 @@ def build(out:Path, proc:Path|None=None)->list[Path]:
         nav = ''.join(f'<li{" class=current" if m == n else ""}><a href="{pages[m]}">{html.escape(fms[m].get("title", m))}'
                       f'</a></li>' for m in side)
         text = PAGE.format(title=html.escape(fm.get('title', n)), site=html.escape(cfg['repo']), nav=nav,
-                           badge=badge(n, cfg), description=html.escape(fm.get('description', '')), body=body)
+                           description=html.escape(fm.get('description', '')), body=body)
         (out/pages[n]).write_text(quarto_ids(relink(text, pages, doc_url)))
         written.append(out/pages[n])
     return written

@@ -41,6 +41,10 @@ def output_md(o:dict)->str:
 
 def indent(text:str)->str: return '\n'.join('    ' + l if l else '' for l in text.rstrip('\n').splitlines())
 
+def nb_links(md:str, nbs_path:str='nbs')->str:
+    "Links to pages (`00_allocation.ipynb`) point where the notebooks are in the repository."
+    return re.sub(r'\]\((?!https?:|/|#)([\w.-]+\.ipynb)', lambda m: f']({nbs_path}/{m.group(1)}', md)
+
 def render(nb:dict)->str:
     out, title_done = [], False
     for c in nb['cells']:
@@ -52,7 +56,7 @@ def render(nb:dict)->str:
                 title, _, rest = src.strip().partition('\n')
                 out += [title, WARNING, rest.strip()]
                 title_done = True
-            else: out.append(src.strip())
+            else: out.append(nb_links(src.strip()))
             continue
         code = strip_directives(src)
         if d.get('echo') != 'false' and code: out.append(f'``` python\n{code}\n```')

@@ -690,8 +690,7 @@ def probe_kernels()->list:
             src = f'#define K {k}\n#define S {s}\n' + _PROBE_SRC
             opts = ('-std=c++11',) + ((f'--maxrregcount={cap}',) if cap else ())
             rk = cp.RawKernel(src, 'probe', options=opts)
-            rk.compile() if hasattr(rk, 'compile') else rk.attributes
-            out.append((f'cupy K={k} S={s} cap={cap}', rk.kernel.ptr))
+            out.append((f'cupy K={k} S={s} cap={cap}', rk.kernel.ptr))  # `kernel` compiles and loads it
         return out
     if importlib.util.find_spec('triton') is not None:
         import torch

@@ -18,9 +18,9 @@ from .timing import benchmark, needs_gpu
 # %% auto #0
 __all__ = ['ARCHS', 'TORCH_CUDA_BUILDS', 'CLOCK_REASONS', 'POWER_REASONS', 'THERMAL_REASONS', 'KernelError', 'Arch', 'arch',
            'Occupancy', 'occupancy', 'best_block_size', 'candidates', 'LaunchConfig', 'launch_config', 'compare_launch',
-           'triton_kernels', 'needs_triton', 'bias_gelu', 'driver_blocks', 'driver_best_block', 'kernel_attributes',
-           'tune_bias_gelu', 'torch_build_for', 'CudaCompat', 'cuda_compat', 'clock_reasons', 'ClockState',
-           'clock_state', 'ClockReport', 'clock_report', 'watch_clocks', 'probe_kernels']
+           'triton_kernels', 'needs_triton', 'bias_gelu', 'kernel_resources', 'driver_blocks', 'driver_best_block',
+           'kernel_attributes', 'tune_bias_gelu', 'torch_build_for', 'CudaCompat', 'cuda_compat', 'clock_reasons',
+           'ClockState', 'clock_state', 'ClockReport', 'clock_report', 'watch_clocks', 'probe_kernels']
 
 # %% ../nbs/03_kernels.ipynb #66ae7eda
 class KernelError(ColabT4Error, ValueError):
@@ -286,14 +286,13 @@ import triton
 import triton.language as tl
 
 @triton.jit
-def bias_gelu_kernel(x_ptr, b_ptr, y_ptr, n, cols, BLOCK: tl.constexpr):
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask).to(tl.float32)
-    b = tl.load(b_ptr + offs % cols, mask=mask).to(tl.float32)
-    v = x + b
-    y = 0.5 * v * (1.0 + tl.math.erf(v * 0.7071067811865476))
-    tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=mask)
+def bias_gelu_kernel(x_ptr, b_ptr, y_ptr, cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64) * cols
+    c = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = c < cols
+    v = tl.load(x_ptr + row + c, mask=mask).to(tl.float32) + tl.load(b_ptr + c, mask=mask).to(tl.float32)
+    y = v * tl.sigmoid(1.5957691216057308 * (v + 0.044715 * v * v * v))
+    tl.store(y_ptr + row + c, y.to(y_ptr.dtype.element_ty), mask=mask)
 '''
 
 @functools.cache
@@ -325,19 +324,25 @@ def needs_triton(what:str # what the cell would show
 # %% ../nbs/03_kernels.ipynb #68648a41
 def bias_gelu(x, # a contiguous CUDA tensor, e.g. the output of a linear layer without its bias
               bias, # one value per column: shape (x.shape[-1],)
-              block:int=4096, # elements per program, a power of two
+              block:int=2048, # elements per program, a power of two
               num_warps:int=4, # warps per block (threads = 32 * num_warps)
               out=None, # where to write; default a new tensor like `x`
              )->tuple:
-    "gelu(x + bias) in one pass over `x` (Triton); returns (output, compiled kernel)."
+    "gelu(x + bias) (tanh form) in one pass over `x` with Triton; returns (output, compiled kernel)."
     k = triton_kernels()
     if not x.is_cuda or not x.is_contiguous(): raise KernelError('x must be a contiguous CUDA tensor.')
     if tuple(bias.shape) != (x.shape[-1],): raise KernelError(f'bias must have shape ({x.shape[-1]},), got {tuple(bias.shape)}.')
-    if block & (block - 1) or block < 1: raise KernelError(f'block={block} must be a power of two (Triton aranges need one).')
+    if block < 1 or block & (block - 1): raise KernelError(f'block={block} must be a power of two (Triton aranges need one).')
     y = x.new_empty(x.shape) if out is None else out
-    n = x.numel()
-    ck = k.bias_gelu_kernel[(-(-n // block),)](x, bias, y, n, x.shape[-1], BLOCK=block, num_warps=num_warps)
+    cols = x.shape[-1]
+    ck = k.bias_gelu_kernel[(x.numel() // cols, -(-cols // block))](x, bias, y, cols, BLOCK=block, num_warps=num_warps)
     return y, ck
+
+def kernel_resources(ck)->tuple:
+    "(registers per thread, shared memory bytes) of a Triton compiled kernel."
+    regs = getattr(ck, 'n_regs', None)
+    if regs is None: regs = kernel_attributes(ck.function)['regs']
+    return int(regs), int(ck.metadata.shared)
 
 # %% ../nbs/03_kernels.ipynb #1ec01709
 @functools.cache
@@ -389,26 +394,24 @@ def tune_bias_gelu(x, bias, # as for `bias_gelu`
     "Time `bias_gelu` over the calculator's candidate launches beside a copy, the `min(n, 1024)` launch and PyTorch's ops."
     import torch
     y = torch.empty_like(x)
-    _, probe = bias_gelu(x, bias, 1024, 4, out=y)
-    cands = candidates(probe.n_regs, probe.metadata.shared, card)
+    cols_p2 = 1 << (x.shape[-1] - 1).bit_length()
+    cands = candidates(*kernel_resources(bias_gelu(x, bias, 1024, 4, out=y)[1]), card)
     configs, info = {}, {}
     for w in sorted({b // 32 for b in cands}):
-        for e in elems:
-            blk = 32 * w * e
-            _, ck = bias_gelu(x, bias, blk, w, out=y)
-            occ = occupancy(32 * w, ck.n_regs, ck.metadata.shared, card)
-            info[f'triton {blk}/{w}w'] = dict(block_elems=blk, num_warps=w, threads=32 * w, regs=ck.n_regs,
-                                              smem=ck.metadata.shared, occupancy=occ.occupancy,
+        for blk in sorted({32 * w * e for e in elems if 32 * w * e <= cols_p2}):
+            regs, smem = kernel_resources(ck := bias_gelu(x, bias, blk, w, out=y)[1])
+            occ = occupancy(32 * w, regs, smem, card)
+            info[f'triton {blk}/{w}w'] = dict(block_elems=blk, num_warps=w, regs=regs, smem=smem, occupancy=occ.occupancy,
                                               blocks_per_sm=occ.blocks, func=ck.function)
             configs[f'triton {blk}/{w}w'] = (blk, w)
     best_occ = max(v['occupancy'] for v in info.values())
     configs = {k: v for k, v in configs.items() if info[k]['occupancy'] >= best_occ}
-    _, g = bias_gelu(x, bias, 1024, 32, out=y)
-    info['guide: min(n, 1024) threads'] = dict(block_elems=1024, num_warps=32, threads=1024, regs=g.n_regs, smem=g.metadata.shared,
-                                                 occupancy=occupancy(1024, g.n_regs, g.metadata.shared, card).occupancy, func=g.function)
+    regs, smem = kernel_resources(g := bias_gelu(x, bias, 1024, 32, out=y)[1])
+    info['guide: min(n, 1024) threads'] = dict(block_elems=1024, num_warps=32, regs=regs, smem=smem, func=g.function,
+                                                 occupancy=occupancy(1024, regs, smem, card).occupancy)
     variants = {'copy (device to device)': lambda: y.copy_(x),
                 'guide: min(n, 1024) threads': lambda: bias_gelu(x, bias, 1024, 32, out=y),
-                'torch: gelu(x + bias)': lambda: torch.nn.functional.gelu(x + bias),
+                'torch: gelu(x + bias)': lambda: torch.nn.functional.gelu(x + bias, approximate='tanh'),
                 **{k: (lambda b=b, w=w: bias_gelu(x, bias, b, w, out=y)) for k, (b, w) in configs.items()}}
     t = benchmark(variants, repeats=repeats, warmup=3)
     nbytes = 2 * x.numel() * x.element_size()
@@ -688,7 +691,7 @@ def probe_kernels()->list:
         for k, s, cap in [(1, 0, None), (8, 256, 32), (16, 1024, 64), (32, 0, 40), (48, 2048, 96), (64, 512, 128),
                           (96, 4096, 168), (128, 0, 255), (24, 8191, 72)]:
             src = f'#define K {k}\n#define S {s}\n' + _PROBE_SRC
-            opts = ('-std=c++11',) + ((f'--maxrregcount={cap}',) if cap else ())
+            opts = (f'--maxrregcount={cap}',) if cap else ()
             rk = cp.RawKernel(src, 'probe', options=opts)
             out.append((f'cupy K={k} S={s} cap={cap}', rk.kernel.ptr))  # `kernel` compiles and loads it
         return out

@@ -4,7 +4,7 @@
 
 # %% ../nbs/03_kernels.ipynb #717e8eab
 from __future__ import annotations
-import ctypes, functools, hashlib, importlib.util, math, os, re, shutil, subprocess, sys, tempfile, time
+import ctypes, functools, hashlib, importlib.util, math, numbers, os, re, shutil, subprocess, sys, tempfile, time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -187,6 +187,7 @@ def occupancy(block:int, # threads per block, a multiple of 32
              )->Occupancy:
     "Resident blocks and warps per SM, the occupancy and the limiting resource for one launch configuration."
     a, sms, label = _resolve(card)
+    block, regs, smem = (int(v) if isinstance(v, numbers.Integral) and not isinstance(v, bool) else v for v in (block, regs, smem))
     _check(block, regs, smem, a)
     if carveout is not None and (not a.carveouts or not 0 <= carveout <= 100):
         raise KernelError(f'carveout={carveout!r}: a percentage 0-100, and only Volta (7.0) and newer have one; '

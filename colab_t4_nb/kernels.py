@@ -72,7 +72,7 @@ ARCHS = {a.cc: a for a in [
     Arch((9, 0), 64, 32, 64*_K, 64*_K, 228*_K, 227*_K, 128, _K, _HOPPER),   # Hopper (H100, H200)
 ]}
 
-# %% ../nbs/03_kernels.ipynb #de88b9f2
+# %% ../nbs/03_kernels.ipynb #4c554ecc
 def arch(cc:tuple|str|float|Arch # (7, 5), '7.5', 7.5, or a card name from the spec table ('T4', 'NVIDIA H200')
         )->Arch:
     "The SM limits of compute capability `cc`."
@@ -85,7 +85,7 @@ def arch(cc:tuple|str|float|Arch # (7, 5), '7.5', 7.5, or a card name from the s
                           f"Known: {', '.join(a.name for a in ARCHS.values())}.")
     return ARCHS[key]
 
-# %% ../nbs/03_kernels.ipynb #c6c47f83
+# %% ../nbs/03_kernels.ipynb #8d50bc9c
 @functools.cache
 def _here()->tuple:
     gpus = gpu_info()
@@ -103,7 +103,7 @@ def _resolve(card)->tuple:
         s = spec_for(card); return arch(s.cc), s.sms, s.key
     a = arch(card); return a, None, f'cc {a.name}'
 
-# %% ../nbs/03_kernels.ipynb #039ec490
+# %% ../nbs/03_kernels.ipynb #862481a8
 @dataclass
 class Occupancy:
     "Resident blocks and warps per SM for one launch configuration, and what limits them."
@@ -136,7 +136,7 @@ class Occupancy:
                 f'{self.block} threads per SM, {self.warps} warps; limited by {", ".join(self.limiter)}. '
                 f'Blocks per SM allowed by each resource: {lim}.')
 
-# %% ../nbs/03_kernels.ipynb #e2e7d0b5
+# %% ../nbs/03_kernels.ipynb #d8c4d773
 def _up(x:int, unit:int)->int: return -(-x // unit) * unit
 
 def _smem_config(a:Arch, size:int)->int|None:
@@ -161,7 +161,7 @@ def _check(block, regs, smem, a:Arch):
         raise KernelError(f'smem={smem} bytes is more than the {a.smem_per_block} bytes ({a.smem_per_block // _K} KB) a block '
                           f'can use on compute capability {a.name}.')
 
-# %% ../nbs/03_kernels.ipynb #862481a8
+# %% ../nbs/03_kernels.ipynb #7cc9f65e
 def _regs_limit(a:Arch, warps:int, regs:int, sub:int)->tuple:
     "(blocks per SM the registers allow, registers allocated per block)."
     per_warp = _up(regs * a.warp, a.reg_unit)
@@ -178,12 +178,13 @@ def _smem_limit(a:Arch, smem:int, carveout:int|None)->tuple:
     else: per_sm = a.smem_per_sm
     return (per_sm // alloc if alloc else math.inf), alloc
 
-# %% ../nbs/03_kernels.ipynb #d8c4d773
+# %% ../nbs/03_kernels.ipynb #f83adb1b
 def occupancy(block:int, # threads per block, a multiple of 32
               regs:int=0, # registers per thread (`ptxas -v`, `cudaFuncAttributes.numRegs`, Triton's `n_regs`)
               smem:int=0, # shared memory per block, static plus dynamic, bytes
               card=None, # compute capability or card (see `arch`); None: the GPU here
               carveout:int|None=None, # preferred shared-memory carveout, % of the maximum (Volta and newer)
+              barriers:int=0, # named barriers a block uses (Hopper counts them: 2 per block slot)
              )->Occupancy:
     "Resident blocks and warps per SM, the occupancy and the limiting resource for one launch configuration."
     a, sms, label = _resolve(card)
@@ -197,21 +198,22 @@ def occupancy(block:int, # threads per block, a multiple of 32
     if a.cc == (6, 0) and lim_regs and not _regs_limit(a, warps, regs, 4)[0]: lim_regs = 0  # must also run on GP10x
     lim_smem, smem_alloc = _smem_limit(a, smem, carveout)
     limits = {'warps': a.max_warps // warps, 'blocks': a.max_blocks, 'registers': lim_regs, 'shared memory': lim_smem}
+    if a.cc >= (9, 0) and barriers > 0: limits['barriers'] = 2 * a.max_blocks // barriers
     n = int(min(limits.values()))
     return Occupancy(label, a.cc, block, regs, smem, regs_alloc, smem_alloc, limits, n, n * warps, n * warps / a.max_warps,
                      [k for k, v in limits.items() if v == n], sms)
 
-# %% ../nbs/03_kernels.ipynb #265ec36f
+# %% ../nbs/03_kernels.ipynb #8061fa1c
 def best_block_size(regs:int=0, # registers per thread
                     smem:int|Callable=0, # shared memory per block, bytes, or a function of the block size
                     card=None, # compute capability or card; None: the GPU here
-                    max_block:int=1024, # the kernel's own limit (`cudaFuncAttributes.maxThreadsPerBlock`)
+                    max_block:int=1024, # the kernel's own limit (`cudaFuncAttributes.maxThreadsPerBlock`), rounded down to a warp
                     carveout:int|None=None, # see `occupancy`
                    )->Occupancy:
     "The block size with the most resident threads per SM, as `cudaOccupancyMaxPotentialBlockSize` chooses it."
     a, _, _ = _resolve(card)
     best = None
-    for b in range(_up(min(max_block, a.max_threads_block), a.warp), 0, -a.warp):
+    for b in range(min(max_block, a.max_threads_block) // a.warp * a.warp, 0, -a.warp):
         try: o = occupancy(b, regs, smem(b) if callable(smem) else smem, card, carveout)
         except KernelError:
             if callable(smem): continue
@@ -233,7 +235,7 @@ def candidates(regs:int=0, smem:int|Callable=0, card=None, max_block:int=1024, c
         if o.warps >= best.warps: out.append(b)
     return out
 
-# %% ../nbs/03_kernels.ipynb #e02965d6
+# %% ../nbs/03_kernels.ipynb #dbe0844d
 @dataclass
 class LaunchConfig:
     "Grid and block for `n` elements, with the occupancy the block reaches."
@@ -264,7 +266,7 @@ def launch_config(n:int, # elements to process
     if grid_stride and sms: grid = min(grid, occ.blocks * sms)
     return LaunchConfig(grid, block, n, occ)
 
-# %% ../nbs/03_kernels.ipynb #556e848f
+# %% ../nbs/03_kernels.ipynb #6a1c6f68
 def compare_launch(ns:list, # element counts
                    card=None, regs:int=0, smem:int=0)->pd.DataFrame:
     "`min(n, 1024)` threads per block against `launch_config`: blocks, SMs used, occupancy."
@@ -281,7 +283,7 @@ def compare_launch(ns:list, # element counts
                      'occupancy': lc.occupancy.occupancy})
     return pd.DataFrame(rows)
 
-# %% ../nbs/03_kernels.ipynb #80c749a5
+# %% ../nbs/03_kernels.ipynb #d6f605d1
 _TRITON_SRC = '''
 import triton
 import triton.language as tl
@@ -313,7 +315,7 @@ def triton_kernels():
     spec.loader.exec_module(mod)
     return mod
 
-# %% ../nbs/03_kernels.ipynb #d6f605d1
+# %% ../nbs/03_kernels.ipynb #cb97d79b
 def needs_triton(what:str # what the cell would show
                 )->bool:
     "True when a CUDA GPU and Triton are both here; otherwise print one line saying `what` was skipped."
@@ -322,7 +324,7 @@ def needs_triton(what:str # what the cell would show
         print(f'Skipped on this runtime (Triton is not installed): {what}.'); return False
     return True
 
-# %% ../nbs/03_kernels.ipynb #68648a41
+# %% ../nbs/03_kernels.ipynb #1ec01709
 def bias_gelu(x, # a contiguous CUDA tensor, e.g. the output of a linear layer without its bias
               bias, # one value per column: shape (x.shape[-1],)
               block:int=2048, # elements per program, a power of two
@@ -345,7 +347,7 @@ def kernel_resources(ck)->tuple:
     if regs is None: regs = kernel_attributes(ck.function)['regs']
     return int(regs), int(ck.metadata.shared)
 
-# %% ../nbs/03_kernels.ipynb #1ec01709
+# %% ../nbs/03_kernels.ipynb #8dc9f439
 @functools.cache
 def _libcuda():
     for name in ('libcuda.so.1', 'libcuda.so', 'nvcuda.dll'):
@@ -384,7 +386,7 @@ def kernel_attributes(func:int)->dict:
         out[k] = v.value
     return out
 
-# %% ../nbs/03_kernels.ipynb #8dc9f439
+# %% ../nbs/03_kernels.ipynb #e80bf0c2
 def _gbs(nbytes:int, ms:float)->float: return nbytes / ms / 1e6
 
 def tune_bias_gelu(x, bias, # as for `bias_gelu`
@@ -422,7 +424,7 @@ def tune_bias_gelu(x, bias, # as for `bias_gelu`
     for c in ('block_elems', 'num_warps', 'regs', 'smem', 'occupancy', 'func'): df[c] = [info.get(k, {}).get(c) for k in df.index]
     return df
 
-# %% ../nbs/03_kernels.ipynb #e80bf0c2
+# %% ../nbs/03_kernels.ipynb #d56fb350
 TORCH_CUDA_BUILDS = ('11.8', '12.1', '12.4', '12.6', '12.8', '12.9', '13.0')
 
 def _ver(v:str|None)->tuple|None: return None if not v else tuple(int(p) for p in str(v).split('.')[:2])
@@ -435,7 +437,7 @@ def torch_build_for(driver_cuda:str # the highest CUDA version the driver suppor
     return max((b for b in same if _ver(b) <= d), key=_ver, default=None) or min(same, key=_ver, default=None) \
         or max((b for b in TORCH_CUDA_BUILDS if _ver(b) <= d), key=_ver, default=None)
 
-# %% ../nbs/03_kernels.ipynb #d56fb350
+# %% ../nbs/03_kernels.ipynb #723a737e
 _WHL = 'pip install torch --index-url https://download.pytorch.org/whl/cu{}'
 
 @dataclass
@@ -459,7 +461,7 @@ class CudaCompat:
 
     def _repr_markdown_(self): return '\n\n'.join(f'- {l}' for l in str(self).splitlines())
 
-# %% ../nbs/03_kernels.ipynb #7ee9b0c8
+# %% ../nbs/03_kernels.ipynb #391ba484
 def _driver_cuda(nvml, smi)->tuple:
     "(driver, CUDA version, source) from NVML, else `nvidia-smi`'s banner; Nones where neither answers."
     try:
@@ -479,7 +481,7 @@ def _driver_cuda(nvml, smi)->tuple:
     if gpus and gpus[0].cuda: return gpus[0].driver, gpus[0].cuda, 'nvidia-smi'
     return None, None, ''
 
-# %% ../nbs/03_kernels.ipynb #723a737e
+# %% ../nbs/03_kernels.ipynb #322f956f
 def cuda_compat(torch_cuda:str|None='auto', # PyTorch's CUDA version; 'auto': `torch.version.cuda` of the installed torch
                 torch_version:str|None='auto', # 'auto': `torch.__version__`; None: torch is not installed
                 nvml=None, # the `pynvml` module or a stand-in; default `import pynvml`
@@ -515,7 +517,7 @@ def cuda_compat(torch_cuda:str|None='auto', # PyTorch's CUDA version; 'auto': `t
                   f"'The NVIDIA driver on your system is too old'. {fix} (or update the driver where you can; in Colab you cannot).")
     return CudaCompat(torch_version, torch_cuda, drv, dc, status, advice, src)
 
-# %% ../nbs/03_kernels.ipynb #08ee0bd7
+# %% ../nbs/03_kernels.ipynb #84a88380
 def _reason_bits(nvml)->dict:
     bits = {}
     for prefix in ('nvmlClocksEventReason', 'nvmlClocksThrottleReason'):
@@ -535,7 +537,7 @@ def clock_reasons(mask:int|str|None # NVML's mask, or `nvidia-smi`'s '0x00000000
     rest = mask & ~sum(CLOCK_REASONS)
     return [n for b, n in CLOCK_REASONS.items() if mask & b] + ([hex(rest)] if rest else [])
 
-# %% ../nbs/03_kernels.ipynb #a5b87ac9
+# %% ../nbs/03_kernels.ipynb #b2f33c57
 @dataclass
 class ClockState:
     "One reading of a GPU's clocks, temperature and power, with the reasons its clocks are held down."
@@ -576,7 +578,7 @@ def clock_state(gpu:int=0, # NVML index of the GPU
                           nvml.nvmlDeviceGetPowerUsage(h) / 1e3, nvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1e3, clock_reasons(mask))
     finally: nvml.nvmlShutdown()
 
-# %% ../nbs/03_kernels.ipynb #de40b263
+# %% ../nbs/03_kernels.ipynb #20ed897a
 @dataclass
 class ClockReport:
     "What held a GPU's clocks during a run, and how step time followed the SM clock."
@@ -606,7 +608,7 @@ class ClockReport:
         return s
     def _repr_markdown_(self): return str(self)
 
-# %% ../nbs/03_kernels.ipynb #c1377147
+# %% ../nbs/03_kernels.ipynb #60ae4f92
 def _reasons_col(d:pd.DataFrame)->pd.Series:
     if 'reasons' in d: return d.reasons.fillna('').astype(str)
     return d.throttle.map(lambda m: '|'.join(clock_reasons(m)))
@@ -644,7 +646,7 @@ def clock_report(df:pd.DataFrame, # samples as `GPUMonitor.df` (monitoring page)
     return ClockReport(verdict, shares, len(d), tuple(float(f(b.clock_sm_mhz)) for f in (pd.Series.min, pd.Series.median, pd.Series.max)),
                        sm_max_mhz, float(b.power_w.median()), float(b.power_limit_w.median()), float(d.temp_c.max()), by, slope)
 
-# %% ../nbs/03_kernels.ipynb #ffd46816
+# %% ../nbs/03_kernels.ipynb #5a552e71
 def watch_clocks(step:Callable, # one unit of work (a training step), no arguments
                  monitor, # a `GPUMonitor` (monitoring page), not yet started
                  steps:int=50, # how many times to run `step`
@@ -663,7 +665,7 @@ def watch_clocks(step:Callable, # one unit of work (a training step), no argumen
     state = clock_state(gpu)
     return clock_report(monitor.df, times, state.sm_max_mhz if state else None, gpu)
 
-# %% ../nbs/03_kernels.ipynb #4a9d0f24
+# %% ../nbs/03_kernels.ipynb #63c7be19
 _PROBE_SRC = r'''
 extern "C" __global__ void probe(const float* __restrict__ x, float* __restrict__ y, int n) {
     __shared__ float s[S + 1];

@@ -303,7 +303,7 @@ def triton_kernels():
     "The module of this page's Triton kernels, written to the temporary folder and imported on first use."
     if importlib.util.find_spec('triton') is None:
         raise KernelError('Triton is not installed: it comes with the CUDA builds of PyTorch (pip install torch) and with Colab.')
-    d = Path(tempfile.gettempdir())/'colab_t4_nb_kernels'
+    d = Path(tempfile.gettempdir())/f"colab_t4_nb_kernels_{os.getuid() if hasattr(os, 'getuid') else 'user'}"
     d.mkdir(parents=True, exist_ok=True)
     f = d/f'kernels_{hashlib.sha1(_TRITON_SRC.encode()).hexdigest()[:12]}.py'
     if not f.exists():

@@ -2,7 +2,9 @@
 # The GPU half of the test suite, for a machine with a CUDA GPU: each notebook (or the ones
 # named) runs under `nbdev_test --flags "cuda slow"` in its own process, then `colab-t4 info`.
 # Benchmark cells append their figures as JSON lines to $COLAB_T4_BENCH_OUT (default:
-# ./bench.jsonl). Exit status 1 if any notebook failed.
+# ./bench.jsonl). With COLAB_T4_SAVE_TO=DIR each notebook is copied there alone and run by
+# `tools/run_nbs.py --test --save` instead (the same cells nbdev_test runs), keeping its outputs.
+# Exit status 1 if any notebook failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export COLAB_T4_BENCH_OUT=${COLAB_T4_BENCH_OUT:-$PWD/bench.jsonl} PYTHONUNBUFFERED=1
@@ -12,7 +14,10 @@ fail=0
 for nb in "${@:-nbs/*.ipynb}"; do
   for f in $nb; do
     t0=$SECONDS
-    if nbdev_test --path "$f" --flags "cuda slow"; then s=ok; else s=FAILED; fail=1; fi
+    if [ -n "${COLAB_T4_SAVE_TO:-}" ]; then
+      mkdir -p "$COLAB_T4_SAVE_TO" && cp "$f" "$COLAB_T4_SAVE_TO/"
+      if python3 tools/run_nbs.py --test --save "$COLAB_T4_SAVE_TO/$(basename "$f")"; then s=ok; else s=FAILED; fail=1; fi
+    elif nbdev_test --path "$f" --flags "cuda slow"; then s=ok; else s=FAILED; fail=1; fi
     echo "$f: $s in $((SECONDS - t0)) s"
   done
 done

@@ -4,11 +4,13 @@
     python tools/run_nbs.py NB...                    # run every cell, like Colab's "Run all"
     python tools/run_nbs.py --skip "slow cuda" NB... # skip cells carrying these test flags
     python tools/run_nbs.py --save NB...             # write the outputs back into the notebooks
+    python tools/run_nbs.py --test --skip "" NB...   # as `nbdev_test` runs them: no `eval: false` or
+                                                     # `notest` cells, IN_TEST set
 
 Each notebook runs in the folder it lives in, in this process, through execnb (the engine
 `nbdev_test` uses). Exit status 1 names the first notebook with a failing cell.
 """
-import argparse, os, sys, time
+import argparse, os, re, sys, time
 from pathlib import Path
 
 from execnb.nbio import read_nb, write_nb
@@ -17,9 +19,13 @@ from execnb.shell import CaptureShell
 def flags_of(cell)->set:
     return {l[2:].strip() for l in cell.source.splitlines() if l.startswith('#|') and ':' not in l}
 
-def run(path:Path, skip:set, save:bool)->bool:
+def evaluated(cell)->bool:
+    return not any(re.match(r'^#\|\s*eval:\s*false', l) for l in cell.source.splitlines())
+
+def run(path:Path, skip:set, save:bool, test:bool=False)->bool:
     nb = read_nb(path)
     def _pre(cell):  # True: do not run
+        if test and (not evaluated(cell) or 'notest' in flags_of(cell) or 'nbdev_export(' in cell.source): return True
         return cell.cell_type != 'code' or bool(flags_of(cell) & skip)
     sh = CaptureShell(path)
     cwd = os.getcwd()
@@ -41,8 +47,10 @@ def main(argv=None):
     ap.add_argument('notebooks', nargs='+', type=Path)
     ap.add_argument('--skip', default='', help='space-separated cell flags to skip')
     ap.add_argument('--save', action='store_true', help='write outputs back into the notebooks')
+    ap.add_argument('--test', action='store_true', help='skip the cells nbdev_test skips, set IN_TEST')
     args = ap.parse_args(argv)
-    ok = all([run(p.resolve(), set(args.skip.split()), args.save) for p in args.notebooks])
+    if args.test: os.environ['IN_TEST'] = '1'
+    ok = all([run(p.resolve(), set(args.skip.split()), args.save, args.test) for p in args.notebooks])
     return 0 if ok else 1
 
 if __name__ == '__main__': sys.exit(main())

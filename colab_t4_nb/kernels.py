@@ -364,14 +364,14 @@ def driver_blocks(func:int, # a CUfunction handle of a loaded kernel
                  )->int:
     "Resident blocks per SM by the driver's `cuOccupancyMaxActiveBlocksPerMultiprocessor`."
     n = ctypes.c_int()
-    _cu(_libcuda().cuOccupancyMaxActiveBlocksPerMultiprocessor(ctypes.byref(n), ctypes.c_void_p(func), ctypes.c_int(block),
+    _cu(_libcuda().cuOccupancyMaxActiveBlocksPerMultiprocessor(ctypes.byref(n), ctypes.c_void_p(int(func)), ctypes.c_int(block),
                                                                 ctypes.c_size_t(dynamic_smem)), 'cuOccupancyMaxActiveBlocksPerMultiprocessor')
     return n.value
 
 def driver_best_block(func:int, dynamic_smem:int=0)->int:
     "The block size the driver's `cuOccupancyMaxPotentialBlockSize` picks for a loaded kernel."
     g, b = ctypes.c_int(), ctypes.c_int()
-    _cu(_libcuda().cuOccupancyMaxPotentialBlockSize(ctypes.byref(g), ctypes.byref(b), ctypes.c_void_p(func), None,
+    _cu(_libcuda().cuOccupancyMaxPotentialBlockSize(ctypes.byref(g), ctypes.byref(b), ctypes.c_void_p(int(func)), None,
                                                      ctypes.c_size_t(dynamic_smem), ctypes.c_int(0)), 'cuOccupancyMaxPotentialBlockSize')
     return b.value
 
@@ -382,7 +382,7 @@ def kernel_attributes(func:int)->dict:
     out = {}
     for k, code in _ATTRS.items():
         v = ctypes.c_int()
-        _cu(_libcuda().cuFuncGetAttribute(ctypes.byref(v), ctypes.c_int(code), ctypes.c_void_p(func)), 'cuFuncGetAttribute')
+        _cu(_libcuda().cuFuncGetAttribute(ctypes.byref(v), ctypes.c_int(code), ctypes.c_void_p(int(func))), 'cuFuncGetAttribute')
         out[k] = v.value
     return out
 

@@ -19,8 +19,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 from tqdm.auto import tqdm
 
-from .allocation import ColabT4Error, GPUSpec, SPECS, spec_for
-from .amp import AmpChoice, AmpStep, Encoder, amp_choice, no_tf32, parse_dtype, plain_amp_step, token_batch, token_loss
+from .allocation import ColabT4Error, GPUSpec, SPECS, oom_kind, spec_for
+from .amp import AmpStep, Encoder, amp_choice, no_tf32, parse_dtype, plain_amp_step, token_batch, token_loss
 from .memory import NothingFits, cap_memory, find_batch_size, free_memory, peak_memory, try_batch
 from .models import MissingPackage, UNet, cls_batch, hf_bert, resnet50, seg_batch, seq_cls_loss
 from .timing import benchmark
@@ -36,7 +36,7 @@ __all__ = ['COLUMNS', 'WORKLOADS', 'GUIDE', 'DEFAULT_WORKLOADS', 'BenchError', '
 
 # %% ../nbs/04_benchmarks.ipynb #691808dd
 class BenchError(ColabT4Error, ValueError):
-    "Bad arguments to a benchmark: an unknown workload, a workload a measurement does not apply to, an unwritable folder."
+    "Bad arguments to a benchmark: an unknown workload, one a measurement does not apply to, an unwritable folder."
 
 # %% ../nbs/04_benchmarks.ipynb #1db2abfe
 COLUMNS = ['card', 'torch', 'precision', 'workload', 'metric', 'value', 'unit', 'note']
@@ -89,7 +89,8 @@ class Workload:
     text:bool = False                # `size` is a sequence length
     needs:str|None = None            # the optional package it needs
 
-    def shape(self, ctx:Context)->tuple: return (self.small_size, self.small_batch) if ctx.small else (self.size, self.batch)
+    def shape(self, ctx:Context)->tuple:
+        return (self.small_size, self.small_batch) if ctx.small else (self.size, self.batch)
 
     def model(self, ctx:Context, size:int|None=None, **kw)->nn.Module:
         "A fresh model (seeded: the same weights every time) on `ctx`'s device."
@@ -97,7 +98,8 @@ class Workload:
         return self.build(ctx.small, size or self.shape(ctx)[0], **kw).to(ctx.device)
 
     def label(self, ctx:Context)->str: return self.small_what if ctx.small else self.what
-    def describe(self, ctx:Context, batch:int|None=None)->str: return f'{self.label(ctx)}, batch {batch or self.shape(ctx)[1]}'
+    def describe(self, ctx:Context, batch:int|None=None)->str:
+        return f'{self.label(ctx)}, batch {batch or self.shape(ctx)[1]}'
 
 # %% ../nbs/04_benchmarks.ipynb #a22c52ba
 _SMALL_ENC = dict(vocab=1000, hidden=64, layers=2, heads=2, ffn=128)
@@ -105,7 +107,8 @@ _SMALL_HF = dict(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_atten
 
 def _images(batch:int, size:int, device=None, classes:int=1000, seed:int=0)->tuple:
     g = torch.Generator().manual_seed(seed)
-    return torch.randn(batch, 3, size, size, generator=g).to(device), torch.randint(classes, (batch,), generator=g).to(device)
+    x, y = torch.randn(batch, 3, size, size, generator=g), torch.randint(classes, (batch,), generator=g)
+    return x.to(device), y.to(device)
 
 WORKLOADS = {w.name: w for w in [
     Workload('unet', 'UNet (7.8 M parameters) at 512x512', 'UNet base 8, depth 3, at 64x64',
@@ -113,9 +116,12 @@ WORKLOADS = {w.name: w for w in [
              lambda b, size, dev, small: seg_batch(b, size, device=dev), F.cross_entropy, 512, 8, 64, 2),
     Workload('bert', 'BERT-base-shaped encoder with token head at sequence 512', 'encoder 2x64 at sequence 64',
              lambda small, size, **kw: Encoder(max_len=max(size, 512), **(_SMALL_ENC if small else {})),
-             lambda b, size, dev, small: token_batch(b, size, 1000 if small else 30522, dev), token_loss, 512, 8, 64, 2, text=True),
-    Workload('hf-bert', 'Hugging Face BertForSequenceClassification, BERT-base, sequence 512', 'HF BERT 2x64 at sequence 64',
-             lambda small, size, attn='sdpa', **kw: hf_bert(attn=attn, max_position_embeddings=max(size, 512), **(_SMALL_HF if small else {})),
+             lambda b, size, dev, small: token_batch(b, size, 1000 if small else 30522, dev), token_loss,
+             512, 8, 64, 2, text=True),
+    Workload('hf-bert', 'Hugging Face BertForSequenceClassification, BERT-base, sequence 512',
+             'HF BERT 2x64 at sequence 64',
+             lambda small, size, attn='sdpa', **kw: hf_bert(attn=attn, max_position_embeddings=max(size, 512),
+                                                           **(_SMALL_HF if small else {})),
              lambda b, size, dev, small: cls_batch(b, size, vocab=1000 if small else 30522, device=dev), seq_cls_loss,
              512, 8, 64, 2, text=True, needs='transformers'),
     Workload('resnet50', 'torchvision ResNet-50 at 224x224', 'ResNet-50 at 64x64',
@@ -133,8 +139,9 @@ def workload(name:str|Workload # a key of `WORKLOADS`, or a `Workload`
 
 def workloads()->pd.DataFrame:
     "The known workloads: what each trains at full size and on the CPU, and whether it can run here."
-    return pd.DataFrame([{'name': w.name, 'trains': w.what, 'on the CPU': w.small_what, 'needs': w.needs or '-',
-                          'available': w.needs is None or _installed(w.needs)} for w in WORKLOADS.values()]).set_index('name')
+    rows = [{'name': w.name, 'trains': w.what, 'on the CPU': w.small_what, 'needs': w.needs or '-',
+             'available': w.needs is None or _installed(w.needs)} for w in WORKLOADS.values()]
+    return pd.DataFrame(rows).set_index('name')
 
 # %% ../nbs/04_benchmarks.ipynb #f5ebdcce
 def _skipped(w:Workload, ctx:Context)->pd.DataFrame|None:
@@ -177,7 +184,8 @@ def train_speed(wl:str|Workload='unet', # the workload
     if (skip := _skipped(w, ctx)) is not None: return skip
     size, bs = w.shape(ctx)
     bs, model = batch or bs, w.model(ctx, size)
-    data, per = w.data(bs, size, ctx.device, ctx.small), step_flops(model, w.loss, w.data(1, size, ctx.device, ctx.small))
+    data = w.data(bs, size, ctx.device, ctx.small)
+    per = step_flops(model, w.loss, w.data(1, size, ctx.device, ctx.small))
     opt, amp = torch.optim.AdamW(model.parameters(), lr=1e-5, foreach=True), _amp_name(ctx)
     calls = {p: functools.partial(AmpStep(model, opt, w.loss, p), *data) for p in ('fp32', amp)}
     with no_tf32(): t = benchmark(calls, *_rounds(ctx, repeats, warmup), ctx.device.type)
@@ -187,7 +195,8 @@ def train_speed(wl:str|Workload='unet', # the workload
         tf = per * bs / ms / 1e9
         rows += [ctx.row(p, w.name, 'iterations/s', 1e3 / ms, 'it/s', note),
                  ctx.row(p, w.name, 'samples/s', bs * 1e3 / ms, 'samples/s', note),
-                 ctx.row(p, w.name, 'achieved TFLOP/s', tf, 'TFLOP/s', f'{note}; {per * bs / 1e9:.4g} GFLOP per step, counted'),
+                 ctx.row(p, w.name, 'achieved TFLOP/s', tf, 'TFLOP/s',
+                         f'{note}; {per * bs / 1e9:.4g} GFLOP per step, counted'),
                  ctx.row(p, w.name, 'of datasheet peak', tf / peak if peak else math.nan, 'fraction',
                          f'peak {peak:g} TFLOP/s {p}' if peak else 'no datasheet peak for this device')]
     rows.append(ctx.row(amp, w.name, 'speed-up vs fp32', t.ratio('fp32', amp), 'x', note))
@@ -203,14 +212,17 @@ def size_search(fn:Callable, # fn(size) runs one training step
                 peak_metric:str='peak memory', # the name of the peak-memory row
                )->pd.DataFrame:
     "Rows for the largest size at which `fn` trains and the peak memory there; a row saying so when nothing fits."
-    try: r = find_batch_size(fn, start=min(start, max_size), min_size=min_size, max_size=max_size, steps=steps, margin=0)
+    try: r = find_batch_size(fn, start=min(start, max_size), min_size=min_size, max_size=max_size, steps=steps,
+                             margin=0)
     except NothingFits as e:
         why = f'does not fit even at {min_size} ({e.trials[-1].error} out of memory)'
         return ctx.rows([ctx.row(precision, workload, metric, math.nan, unit, f'{why}; {note}')])
-    bound = '' if r.smallest_oom is not None else f'; reached max_size={max_size}, the bound of the search, not a memory limit'
+    bound = ('' if r.smallest_oom is not None
+             else f'; reached max_size={max_size}, the bound of the search, not a memory limit')
     with peak_memory(ctx.device) as pm: ok = try_batch(fn, r.largest_ok, 1).ok
     peak = pm.peak / 2**30 if ok else math.nan
-    return ctx.rows([ctx.row(precision, workload, metric, r.largest_ok, unit, f'{note}; {len(r.trials)} trials of {steps} steps{bound}'),
+    trials = f'{note}; {len(r.trials)} trials of {steps} steps{bound}'
+    return ctx.rows([ctx.row(precision, workload, metric, r.largest_ok, unit, trials),
                      ctx.row(precision, workload, peak_metric, peak, 'GiB',
                              f'{note}; at {r.largest_ok}' + ('' if ctx.cuda else '; not tracked on the CPU'))])
 
@@ -219,7 +231,7 @@ def train_step_fn(model:nn.Module, opt:torch.optim.Optimizer, loss_fn:Callable,
                   precision:str, # 'fp32', 'fp16' or 'bf16'
                   make_batch:Callable, # make_batch(n) -> (*inputs, target) of size n
                  )->Callable:
-    "`step(n)`: one training step on `make_batch(n)`; after an out-of-memory no gradients or broken loss scale stay behind."
+    "`step(n)`: one training step on `make_batch(n)`; an out-of-memory leaves no gradients or broken loss scale behind."
     dt, kind = parse_dtype(precision), next(model.parameters()).device.type
     new = lambda: torch.amp.GradScaler(kind, enabled=dt == torch.float16)
     scaler = [new()]
@@ -295,8 +307,9 @@ def longest_sequence(wl:str|Workload='bert', # a text workload
         for b in batches:
             fn = train_step_fn(model, opt, w.loss, p, lambda n, b=b: w.data(b, n, ctx.device, ctx.small))
             with _capped(ctx, cap) as held:
-                out.append(size_search(fn, ctx, p, w.name, f'longest sequence at batch {b}', 'tokens', f'{w.name}, AdamW; {held}',
-                                       start=min(512, max_size), min_size=8, max_size=max_size, steps=steps,
+                out.append(size_search(fn, ctx, p, w.name, f'longest sequence at batch {b}', 'tokens',
+                                       f'{w.name}, AdamW; {held}', start=min(512, max_size), min_size=8,
+                                       max_size=max_size, steps=steps,
                                        peak_metric=f'peak memory at longest sequence, batch {b}'))
             del fn
             free_memory()
@@ -312,15 +325,17 @@ def _half_dtypes(ctx:Context)->list:
     return ['fp16'] + (['bf16'] if amp_choice(ctx.device).name == 'bf16' else [])
 
 def attention_speedup(ctx:Context|None=None, # where; None: `context()`
-                      batch:int|None=None, seq:int|None=None, heads:int|None=None, head_dim:int|None=None, # None: BERT-base
-                      dtypes:list|None=None, # half precisions; None: fp16 (and bf16 where native) on a GPU, bf16 on the CPU
+                      batch:int|None=None, seq:int|None=None, # None: BERT-base's 8 x 512 (2 x 64 on the CPU)
+                      heads:int|None=None, head_dim:int|None=None, # None: 12 x 64 (2 x 32 on the CPU)
+                      dtypes:list|None=None, # half precisions; None: fp16 (and bf16 where native), bf16 on the CPU
                       repeats:int|None=None, warmup:int|None=None, # rounds of `benchmark`
                      )->pd.DataFrame:
     "Self-attention forward+backward: explicit and SDPA in fp32 (TF32 off) and half precision, with the speed-ups."
     ctx = ctx or context()
-    b, s, h, d = [a or dflt for a, dflt in zip((batch, seq, heads, head_dim), (2, 64, 2, 32) if ctx.small else (8, 512, 12, 64))]
+    dflt = (2, 64, 2, 32) if ctx.small else (8, 512, 12, 64)
+    b, s, h, d = [a or x for a, x in zip((batch, seq, heads, head_dim), dflt)]
     def call(dt, fn):
-        q, k, v = (torch.randn(b, h, s, d, device=ctx.device, dtype=parse_dtype(dt), requires_grad=True) for _ in range(3))
+        q, k, v = (torch.randn(b, h, s, d, device=ctx.device, dtype=parse_dtype(dt)).requires_grad_() for _ in range(3))
         g = torch.randn_like(q)
         def run():
             q.grad = k.grad = v.grad = None
@@ -330,11 +345,13 @@ def attention_speedup(ctx:Context|None=None, # where; None: `context()`
              for kind, fn in (('explicit', _explicit_attention), ('SDPA', F.scaled_dot_product_attention))}
     with no_tf32(): t = benchmark(calls, *_rounds(ctx, repeats, warmup), ctx.device.type)
     shape = f'batch {b}, {h} heads of {d}, sequence {s}'
-    rows = [ctx.row(k.split()[0], 'bert', f'attention fwd+bwd, {k.split()[1]}', t.median(k), 'ms', shape) for k in calls]
+    rows = [ctx.row(k.split()[0], 'bert', f'attention fwd+bwd, {k.split()[1]}', t.median(k), 'ms', shape)
+            for k in calls]
     for dt in [k.split()[0] for k in calls if k.endswith('SDPA') and not k.startswith('fp32')]:
         rows += [ctx.row(dt, 'bert', 'attention speed-up vs fp32', t.ratio('fp32 explicit', f'{dt} SDPA'), 'x',
                          f'{dt} SDPA against fp32 explicit softmax attention; {shape}'),
-                 ctx.row(dt, 'bert', 'attention speed-up vs fp32, same code', t.ratio('fp32 explicit', f'{dt} explicit'), 'x',
+                 ctx.row(dt, 'bert', 'attention speed-up vs fp32, same code',
+                         t.ratio('fp32 explicit', f'{dt} explicit'), 'x',
                          f'explicit softmax attention in both; {shape}')]
     return ctx.rows(rows)
 
@@ -351,14 +368,15 @@ def embedding_throughput(ctx:Context|None=None, # where; None: `context()`
     n, calls, nbytes = tokens or (4096 if ctx.small else 2**16), {}, {}
     g = torch.Generator().manual_seed(0)
     id_sets = [torch.randint(vocab, (n,), generator=g).to(ctx.device) for _ in range(sets)]
+    uniq = sum(len(i.unique()) for i in id_sets) / sets
     for dt in _precisions(ctx, dtypes):
         table, ids = torch.randn(vocab, dim, dtype=parse_dtype(dt), device=ctx.device), itertools.cycle(id_sets)
         calls[dt] = lambda table=table, ids=ids: F.embedding(next(ids), table)
-        nbytes[dt] = 2 * n * dim * table.element_size() + n * 8
+        nbytes[dt] = (uniq + n) * dim * table.element_size() + n * 8
     t = benchmark(calls, *_rounds(ctx, repeats, warmup), ctx.device.type)
     bw, rows = ctx.spec.bandwidth_gbs if ctx.spec else None, []
     for dt in calls:
-        gbs, note = nbytes[dt] / t.median(dt) / 1e6, f'{n} lookups in a {vocab}x{dim} table'
+        gbs, note = nbytes[dt] / t.median(dt) / 1e6, f'{n} lookups ({uniq:.0f} distinct rows) in a {vocab}x{dim} table'
         rows += [ctx.row(dt, 'bert', 'embedding throughput', gbs, 'GB/s', note),
                  ctx.row(dt, 'bert', 'of datasheet bandwidth', gbs / bw if bw else math.nan, 'fraction',
                          f'{bw:g} GB/s datasheet' if bw else 'no datasheet bandwidth for this device')]
@@ -383,7 +401,7 @@ def recipe_step(model:nn.Module, # on its device; converted to channels-last in 
                 channels_last:bool|None=None, # None: when the model has 2-D convolutions
                 compile:bool=False, # train through `torch.compile(model)`
                )->Callable:
-    "The recommended training step `step(*inputs, target)`: AMP, fused AdamW, channels-last, cudnn.benchmark, optional compile."
+    "The recommended step `step(*inputs, target)`: AMP, fused AdamW, channels-last, cudnn.benchmark, optional compile."
     dev = next(model.parameters()).device
     choice, cl = amp_choice(dev, dtype), _has_conv(model) if channels_last is None else channels_last
     if cl: model.to(memory_format=torch.channels_last)
@@ -435,7 +453,9 @@ def recipe(wl:str|Workload='hf-bert', # the workload
     rec = recipe_step(w.model(ctx, size), w.loss)
     steps['recipe'] = (rec, rec.choice.name)
     if compile: steps['recipe + compile'] = (recipe_step(w.model(ctx, size), w.loss, compile=True), rec.choice.name)
-    if fp32: steps['fp32'] = (AmpStep(m := w.model(ctx, size), torch.optim.AdamW(m.parameters(), lr=1e-4), w.loss, 'fp32'), 'fp32')
+    if fp32:
+        m = w.model(ctx, size)
+        steps['fp32'] = (AmpStep(m, torch.optim.AdamW(m.parameters(), lr=1e-4), w.loss, 'fp32'), 'fp32')
     calls = {k: _fp32_call(s, data) if k == 'fp32' else functools.partial(s, *data) for k, (s, _) in steps.items()}
     ceiling = f'{rec.choice.name} matmul'
     n = matmul_n or (256 if ctx.small else 8192)
@@ -455,29 +475,38 @@ def _recipe_rows(ctx, w, t, steps, calls, per, bs, ceiling, n, plain_dt)->pd.Dat
         held = 'above what was allocated before the step (every variant stays resident)'
         rows += [ctx.row(p, w.name, f'iterations/s [{k}]', 1e3 / ms, 'it/s', note),
                  ctx.row(p, w.name, f'samples/s [{k}]', bs * 1e3 / ms, 'samples/s', note),
-                 ctx.row(p, w.name, f'achieved TFLOP/s [{k}]', per / ms / 1e9, 'TFLOP/s', f'{note}; {per / 1e9:.4g} GFLOP per step, counted'),
-                 ctx.row(p, w.name, f'of measured matmul ceiling [{k}]', per / ms / 1e9 / top, 'fraction', f'ceiling {top:.4g} TFLOP/s'),
-                 ctx.row(p, w.name, f'step memory [{k}]', pm.extra / 2**30, 'GiB', f'{note}; {held}' if ctx.cuda else 'not tracked on the CPU')]
+                 ctx.row(p, w.name, f'achieved TFLOP/s [{k}]', per / ms / 1e9, 'TFLOP/s',
+                         f'{note}; {per / 1e9:.4g} GFLOP per step, counted'),
+                 ctx.row(p, w.name, f'of measured matmul ceiling [{k}]', per / ms / 1e9 / top, 'fraction',
+                         f'ceiling {top:.4g} TFLOP/s'),
+                 ctx.row(p, w.name, f'step memory [{k}]', pm.extra / 2**30, 'GiB',
+                         f'{note}; {held}' if ctx.cuda else 'not tracked on the CPU')]
         if not k.startswith('plain'):
-            rows.append(ctx.row(p, w.name, f'speed-up vs plain {plain_dt} [{k}]', t.ratio(f'plain {plain_dt}', k), 'x', note))
+            rows.append(ctx.row(p, w.name, f'speed-up vs plain {plain_dt} [{k}]', t.ratio(f'plain {plain_dt}', k), 'x',
+                                note))
         if k.startswith('recipe') and 'fp32' in steps:
             rows.append(ctx.row(p, w.name, f'speed-up vs fp32 [{k}]', t.ratio('fp32', k), 'x', note))
     return ctx.rows(rows)
 
 # %% ../nbs/04_benchmarks.ipynb #d63e4d58
 _GUIDE_NOTE = "the guide's published figure (third-party claim; no code published)"
-GUIDE = pd.DataFrame([dict(card=c, torch='-', precision='not stated', workload=w, metric=m, value=v, unit=u, note=_GUIDE_NOTE)
-                      for c, w, m, v, u in [
-    ('T4', 'unet', 'iterations/s', 3.2, 'it/s'), ('T4', 'unet', 'largest batch', 16, 'samples'), ('T4', 'unet', 'peak memory', 14.3, 'GB'),
-    ('K80', 'unet', 'iterations/s', 0.9, 'it/s'), ('K80', 'unet', 'largest batch', 6, 'samples'), ('K80', 'unet', 'peak memory', 11.2, 'GB'),
+GUIDE = pd.DataFrame([dict(card=c, torch='-', precision='not stated', workload=w, metric=m, value=v, unit=u,
+                           note=_GUIDE_NOTE) for c, w, m, v, u in [
+    ('T4', 'unet', 'iterations/s', 3.2, 'it/s'), ('T4', 'unet', 'largest batch', 16, 'samples'),
+    ('T4', 'unet', 'peak memory', 14.3, 'GB'),
+    ('K80', 'unet', 'iterations/s', 0.9, 'it/s'), ('K80', 'unet', 'largest batch', 6, 'samples'),
+    ('K80', 'unet', 'peak memory', 11.2, 'GB'),
     ('RTX 3060', 'unet', 'iterations/s', 5.1, 'it/s'), ('RTX 3060', 'unet', 'largest batch', 24, 'samples'),
     ('RTX 3060', 'unet', 'peak memory', 15.8, 'GB'),
     ('T4', 'bert', 'attention speed-up vs fp32', 3.7, 'x'), ('K80', 'bert', 'attention speed-up vs fp32', 1.2, 'x'),
-    ('T4', 'bert', 'longest sequence', 1024, 'tokens'), ('K80', 'bert', 'longest sequence', 512, 'tokens')]], columns=COLUMNS)
+    ('T4', 'bert', 'longest sequence', 1024, 'tokens'), ('K80', 'bert', 'longest sequence', 512, 'tokens')]],
+    columns=COLUMNS)
 
-# %% ../nbs/04_benchmarks.ipynb #eb23b610
+# %% ../nbs/04_benchmarks.ipynb #869f4f46
 _T4 = SPECS['T4']
-def _t4_peak(p:str)->float|None: return _T4.fp32_tflops if p == 'fp32' else _T4.fp16_tflops if p in ('fp16', 'bf16') else None
+def _t4_peak(p:str)->float|None:
+    "A T4's datasheet peak for `p`: fp32, or fp16 for either half precision (a T4 trains AMP in fp16)."
+    return _T4.fp32_tflops if p == 'fp32' else _T4.fp16_tflops if p in ('fp16', 'bf16') else None
 
 def t4_estimate(row:dict, # a row of `COLUMNS`
                 spec:GPUSpec, # the card it was measured on
@@ -488,12 +517,16 @@ def t4_estimate(row:dict, # a row of `COLUMNS`
     if unit in ('it/s', 'samples/s', 'TFLOP/s', 'ms'):
         if not (here and t4): return math.nan, f'no estimate: no datasheet {p} peak for one of the cards'
         f = t4 / here if unit != 'ms' else here / t4
-        return v * f, f'same fraction of the datasheet {p} peak: x {t4:g}/{here:g} TFLOP/s' if unit != 'ms' else f'x {here:g}/{t4:g}'
-    if unit == 'GB/s': return v * _T4.bandwidth_gbs / spec.bandwidth_gbs, f'same fraction of bandwidth: x {_T4.bandwidth_gbs:g}/{spec.bandwidth_gbs:g} GB/s'
+        ratio = f'{t4:g}/{here:g}' if unit != 'ms' else f'{here:g}/{t4:g}'
+        return v * f, f'same fraction of the datasheet {p} peak: x {ratio}'
+    if unit == 'GB/s':
+        t4b, b = _T4.bandwidth_gbs, spec.bandwidth_gbs
+        return v * t4b / b, f'same fraction of bandwidth: x {t4b:g}/{b:g} GB/s'
     if unit == 'x' and (m := re.search(r'vs (?:plain )?(fp32|fp16|bf16)', metric)):
         base, tb = peak_tflops(spec, m.group(1)), _t4_peak(m.group(1))
         if not (here and t4 and base and tb): return math.nan, 'no estimate: a datasheet peak is missing'
-        return v * (base / tb) * (t4 / here), f'x ({base:g}/{tb:g}) x ({t4:g}/{here:g}): both sides at the same fraction of peak'
+        how = f'x ({base:g}/{tb:g}) x ({t4:g}/{here:g}): both sides at the same share of peak'
+        return v * (base / tb) * (t4 / here), how
     if unit == 'fraction': return v, 'carried over unchanged (the assumption itself)'
     if unit in ('samples', 'tokens', 'GiB'):
         if 'T4 memory cap' in row['note']: return v, 'measured under the T4 memory cap'
@@ -521,7 +554,8 @@ def check_workloads(names:list|str|None, # workload names; None: the defaults
     names = list(DEFAULT_WORKLOADS) if names is None else [names] if isinstance(names, str) else list(names)
     bad = [n for n in names if n not in WORKLOADS]
     if bad or not names:
-        raise BenchError(f'Unknown workload{"s" if len(bad) > 1 else ""} {", ".join(map(repr, bad)) or "(none given)"}. '
+        what = ', '.join(map(repr, bad)) or '(none given)'
+        raise BenchError(f'Unknown workload{"s" if len(bad) > 1 else ""} {what}. '
                          f'Known workloads: {", ".join(WORKLOADS)}.')
     return list(dict.fromkeys(names))
 
@@ -545,7 +579,8 @@ def _plan(names:list, ctx:Context, quick:bool, cap:str|None)->list:
         w = WORKLOADS[n]
         plan.append((f'{n} speed', functools.partial(train_speed, w, ctx)))
         if w.text and not text_done:
-            plan += [('attention', functools.partial(attention_speedup, ctx)), ('embedding', functools.partial(embedding_throughput, ctx))]
+            plan += [('attention', functools.partial(attention_speedup, ctx)),
+                     ('embedding', functools.partial(embedding_throughput, ctx))]
             text_done = True
         if quick: continue
         plan.append((f'{n} largest batch', functools.partial(memory_limits, w, ctx, cap=cap)))
@@ -600,16 +635,29 @@ def plot_suite(df:pd.DataFrame # `run_suite`'s table
         bars = _bars(df, w, m)
         ax.bar(range(len(bars)), [b[1] for b in bars], color=[colors[b[2]] for b in bars])
         ax.set_xticks(range(len(bars)), [b[0] for b in bars], fontsize=6)
-        units = sorted({*GUIDE[(GUIDE.workload == w) & (GUIDE.metric == m)].unit, *df[(df.workload == w) & df.metric.str.startswith(m)].unit})
+        units = sorted({*GUIDE[(GUIDE.workload == w) & (GUIDE.metric == m)].unit,
+                        *df[(df.workload == w) & df.metric.str.startswith(m)].unit})
         ax.set_title(f'{w}: {m}', fontsize=9); ax.set_ylabel(' / '.join(units), fontsize=8)
     handles = [Patch(color=c, label=k) for k, c in colors.items()]
     fig.legend(handles=handles, loc='outside lower center', ncols=3, fontsize=8)
     card = ', '.join(df.card.unique()) if len(df) else 'nothing measured'
-    small = ': CPU quick shapes, not comparable with the guide' if df.note.str.contains('CPU quick shapes').any() else ''
-    fig.suptitle(f"{card} (torch {torch.__version__}){small}; grey: the guide's published figures (third-party claim)", fontsize=10)
+    cpu_small = df.note.str.contains('CPU quick shapes').any()
+    small = ': CPU quick shapes, not comparable with the guide' if cpu_small else ''
+    fig.suptitle(f"{card} (torch {torch.__version__}){small}; grey: the guide's published figures (third-party claim)",
+                 fontsize=10)
     return fig
 
-# %% ../nbs/04_benchmarks.ipynb #6b8734d6
+# %% ../nbs/04_benchmarks.ipynb #ae20eea7
+def _guarded(call:Callable, ctx:Context, label:str)->pd.DataFrame:
+    "`call()`'s rows, or one row saying it ran out of memory (its memory freed) instead of ending the suite."
+    try: return call()
+    except Exception as e:
+        if (kind := oom_kind(e)) is None: raise
+        free_memory(e)
+    return ctx.rows([ctx.row('-', label.split()[0], f'{label}: out of memory', math.nan, '-',
+                             f'{kind} out of memory at its default size: run it alone with a smaller batch')])
+
+# %% ../nbs/04_benchmarks.ipynb #b0e7295d
 def run_suite(quick:bool=False, # speed, attention and embeddings only (no searches, no recipe)
               workloads:list|None=None, # names from `WORKLOADS`; None: unet and bert
               out:str|Path|None=None, # folder for bench.csv and bench.png; None: save nothing
@@ -620,23 +668,23 @@ def run_suite(quick:bool=False, # speed, attention and embeddings only (no searc
     "The benchmark table (`COLUMNS` + T4 estimates) for `workloads` on this card, saved to `out` as CSV and PNG."
     names, folder = check_workloads(workloads), None if out is None else writable_dir(out)
     ctx = context(device, quick)
-    if ctx.small: print('No CUDA GPU: running small CPU shapes (every row says "CPU quick shapes"); they say nothing about a GPU.',
-                        file=sys.stderr)
+    if ctx.small: print('No CUDA GPU: running small CPU shapes (every row says "CPU quick shapes"); '
+                        'they say nothing about a GPU.', file=sys.stderr)
     parts = []
     with tqdm(_plan(names, ctx, quick, cap), desc='colab-t4 bench', disable=not progress, file=sys.stderr) as bar:
         for label, call in bar:
             bar.set_postfix_str(label)
-            parts.append(call())
+            parts.append(_guarded(call, ctx, label))
             free_memory()
     df = t4_estimates(pd.concat(parts, ignore_index=True), ctx.spec)
     df.attrs.update(card=ctx.card, torch=torch.__version__, quick=quick, workloads=names)
     if folder is not None: df.attrs['files'] = {k: str(v) for k, v in save_suite(df, folder).items()}
     return df
 
-# %% ../nbs/04_benchmarks.ipynb #d2449e48
+# %% ../nbs/04_benchmarks.ipynb #e04adc5a
 def _parser()->argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog='colab-t4 bench', description="Measure this card on the guide's UNet-512 and BERT-512 "
-                                "workloads; print the table, write CSV and PNG.")
+    p = argparse.ArgumentParser(prog='colab-t4 bench', description="Measure this card on the guide's UNet-512 and "
+                                "BERT-512 workloads; print the table, write CSV and PNG.")
     p.add_argument('--quick', action='store_true', help='speed, attention and embeddings only (no searches, no recipe)')
     p.add_argument('--models', nargs='+', metavar='NAME', help=f'workloads (default: {" ".join(DEFAULT_WORKLOADS)}); '
                    f'known: {", ".join(WORKLOADS)}')
@@ -646,10 +694,10 @@ def _parser()->argparse.ArgumentParser:
 
 _SHOW = ['workload', 'precision', 'metric', 'value', 'unit', 't4_estimate']
 
-# %% ../nbs/04_benchmarks.ipynb #e3e170d7
+# %% ../nbs/04_benchmarks.ipynb #b46545a8
 def bench_command(argv:list|None=None # arguments after `bench`; None: sys.argv[1:]
                  )->int:
-    "`colab-t4 bench [--quick] [--models ...] [--out DIR] [--json]`: print the table, write CSV and PNG; the exit status."
+    "`colab-t4 bench [--quick] [--models ...] [--out DIR] [--json]`: print the table, write CSV and PNG; exit status."
     p = _parser()
     try: a = p.parse_args(argv)
     except SystemExit as e: return int(e.code or 0)

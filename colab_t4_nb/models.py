@@ -75,7 +75,8 @@ def seg_batch(batch:int=4, # images
              )->tuple:
     "Random images `(batch, in_ch, size, size)` and integer masks `(batch, size, size)` for `UNet`."
     g = torch.Generator().manual_seed(seed)
-    x, y = torch.randn(batch, in_ch, size, size, generator=g), torch.randint(n_classes, (batch, size, size), generator=g)
+    x = torch.randn(batch, in_ch, size, size, generator=g)
+    y = torch.randint(n_classes, (batch, size, size), generator=g)
     return x.to(device), y.to(device)
 
 # %% ../nbs/01a_models.ipynb #2391d67b
@@ -89,7 +90,8 @@ def hf_bert(num_labels:int=2, # classes of the classification head
     from transformers import BertConfig, BertForSequenceClassification
     model = BertForSequenceClassification(BertConfig(num_labels=num_labels, attn_implementation=attn, **config))
     if model.config._attn_implementation != attn:
-        raise MissingPackage(f'This transformers version ignored attn={attn!r} (it built {model.config._attn_implementation!r}): '
+        built = model.config._attn_implementation
+        raise MissingPackage(f'This transformers version ignored attn={attn!r} (it built {built!r}): '
                              'upgrade it with `pip install -U transformers`.')
     return model
 
@@ -102,7 +104,8 @@ def cls_batch(batch:int=8, # sequences
              )->tuple:
     "Random token ids `(batch, seq)` and labels `(batch,)` for `hf_bert`."
     g = torch.Generator().manual_seed(seed)
-    return torch.randint(vocab, (batch, seq), generator=g).to(device), torch.randint(num_labels, (batch,), generator=g).to(device)
+    ids, labels = torch.randint(vocab, (batch, seq), generator=g), torch.randint(num_labels, (batch,), generator=g)
+    return ids.to(device), labels.to(device)
 
 def seq_cls_loss(out, # a model's output: logits, or an object with `.logits` (Hugging Face)
                  target:torch.Tensor)->torch.Tensor:

@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 from .allocation import ColabT4Error, GPUSpec, SPECS, oom_kind, spec_for
 from .amp import AmpStep, Encoder, amp_choice, no_tf32, parse_dtype, plain_amp_step, token_batch, token_loss
 from .memory import NothingFits, cap_memory, find_batch_size, free_memory, peak_memory, try_batch
-from .models import MissingPackage, UNet, cls_batch, hf_bert, resnet50, seg_batch, seq_cls_loss
+from .models import UNet, cls_batch, hf_bert, resnet50, seg_batch, seq_cls_loss
 from .timing import benchmark
 
 def _installed(name:str)->bool: return find_spec(name) is not None
@@ -93,9 +93,10 @@ class Workload:
         return (self.small_size, self.small_batch) if ctx.small else (self.size, self.batch)
 
     def model(self, ctx:Context, size:int|None=None, **kw)->nn.Module:
-        "A fresh model (seeded: the same weights every time) on `ctx`'s device."
-        torch.manual_seed(0)
-        return self.build(ctx.small, size or self.shape(ctx)[0], **kw).to(ctx.device)
+        "A fresh model on `ctx`'s device, the same weights every time (the caller's random state is left as it was)."
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            return self.build(ctx.small, size or self.shape(ctx)[0], **kw).to(ctx.device)
 
     def label(self, ctx:Context)->str: return self.small_what if ctx.small else self.what
     def describe(self, ctx:Context, batch:int|None=None)->str:
@@ -143,7 +144,7 @@ def workloads()->pd.DataFrame:
              'available': w.needs is None or _installed(w.needs)} for w in WORKLOADS.values()]
     return pd.DataFrame(rows).set_index('name')
 
-# %% ../nbs/04_benchmarks.ipynb #f5ebdcce
+# %% ../nbs/04_benchmarks.ipynb #de9fc723
 def _skipped(w:Workload, ctx:Context)->pd.DataFrame|None:
     "One row (and one printed line) saying `w` was skipped, when the package it needs is missing; else None."
     if w.needs is None or _installed(w.needs): return None
@@ -151,7 +152,7 @@ def _skipped(w:Workload, ctx:Context)->pd.DataFrame|None:
     print(f'Skipped {w.name}: {w.needs} is not installed (pip install {w.needs}).')
     return ctx.rows([ctx.row('-', w.name, 'skipped', math.nan, '-', why)])
 
-# %% ../nbs/04_benchmarks.ipynb #1a0b789f
+# %% ../nbs/04_benchmarks.ipynb #f7326afb
 def step_flops(model:nn.Module, # the model, on its device
                loss_fn:Callable, # loss(output, target)
                batch:tuple, # (*inputs, target)
@@ -162,7 +163,7 @@ def step_flops(model:nn.Module, # the model, on its device
     model.zero_grad(set_to_none=True)
     return float(fc.get_total_flops())
 
-# %% ../nbs/04_benchmarks.ipynb #0ffec8a6
+# %% ../nbs/04_benchmarks.ipynb #d9bc4312
 _PEAK = {'fp32': 'fp32_tflops', 'fp16': 'fp16_tflops', 'bf16': 'bf16_tflops'}
 
 def peak_tflops(spec:GPUSpec|None, # a spec-table row
@@ -171,7 +172,7 @@ def peak_tflops(spec:GPUSpec|None, # a spec-table row
     "The datasheet matrix rate of `spec` in `precision`; None where the table has none."
     return getattr(spec, _PEAK[precision]) if spec is not None and precision in _PEAK else None
 
-# %% ../nbs/04_benchmarks.ipynb #a373861d
+# %% ../nbs/04_benchmarks.ipynb #b883e5f5
 def _amp_name(ctx:Context)->str: return amp_choice(ctx.device).name
 
 def train_speed(wl:str|Workload='unet', # the workload
@@ -202,7 +203,7 @@ def train_speed(wl:str|Workload='unet', # the workload
     rows.append(ctx.row(amp, w.name, 'speed-up vs fp32', t.ratio('fp32', amp), 'x', note))
     return ctx.rows(rows)
 
-# %% ../nbs/04_benchmarks.ipynb #cdaa19f6
+# %% ../nbs/04_benchmarks.ipynb #bec2c1ec
 def size_search(fn:Callable, # fn(size) runs one training step
                 ctx:Context, precision:str, workload:str, # labels of the rows
                 metric:str, unit:str, # what the size is: ('largest batch', 'samples'), ('longest sequence', 'tokens')
@@ -226,7 +227,7 @@ def size_search(fn:Callable, # fn(size) runs one training step
                      ctx.row(precision, workload, peak_metric, peak, 'GiB',
                              f'{note}; at {r.largest_ok}' + ('' if ctx.cuda else '; not tracked on the CPU'))])
 
-# %% ../nbs/04_benchmarks.ipynb #61d3cad7
+# %% ../nbs/04_benchmarks.ipynb #c8d50b68
 def train_step_fn(model:nn.Module, opt:torch.optim.Optimizer, loss_fn:Callable,
                   precision:str, # 'fp32', 'fp16' or 'bf16'
                   make_batch:Callable, # make_batch(n) -> (*inputs, target) of size n
@@ -247,7 +248,7 @@ def train_step_fn(model:nn.Module, opt:torch.optim.Optimizer, loss_fn:Callable,
             if not ok: scaler[0] = new()
     return step
 
-# %% ../nbs/04_benchmarks.ipynb #48bdbefc
+# %% ../nbs/04_benchmarks.ipynb #7ab92824
 @contextmanager
 def _capped(ctx:Context, cap:str|None):
     "Hold PyTorch's memory to `cap`'s (a T4's by default) inside the block; yields a note saying what held."
@@ -260,7 +261,7 @@ def _capped(ctx:Context, cap:str|None):
 
 def _precisions(ctx:Context, precisions=None)->list: return list(precisions or ['fp32', _amp_name(ctx)])
 
-# %% ../nbs/04_benchmarks.ipynb #cdcbe737
+# %% ../nbs/04_benchmarks.ipynb #bdab5ba6
 def memory_limits(wl:str|Workload='unet', # the workload
                   ctx:Context|None=None, # where; None: `context()`
                   precisions:list|None=None, # None: fp32 and the AMP precision
@@ -284,7 +285,7 @@ def memory_limits(wl:str|Workload='unet', # the workload
         free_memory()
     return pd.concat(out, ignore_index=True)
 
-# %% ../nbs/04_benchmarks.ipynb #43241d02
+# %% ../nbs/04_benchmarks.ipynb #3b3a1962
 def longest_sequence(wl:str|Workload='bert', # a text workload
                      ctx:Context|None=None, # where; None: `context()`
                      batches:tuple=(1, 8), # batch sizes to search at
@@ -317,7 +318,7 @@ def longest_sequence(wl:str|Workload='bert', # a text workload
         free_memory()
     return pd.concat(out, ignore_index=True)
 
-# %% ../nbs/04_benchmarks.ipynb #c611c472
+# %% ../nbs/04_benchmarks.ipynb #72d13db7
 def _explicit_attention(q, k, v): return torch.softmax(q @ k.transpose(-2, -1) * q.shape[-1]**-0.5, -1) @ v
 
 def _half_dtypes(ctx:Context)->list:
@@ -355,7 +356,7 @@ def attention_speedup(ctx:Context|None=None, # where; None: `context()`
                          f'explicit softmax attention in both; {shape}')]
     return ctx.rows(rows)
 
-# %% ../nbs/04_benchmarks.ipynb #22f6407b
+# %% ../nbs/04_benchmarks.ipynb #41416bf8
 def embedding_throughput(ctx:Context|None=None, # where; None: `context()`
                          vocab:int=30522, dim:int=768, # the table: BERT-base's token embeddings
                          tokens:int|None=None, # ids per lookup; None: 65536 on a GPU, 4096 on the CPU
@@ -382,7 +383,7 @@ def embedding_throughput(ctx:Context|None=None, # where; None: `context()`
                          f'{bw:g} GB/s datasheet' if bw else 'no datasheet bandwidth for this device')]
     return ctx.rows(rows)
 
-# %% ../nbs/04_benchmarks.ipynb #26089138
+# %% ../nbs/04_benchmarks.ipynb #f6fa7dc0
 @contextmanager
 def cudnn_benchmark(on:bool=True):
     "`torch.backends.cudnn.benchmark` set to `on` inside the block, restored afterwards."
@@ -391,7 +392,7 @@ def cudnn_benchmark(on:bool=True):
     try: yield
     finally: torch.backends.cudnn.benchmark = old
 
-# %% ../nbs/04_benchmarks.ipynb #34490ea4
+# %% ../nbs/04_benchmarks.ipynb #d37eeebc
 def _has_conv(model:nn.Module)->bool: return any(isinstance(m, nn.Conv2d) for m in model.modules())
 
 def recipe_step(model:nn.Module, # on its device; converted to channels-last in place for image models
@@ -419,7 +420,7 @@ def recipe_step(model:nn.Module, # on its device; converted to channels-last in 
     step.model, step.opt, step.choice, step.scaler = run, opt, choice, scaler
     return step
 
-# %% ../nbs/04_benchmarks.ipynb #91e8308d
+# %% ../nbs/04_benchmarks.ipynb #635ae51e
 def _matmul_call(ctx:Context, dtype:str, n:int)->Callable:
     g = torch.Generator().manual_seed(1)
     a, b = (torch.randn(n, n, generator=g).to(ctx.device, parse_dtype(dtype)) for _ in range(2))
@@ -430,7 +431,7 @@ def _fp32_call(step, batch):
         with no_tf32(): step(*batch)
     return run
 
-# %% ../nbs/04_benchmarks.ipynb #e30809fd
+# %% ../nbs/04_benchmarks.ipynb #dde95aa0
 def recipe(wl:str|Workload='hf-bert', # the workload
            ctx:Context|None=None, # where; None: `context()`
            batch:int|None=None, # samples per step; None: the workload's
@@ -463,7 +464,7 @@ def recipe(wl:str|Workload='hf-bert', # the workload
     t = benchmark(calls, *_rounds(ctx, repeats, warmup), ctx.device.type)
     return _recipe_rows(ctx, w, t, steps, calls, per, bs, ceiling, n, plain_dt)
 
-# %% ../nbs/04_benchmarks.ipynb #41409a27
+# %% ../nbs/04_benchmarks.ipynb #9e123364
 def _recipe_rows(ctx, w, t, steps, calls, per, bs, ceiling, n, plain_dt)->pd.DataFrame:
     "The rows of `recipe`: speed, counted TFLOP/s against the measured ceiling, speed-ups and peak memory per variant."
     top = 2 * n**3 / t.median(ceiling) / 1e9
@@ -488,7 +489,7 @@ def _recipe_rows(ctx, w, t, steps, calls, per, bs, ceiling, n, plain_dt)->pd.Dat
             rows.append(ctx.row(p, w.name, f'speed-up vs fp32 [{k}]', t.ratio('fp32', k), 'x', note))
     return ctx.rows(rows)
 
-# %% ../nbs/04_benchmarks.ipynb #d63e4d58
+# %% ../nbs/04_benchmarks.ipynb #5c6ab871
 _GUIDE_NOTE = "the guide's published figure (third-party claim; no code published)"
 GUIDE = pd.DataFrame([dict(card=c, torch='-', precision='not stated', workload=w, metric=m, value=v, unit=u,
                            note=_GUIDE_NOTE) for c, w, m, v, u in [
@@ -502,7 +503,7 @@ GUIDE = pd.DataFrame([dict(card=c, torch='-', precision='not stated', workload=w
     ('T4', 'bert', 'longest sequence', 1024, 'tokens'), ('K80', 'bert', 'longest sequence', 512, 'tokens')]],
     columns=COLUMNS)
 
-# %% ../nbs/04_benchmarks.ipynb #869f4f46
+# %% ../nbs/04_benchmarks.ipynb #d187ced6
 _T4 = SPECS['T4']
 def _t4_peak(p:str)->float|None:
     "A T4's datasheet peak for `p`: fp32, or fp16 for either half precision (a T4 trains AMP in fp16)."
@@ -533,7 +534,7 @@ def t4_estimate(row:dict, # a row of `COLUMNS`
         return math.nan, 'no estimate: not measured under the T4 memory cap'
     return math.nan, 'no estimate for this unit'
 
-# %% ../nbs/04_benchmarks.ipynb #f9d6a237
+# %% ../nbs/04_benchmarks.ipynb #6394f55a
 def t4_estimates(df:pd.DataFrame, # rows of `COLUMNS`, all from one card
                  spec:GPUSpec|None, # that card's spec row; None: no estimates (the CPU, an unknown card)
                 )->pd.DataFrame:
@@ -545,7 +546,7 @@ def t4_estimates(df:pd.DataFrame, # rows of `COLUMNS`, all from one card
     df['t4_estimate'], df['t4_method'] = [e[0] for e in est], [e[1] for e in est]
     return df
 
-# %% ../nbs/04_benchmarks.ipynb #a08859c4
+# %% ../nbs/04_benchmarks.ipynb #fb6ff088
 DEFAULT_WORKLOADS = ('unet', 'bert')
 
 def check_workloads(names:list|str|None, # workload names; None: the defaults
@@ -571,7 +572,7 @@ def writable_dir(out:str|Path # the folder for results; created if missing
                          'Pass a folder you can write to (it is created if missing).') from None
     return p
 
-# %% ../nbs/04_benchmarks.ipynb #c09cb0f5
+# %% ../nbs/04_benchmarks.ipynb #fee1659a
 def _plan(names:list, ctx:Context, quick:bool, cap:str|None)->list:
     "(label, call) for each measurement of a suite."
     plan, text_done = [], False
@@ -588,7 +589,7 @@ def _plan(names:list, ctx:Context, quick:bool, cap:str|None)->list:
         plan.append((f'{n} recipe', functools.partial(recipe, w, ctx)))
     return plan
 
-# %% ../nbs/04_benchmarks.ipynb #30007d42
+# %% ../nbs/04_benchmarks.ipynb #31aa4920
 def _free_path(folder:Path, stem:str, ext:str)->Path:
     "`folder/stem.ext`, or `stem-2.ext`, `stem-3.ext`... : never a file that exists."
     p, i = folder/f'{stem}.{ext}', 2
@@ -605,7 +606,7 @@ def save_suite(df:pd.DataFrame, # `run_suite`'s table
     plot_suite(df).savefig(png, dpi=110)
     return {'csv': csv, 'png': png}
 
-# %% ../nbs/04_benchmarks.ipynb #5b40a547
+# %% ../nbs/04_benchmarks.ipynb #9ffea455
 _PANELS = [('unet', 'iterations/s'), ('unet', 'largest batch'), ('unet', 'peak memory'),
            ('bert', 'attention speed-up vs fp32'), ('bert', 'longest sequence')]
 
@@ -623,7 +624,7 @@ def _bars(df:pd.DataFrame, workload:str, metric:str)->list:
             bars.append((f'T4 est.\n{r.precision}{extra}', est, 'T4 estimate'))
     return bars
 
-# %% ../nbs/04_benchmarks.ipynb #0d1d6ced
+# %% ../nbs/04_benchmarks.ipynb #8ca045d8
 def plot_suite(df:pd.DataFrame # `run_suite`'s table
               ):
     "The guide's figures beside the measured ones (and T4 estimates): one panel per row of the guide's table."
@@ -647,7 +648,7 @@ def plot_suite(df:pd.DataFrame # `run_suite`'s table
                  fontsize=10)
     return fig
 
-# %% ../nbs/04_benchmarks.ipynb #ae20eea7
+# %% ../nbs/04_benchmarks.ipynb #4c547bfd
 def _guarded(call:Callable, ctx:Context, label:str)->pd.DataFrame:
     "`call()`'s rows, or one row saying it ran out of memory (its memory freed) instead of ending the suite."
     try: return call()
@@ -657,7 +658,7 @@ def _guarded(call:Callable, ctx:Context, label:str)->pd.DataFrame:
     return ctx.rows([ctx.row('-', label.split()[0], f'{label}: out of memory', math.nan, '-',
                              f'{kind} out of memory at its default size: run it alone with a smaller batch')])
 
-# %% ../nbs/04_benchmarks.ipynb #b0e7295d
+# %% ../nbs/04_benchmarks.ipynb #36675646
 def run_suite(quick:bool=False, # speed, attention and embeddings only (no searches, no recipe)
               workloads:list|None=None, # names from `WORKLOADS`; None: unet and bert
               out:str|Path|None=None, # folder for bench.csv and bench.png; None: save nothing
@@ -681,7 +682,7 @@ def run_suite(quick:bool=False, # speed, attention and embeddings only (no searc
     if folder is not None: df.attrs['files'] = {k: str(v) for k, v in save_suite(df, folder).items()}
     return df
 
-# %% ../nbs/04_benchmarks.ipynb #e04adc5a
+# %% ../nbs/04_benchmarks.ipynb #ad7665bf
 def _parser()->argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog='colab-t4 bench', description="Measure this card on the guide's UNet-512 and "
                                 "BERT-512 workloads; print the table, write CSV and PNG.")
@@ -694,7 +695,7 @@ def _parser()->argparse.ArgumentParser:
 
 _SHOW = ['workload', 'precision', 'metric', 'value', 'unit', 't4_estimate']
 
-# %% ../nbs/04_benchmarks.ipynb #b46545a8
+# %% ../nbs/04_benchmarks.ipynb #67a127ab
 def bench_command(argv:list|None=None # arguments after `bench`; None: sys.argv[1:]
                  )->int:
     "`colab-t4 bench [--quick] [--models ...] [--out DIR] [--json]`: print the table, write CSV and PNG; exit status."

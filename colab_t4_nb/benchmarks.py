@@ -578,6 +578,9 @@ def _plan(names:list, ctx:Context, quick:bool, cap:str|None)->list:
     plan, text_done = [], False
     for n in names:
         w = WORKLOADS[n]
+        if w.needs and not _installed(w.needs):
+            plan.append((f'{n} skipped', functools.partial(_skipped, w, ctx)))
+            continue
         plan.append((f'{n} speed', functools.partial(train_speed, w, ctx)))
         if w.text and not text_done:
             plan += [('attention', functools.partial(attention_speedup, ctx)),
@@ -589,7 +592,7 @@ def _plan(names:list, ctx:Context, quick:bool, cap:str|None)->list:
         plan.append((f'{n} recipe', functools.partial(recipe, w, ctx)))
     return plan
 
-# %% ../nbs/04_benchmarks.ipynb #31aa4920
+# %% ../nbs/04_benchmarks.ipynb #bf4d0ae8
 def _free_path(folder:Path, stem:str, ext:str)->Path:
     "`folder/stem.ext`, or `stem-2.ext`, `stem-3.ext`... : never a file that exists."
     p, i = folder/f'{stem}.{ext}', 2
@@ -606,7 +609,7 @@ def save_suite(df:pd.DataFrame, # `run_suite`'s table
     plot_suite(df).savefig(png, dpi=110)
     return {'csv': csv, 'png': png}
 
-# %% ../nbs/04_benchmarks.ipynb #9ffea455
+# %% ../nbs/04_benchmarks.ipynb #97cfae8f
 _PANELS = [('unet', 'iterations/s'), ('unet', 'largest batch'), ('unet', 'peak memory'),
            ('bert', 'attention speed-up vs fp32'), ('bert', 'longest sequence')]
 
@@ -624,7 +627,7 @@ def _bars(df:pd.DataFrame, workload:str, metric:str)->list:
             bars.append((f'T4 est.\n{r.precision}{extra}', est, 'T4 estimate'))
     return bars
 
-# %% ../nbs/04_benchmarks.ipynb #8ca045d8
+# %% ../nbs/04_benchmarks.ipynb #868b0862
 def plot_suite(df:pd.DataFrame # `run_suite`'s table
               ):
     "The guide's figures beside the measured ones (and T4 estimates): one panel per row of the guide's table."
@@ -648,7 +651,7 @@ def plot_suite(df:pd.DataFrame # `run_suite`'s table
                  fontsize=10)
     return fig
 
-# %% ../nbs/04_benchmarks.ipynb #4c547bfd
+# %% ../nbs/04_benchmarks.ipynb #d645848b
 def _guarded(call:Callable, ctx:Context, label:str)->pd.DataFrame:
     "`call()`'s rows, or one row saying it ran out of memory (its memory freed) instead of ending the suite."
     try: return call()
@@ -658,7 +661,7 @@ def _guarded(call:Callable, ctx:Context, label:str)->pd.DataFrame:
     return ctx.rows([ctx.row('-', label.split()[0], f'{label}: out of memory', math.nan, '-',
                              f'{kind} out of memory at its default size: run it alone with a smaller batch')])
 
-# %% ../nbs/04_benchmarks.ipynb #36675646
+# %% ../nbs/04_benchmarks.ipynb #626f1097
 def run_suite(quick:bool=False, # speed, attention and embeddings only (no searches, no recipe)
               workloads:list|None=None, # names from `WORKLOADS`; None: unet and bert
               out:str|Path|None=None, # folder for bench.csv and bench.png; None: save nothing
@@ -682,7 +685,7 @@ def run_suite(quick:bool=False, # speed, attention and embeddings only (no searc
     if folder is not None: df.attrs['files'] = {k: str(v) for k, v in save_suite(df, folder).items()}
     return df
 
-# %% ../nbs/04_benchmarks.ipynb #ad7665bf
+# %% ../nbs/04_benchmarks.ipynb #628267e0
 def _parser()->argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog='colab-t4 bench', description="Measure this card on the guide's UNet-512 and "
                                 "BERT-512 workloads; print the table, write CSV and PNG.")
@@ -695,7 +698,7 @@ def _parser()->argparse.ArgumentParser:
 
 _SHOW = ['workload', 'precision', 'metric', 'value', 'unit', 't4_estimate']
 
-# %% ../nbs/04_benchmarks.ipynb #67a127ab
+# %% ../nbs/04_benchmarks.ipynb #62b8c3b3
 def bench_command(argv:list|None=None # arguments after `bench`; None: sys.argv[1:]
                  )->int:
     "`colab-t4 bench [--quick] [--models ...] [--out DIR] [--json]`: print the table, write CSV and PNG; exit status."

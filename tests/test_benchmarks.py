@@ -1,0 +1,50 @@
+"""`colab-t4 bench` end to end through `bench_command`, in a fresh process as a user runs it."""
+import json, subprocess, sys
+import pandas as pd
+from conftest import ROOT
+
+COLUMNS = ['card', 'torch', 'precision', 'workload', 'metric', 'value', 'unit', 'note', 't4_estimate', 't4_method']
+
+def bench(args, env, timeout=300):
+    code = ('from colab_t4_nb.benchmarks import bench_command; '
+            f'raise SystemExit(bench_command({list(map(str, args))!r}))')
+    env = {**env, 'PYTHONPATH': str(ROOT)}
+    return subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env=env, timeout=timeout)
+
+def test_quick_writes_table_csv_and_png(cpu_env, tmp_path):
+    out = tmp_path/'results'
+    r = bench(['--quick', '--out', out], cpu_env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert 'No CUDA GPU: running small CPU shapes' in r.stderr and 'iterations/s' in r.stdout, r.stdout
+    df = pd.read_csv(out/'bench.csv')
+    assert list(df.columns) == COLUMNS
+    assert {'unet', 'bert'} <= set(df.workload) and df.note.str.contains('CPU quick shapes').all()
+    assert {'iterations/s', 'speed-up vs fp32', 'attention speed-up vs fp32', 'embedding throughput'} <= set(df.metric)
+    assert (df[df.metric == 'iterations/s'].value > 0).all()
+    png = (out/'bench.png').read_bytes()
+    assert png[:8] == b'\x89PNG\r\n\x1a\n' and len(png) > 10_000
+
+def test_json_output_and_nothing_overwritten(cpu_env, tmp_path):
+    (tmp_path/'bench.csv').write_text('kept\n')
+    r = bench(['--quick', '--models', 'unet', '--out', tmp_path, '--json'], cpu_env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = json.loads(r.stdout)
+    assert rows and {row['workload'] for row in rows} == {'unet'} and set(rows[0]) == set(COLUMNS)
+    assert (tmp_path/'bench.csv').read_text() == 'kept\n'
+    assert len(pd.read_csv(tmp_path/'bench-2.csv')) == len(rows)
+
+def test_unknown_workload_lists_known_ones(cpu_env, tmp_path):
+    r = bench(['--quick', '--models', 'unet', 'vgg', '--out', tmp_path], cpu_env)
+    assert r.returncode == 2 and "Unknown workload 'vgg'" in r.stderr, r.stderr
+    assert 'Known workloads: unet, bert, hf-bert, resnet50' in r.stderr, r.stderr
+    assert not list(tmp_path.iterdir())
+
+def test_unwritable_out_fails_before_any_benchmark(cpu_env, tmp_path):
+    (tmp_path/'file').write_text('x')
+    r = bench(['--quick', '--out', tmp_path/'file'/'sub'], cpu_env, timeout=60)
+    assert r.returncode == 1 and 'Cannot write the results to out=' in r.stderr, r.stderr
+    assert 'colab-t4 bench:' in r.stderr and 'No CUDA GPU' not in r.stderr and '%|' not in r.stderr
+
+def test_bad_flag_is_a_usage_error(cpu_env):
+    r = bench(['--fast'], cpu_env, timeout=60)
+    assert r.returncode == 2 and 'usage: colab-t4 bench' in r.stderr, r.stderr

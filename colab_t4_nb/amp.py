@@ -4,7 +4,7 @@
 
 # %% ../nbs/01_amp.ipynb #d460caa8
 from __future__ import annotations
-import functools, json, math, os, re, warnings
+import functools, json, math, numbers, os, re, statistics, time, warnings
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -19,15 +19,15 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 from fastcore.basics import patch, store_attr
 
-from .allocation import ColabT4Error, GPU, GPUSpec, SPECS, native_bf16, spec_for
-from .timing import benchmark, needs_gpu, record
+from .allocation import ColabT4Error, GPU, GPUSpec, NoGPUError, SPECS, UnknownGPUError, native_bf16, spec_for
+from .timing import benchmark, cpu_timer, needs_gpu, record
 
 # %% auto #0
 __all__ = ['DTYPES', 'AmpError', 'SkippedStepsError', 'EmulatedBF16Warning', 'SlowAMPWarning', 'parse_dtype', 'dtype_name',
            'AmpChoice', 'amp_choice', 'amp_dtype', 'AmpStep', 'plain_amp_step', 'OpCounter', 'autocast_ops', 'in_fp32',
-           'softmax32', 'no_tf32', 'TensorCoreCheck', 'tensor_core_check', 'amp_report', 'mlp', 'step_anatomy',
-           'Encoder', 'token_loss', 'token_batch', 'math_share', 'lint_dims', 'bench_encoder', 'needs_tf', 'KerasAmp',
-           'keras_amp']
+           'softmax32', 'no_tf32', 'TensorCoreCheck', 'matmul_ms', 'tensor_core_check', 'amp_report', 'mlp',
+           'step_anatomy', 'Encoder', 'token_loss', 'token_batch', 'math_share', 'lint_dims', 'bench_encoder',
+           'needs_tf', 'KerasAmp', 'keras_amp']
 
 # %% ../nbs/01_amp.ipynb #87ae62a8
 class AmpError(ColabT4Error, ValueError):
@@ -39,6 +39,21 @@ class SkippedStepsError(ColabT4Error, FloatingPointError):
 
 class EmulatedBF16Warning(UserWarning): "bf16 asked for on a card that only emulates it."
 class SlowAMPWarning(UserWarning): "AMP on a card that has no fast half-precision path."
+
+# %% ../nbs/01_amp.ipynb #81016f6c
+def _check_int(name:str, value, lo:int=1):
+    "`value` if it is an integer >= `lo`; otherwise an `AmpError` naming `name`."
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < lo:
+        raise AmpError(f'{name} must be an integer >= {lo}, got {name}={value!r}')
+    return int(value)
+
+def _model_device(model:nn.Module)->torch.device:
+    "The device of `model`'s first parameter; an `AmpError` for a model without any."
+    if not isinstance(model, nn.Module): raise AmpError(f'model must be a torch nn.Module, got model={model!r}')
+    p = next(model.parameters(), None)
+    if p is None: raise AmpError(f'model={type(model).__name__} has no parameters, so there is nothing to train: '
+                                 'pass the model whose parameters the optimizer updates.')
+    return p.device
 
 # %% ../nbs/01_amp.ipynb #c82c4a25
 DTYPES = {'fp16': torch.float16, 'bf16': torch.bfloat16, 'fp32': torch.float32}
@@ -78,21 +93,53 @@ class AmpChoice:
     def _repr_markdown_(self): return f'**{self.name}**{" + GradScaler" if self.scaler else ""} on {self.card}: {self.reason}'
 
 # %% ../nbs/01_amp.ipynb #d292f264
+_TORCH_DEVICES = r'(cpu|cuda|mps|xpu|xla|meta|hip|ipu|hpu|mtia|lazy|vulkan|mkldnn|opengl|opencl|ideep|ve|fpga|maia|privateuseone)(:\d+)?'
+
+def _cc(cc:tuple)->tuple:
+    "A compute capability `(major, minor)`, checked."
+    if len(cc) != 2 or not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 0 for v in cc):
+        raise AmpError(f'A compute capability is (major, minor), e.g. (7, 5) for a T4; got device={cc!r}')
+    return tuple(int(v) for v in cc)
+
+def _torch_device(device)->torch.device|None:
+    "`device` as a torch device when it names one ('cuda:0', 'cpu', 0, a torch.device); None for a card's name."
+    if isinstance(device, torch.device): return device
+    if isinstance(device, numbers.Integral) and not isinstance(device, bool):
+        if device < 0: raise AmpError(f'A CUDA device index is >= 0, got device={device!r}')
+        return torch.device('cuda', int(device))
+    if isinstance(device, str) and re.fullmatch(_TORCH_DEVICES, device.strip()): return torch.device(device.strip())
+    if isinstance(device, str): return None
+    raise AmpError(f"device={device!r} is not a device: pass a torch device ('cuda:0', 'cpu'), a GPU or GPUSpec, "
+                   "a card's name ('Tesla T4'), a compute capability ((7, 5)), or None for the device here.")
+
+def _cuda_props(device, dev:torch.device):
+    "The properties of CUDA device `dev`; `NoGPUError` naming `device` when it is not here."
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    idx = dev.index if dev.index is not None else (torch.cuda.current_device() if n else 0)
+    if idx >= n:
+        raise NoGPUError(f'device={device!r}: this runtime has {n} CUDA GPU(s). Pass \'cpu\', None for the device here, '
+                         "or a card's name ('T4') or compute capability ((7, 5)) to decide for a card that is not here.")
+    return torch.cuda.get_device_properties(idx)
+
 def _card(device)->tuple:
     "(device type, description, compute capability, spec row) for `device`."
     if isinstance(device, GPUSpec): return 'cuda', device.key, device.cc, device
     if isinstance(device, GPU):
         spec = device.spec
         return 'cuda', device.name, device.cc or (spec.cc if spec else None), spec
-    if isinstance(device, tuple): return 'cuda', 'a GPU', tuple(device), None
+    if isinstance(device, tuple): return 'cuda', 'a GPU', _cc(device), None
     if device is None: device = 'cuda' if torch.cuda.is_available() else 'cpu'
-    if isinstance(device, str) and not re.fullmatch(r'(cpu|cuda)(:\d+)?', device.strip()):
-        spec = spec_for(device)
+    dev = _torch_device(device)
+    if dev is None:
+        try: spec = spec_for(device)
+        except UnknownGPUError as e:
+            raise AmpError(f"device={device!r} is neither a torch device ('cpu', 'cuda:0') nor a card: {e}") from None
         return 'cuda', spec.key, spec.cc, spec
-    dev = torch.device(device)
     if dev.type == 'cpu': return 'cpu', 'the CPU', None, None
-    if dev.type != 'cuda': raise AmpError(f'{device!r}: only CUDA GPUs and the CPU are handled here.')
-    p = torch.cuda.get_device_properties(dev.index if dev.index is not None else torch.cuda.current_device())
+    if dev.type != 'cuda':
+        raise AmpError(f"device={device!r}: only CUDA GPUs and the CPU are handled here; autocast on {dev.type} is not. "
+                       "Pass a CUDA device, 'cpu', or a card's name to decide for that card.")
+    p = _cuda_props(device, dev)
     return 'cuda', p.name, (p.major, p.minor), spec_for(p.name, strict=False)
 
 def _fast_fp16(cc, spec)->bool|None:
@@ -144,6 +191,17 @@ def amp_dtype(device=None, # as for `amp_choice`
     "The autocast dtype for `device` (see `amp_choice`)."
     return amp_choice(device, dtype).dtype
 
+# %% ../nbs/01_amp.ipynb #d7948a9f
+def _check_step_args(opt, loss_fn, clip, scaler):
+    "`AmpError` naming the first of `AmpStep`'s arguments that cannot work."
+    if not isinstance(opt, torch.optim.Optimizer): raise AmpError(f'opt must be a torch.optim optimizer, got opt={opt!r}')
+    if loss_fn is not None and not callable(loss_fn): raise AmpError(f'loss_fn must be callable or None, got loss_fn={loss_fn!r}')
+    if clip is not None and not (isinstance(clip, numbers.Real) and not isinstance(clip, bool) and clip > 0):
+        raise AmpError(f'clip is the largest gradient norm allowed, a number > 0, got clip={clip!r}: '
+                       'pass e.g. clip=1.0, or clip=None for no clipping.')
+    if not (scaler is None or isinstance(scaler, (bool, torch.amp.GradScaler))):
+        raise AmpError(f'scaler must be True, False, None or a torch.amp.GradScaler, got scaler={scaler!r}')
+
 # %% ../nbs/01_amp.ipynb #d764029e
 class AmpStep:
     "One training step with autocast, loss scaling where the precision needs it, clipping, and a record of skipped steps."
@@ -155,8 +213,11 @@ class AmpStep:
                  max_skips:int=20, # raise after this many bad steps in a row
                  check_every:int|None=None, # steps between reads of the record; None: 1 on the CPU, 16 on a GPU
                 ):
+        dev = _model_device(model)
+        _check_step_args(opt, loss_fn, clip, scaler)
+        max_skips = _check_int('max_skips', max_skips)
+        if check_every is not None: check_every = _check_int('check_every', check_every)
         store_attr('model,opt,loss_fn,clip,max_skips')
-        dev = next(model.parameters()).device
         self.choice = amp_choice(dev, dtype)
         if scaler not in (None, False) and self.choice.dtype == torch.bfloat16:
             raise AmpError('bf16 has the range of fp32 and needs no GradScaler: leave `scaler` out, or train in fp16.')
@@ -305,6 +366,8 @@ def autocast_ops(device='cpu', # where to run the probes
                  dtype:str|torch.dtype|None=None, # autocast dtype; None: `amp_dtype(device)`
                 )->pd.DataFrame:
     "For common operations, the output dtype under autocast for fp32 and for half-precision inputs."
+    if _torch_device(device) is None:
+        raise AmpError(f"device={device!r}: the probes run here, so they need a torch device ('cpu', 'cuda').")
     ch = amp_choice(device, dtype)
     x = torch.randn(8, 16, device=device)
     rows = {}
@@ -345,6 +408,7 @@ class TensorCoreCheck:
     fp32_tflops:float; amp_tflops:float           # measured
     fp32_peak:float|None=None; amp_peak:float|None=None  # spec table; None where it has no figure
     note:str=''                                   # the reason `amp_choice` gave for this dtype
+    amp_err:float|None=None                       # ||amp - fp32|| / ||fp32|| of the products timed
 
     @property
     def speedup(self)->float: return self.amp_tflops / self.fp32_tflops
@@ -383,24 +447,57 @@ def _md_table(df:pd.DataFrame)->str:
 @patch
 def _repr_markdown_(self:TensorCoreCheck): return self.verdict + '\n\n' + _md_table(self.df)
 
+# %% ../nbs/01_amp.ipynb #84eaf58d
+def _gpu_warmup(fn:Callable, calls:int, least_ms:float):
+    "Run `fn` `calls` times, then more until at least `least_ms` of GPU time has passed, so the clocks settle."
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(max(calls, 1)): fn()
+    end.record(); end.synchronize()
+    took = start.elapsed_time(end)
+    for _ in range(math.ceil(max(calls, 1) * (least_ms / took - 1)) if took < least_ms else 0): fn()
+
+def matmul_ms(a:torch.Tensor, b:torch.Tensor, # the operands, on one device
+              repeats:int=50, # timed products; their median is the answer
+              warmup:int=10, # untimed products first (on a GPU, at least 100 ms of them)
+              clock:Callable=time.perf_counter, # the CPU clock
+             )->float:
+    "Median milliseconds of one `a @ b` into a preallocated output, products issued back to back (CUDA events on a GPU)."
+    repeats, warmup = _check_int('repeats', repeats), _check_int('warmup', warmup, 0)
+    out = torch.empty(a.shape[0], b.shape[1], device=a.device, dtype=torch.result_type(a, b))
+    def mm(): torch.matmul(a, b, out=out)
+    if a.device.type != 'cuda':
+        for _ in range(warmup): mm()
+        return statistics.median(cpu_timer(mm, clock) for _ in range(repeats))
+    with torch.cuda.device(a.device):
+        _gpu_warmup(mm, warmup, 100)
+        ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(repeats)]
+        for start, end in ev: start.record(); mm(); end.record()
+        torch.cuda.synchronize()
+    return statistics.median(start.elapsed_time(end) for start, end in ev)
+
 # %% ../nbs/01_amp.ipynb #b41c915c
 def tensor_core_check(device=None, # a torch device; None: the GPU if there is one, else the CPU
                       dtype:str|torch.dtype|None=None, # None: `amp_dtype(device)`
                       n:int|None=None, # matrix size; None: 8192 on a GPU, 256 on the CPU
-                      repeats:int=10, warmup:int=3, # rounds of `benchmark`
+                      repeats:int=50, warmup:int=10, # timed and untimed products of each dtype (`matmul_ms`)
                      )->TensorCoreCheck:
     "Matrix-product rate in fp32 (TF32 off) and in the AMP dtype, measured here and set against the spec table."
-    dev = torch.device(device if device is not None else 'cuda' if torch.cuda.is_available() else 'cpu')
+    dev = _torch_device('cuda' if device is None and torch.cuda.is_available() else 'cpu' if device is None else device)
+    if dev is None: raise AmpError(f"device={device!r}: the check runs here, so it needs a torch device ('cuda', 'cpu').")
     ch, spec = amp_choice(dev, dtype), _card(dev)[3]
     if not ch.enabled: raise AmpError('dtype fp32 leaves nothing to compare: pass fp16 or bf16.')
-    n = n or (8192 if dev.type == 'cuda' else 256)
+    n = _check_int('n', n) if n is not None else (8192 if dev.type == 'cuda' else 256)
     a, b = torch.randn(n, n, device=dev), torch.randn(n, n, device=dev)
     al, bl = a.to(ch.dtype), b.to(ch.dtype)
-    with no_tf32(): t = benchmark({'fp32': lambda: a @ b, ch.name: lambda: al @ bl}, repeats, warmup, dev.type)
+    with no_tf32():
+        ms = {'amp': matmul_ms(al, bl, repeats, warmup), 'fp32': matmul_ms(a, b, repeats, warmup)}
+        ref = a @ b
+        err = ((al @ bl).float() - ref).norm().item() / ref.norm().item()
     tflops = lambda ms: 2 * n**3 / ms / 1e9
     peak = None if spec is None else spec.bf16_tflops if ch.dtype == torch.bfloat16 else spec.fp16_tflops
-    return TensorCoreCheck(ch.card, ch.name, n, tflops(t.median('fp32')), tflops(t.median(ch.name)),
-                           spec and spec.fp32_tflops, peak, ch.reason)
+    return TensorCoreCheck(ch.card, ch.name, n, tflops(ms['fp32']), tflops(ms['amp']),
+                           spec and spec.fp32_tflops, peak, ch.reason, err)
 
 # %% ../nbs/01_amp.ipynb #c0ec72ff
 def _peak_bytes(fn:Callable, dev:torch.device)->float:
@@ -429,7 +526,10 @@ def amp_report(model:nn.Module, batch:tuple, # the model (on its device) and one
                repeats:int=20, warmup:int=3, # rounds of `benchmark`
               )->pd.DataFrame:
     "fp32 (TF32 off) against AMP on `model` and `batch`: step time, samples/s, peak memory, speed-up, memory saved."
-    dev = next(model.parameters()).device
+    dev = _model_device(model)
+    if not isinstance(batch, (tuple, list)) or not batch:
+        raise AmpError(f'batch is a tuple (*inputs, target), got batch={type(batch).__name__}: pass e.g. (x, y)')
+    repeats, warmup = _check_int('repeats', repeats), _check_int('warmup', warmup, 0)
     opt = opt_fn(model.parameters())
     amp = AmpStep(model, opt, loss_fn, dtype)
     steps = {'fp32': AmpStep(model, opt, loss_fn, 'fp32'), f'amp {amp.choice.name}': amp}
@@ -444,11 +544,12 @@ def amp_report(model:nn.Module, batch:tuple, # the model (on its device) and one
 # %% ../nbs/01_amp.ipynb #5481bb85
 def mlp(d:int=1024, h:int=4096)->nn.Sequential:
     "The article's small model: Linear d -> h, ReLU, Linear h -> d."
-    return nn.Sequential(nn.Linear(d, h), nn.ReLU(), nn.Linear(h, d))
+    return nn.Sequential(nn.Linear(_check_int('d', d), _check_int('h', h)), nn.ReLU(), nn.Linear(h, d))
 
 # %% ../nbs/01_amp.ipynb #2494eab2
 def step_anatomy(step:Callable, *batch)->dict:
     "What one call of `step(*batch)` asks for: aten operations, casts among them, scalar reads, GFLOP."
+    if not callable(step): raise AmpError(f'step must be callable (an AmpStep or a function), got step={step!r}')
     with FlopCounterMode(display=False) as fc, OpCounter() as oc: step(*batch)
     return {'ops': sum(oc.ops.values()), 'casts': oc.ops['_to_copy'], 'scalar reads': oc.ops['_local_scalar_dense'],
             'GFLOP': fc.get_total_flops() / 1e9}
@@ -459,6 +560,8 @@ class Encoder(nn.Module):
     def __init__(self, vocab:int=30522, hidden:int=768, layers:int=12, heads:int=12, ffn:int=3072, max_len:int=512,
                  dropout:float=0.1):
         super().__init__()
+        for k, v in dict(vocab=vocab, hidden=hidden, layers=layers, heads=heads, ffn=ffn, max_len=max_len).items(): _check_int(k, v)
+        if hidden % heads: raise AmpError(f'hidden must be a multiple of heads, got hidden={hidden}, heads={heads}')
         self.tok, self.pos, self.norm = nn.Embedding(vocab, hidden), nn.Embedding(max_len, hidden), nn.LayerNorm(hidden)
         layer = nn.TransformerEncoderLayer(hidden, heads, ffn, dropout, activation='gelu', batch_first=True)
         self.enc = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
@@ -472,6 +575,7 @@ def token_loss(logits, target): return F.cross_entropy(logits.flatten(0, 1), tar
 
 def token_batch(batch:int=16, seq:int=512, vocab:int=30522, device=None, seed:int=0)->tuple:
     "Random token ids and targets, `(batch, seq)` each."
+    batch, seq, vocab = _check_int('batch', batch), _check_int('seq', seq), _check_int('vocab', vocab)
     g = torch.Generator().manual_seed(seed)
     return tuple(torch.randint(vocab, (batch, seq), generator=g).to(device) for _ in range(2))
 
@@ -481,6 +585,10 @@ def math_share(report:pd.DataFrame, # `amp_report`-style: a `ms` column, rows na
                spec:GPUSpec|str, # the card, for its peak rates
               )->pd.DataFrame:
     "`report` with the step's arithmetic at the card's datasheet peak (`math_ms`) and its share of the step."
+    if not isinstance(report, pd.DataFrame) or 'ms' not in report.columns:
+        raise AmpError(f"report must be a DataFrame with an 'ms' column (from amp_report), got report={type(report).__name__}")
+    if isinstance(gflop, bool) or not isinstance(gflop, numbers.Real) or not gflop >= 0:
+        raise AmpError(f'gflop is the floating-point work of one step, a number >= 0, got gflop={gflop!r}')
     spec = spec if isinstance(spec, GPUSpec) else spec_for(spec)
     peaks = {'fp32': spec.fp32_tflops, 'fp16': spec.fp16_tflops, 'bf16': spec.bf16_tflops}
     df = report.copy()
@@ -495,7 +603,8 @@ _DIMS = [(nn.Linear, ('in_features', 'out_features')), (nn.modules.conv._ConvNd,
 
 def lint_dims(model:nn.Module, multiple:int=8)->pd.DataFrame:
     "The layer sizes in `model` that are not multiples of `multiple`, one row each, with the size to pad to."
-    rows = []
+    if not isinstance(model, nn.Module): raise AmpError(f'model must be a torch nn.Module, got model={model!r}')
+    multiple, rows = _check_int('multiple', multiple), []
     for name, m in model.named_modules():
         for cls, attrs in _DIMS:
             if not isinstance(m, cls): continue
@@ -511,7 +620,9 @@ def bench_encoder(batch:int=16, seq:int=512, # sequences per step, tokens per se
                   **model_kw, # `Encoder` sizes (vocab, hidden, layers, heads, ffn)
                  )->pd.DataFrame:
     "Training steps of a BERT-shaped encoder: fp32, `AmpStep`, the textbook AMP step and `AmpStep`'s default, interleaved."
-    dev = torch.device(device if device is not None else 'cuda' if torch.cuda.is_available() else 'cpu')
+    dev = _torch_device('cuda' if device is None and torch.cuda.is_available() else 'cpu' if device is None else device)
+    if dev is None: raise AmpError(f"device={device!r}: the benchmark runs here, so it needs a torch device ('cuda', 'cpu').")
+    batch, seq = _check_int('batch', batch), _check_int('seq', seq)
     torch.manual_seed(0)
     with torch.device(dev): model = Encoder(max_len=seq, **model_kw)
     ids, tgt = token_batch(batch, seq, model.tok.num_embeddings, dev)

@@ -4,7 +4,7 @@
 
 # %% ../nbs/02_memory.ipynb #ee15110d
 from __future__ import annotations
-import functools, gc, math, os, socket, sys, time, traceback, warnings
+import functools, gc, math, numbers, os, socket, sys, time, traceback, warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable
@@ -20,11 +20,11 @@ from .allocation import ColabT4Error, NoGPUError, nvml_gpus, oom_kind, spec_for
 from .timing import benchmark
 
 # %% auto #0
-__all__ = ['REPORTED_MIB', 'BatchSizeError', 'NothingFits', 'SplitError', 'MemoryGrowthError', 'free_memory', 'Trial',
-           'try_batch', 'BatchSizeResult', 'find_batch_size', 'auto_batch_size', 'Accumulation', 'accumulation',
-           'usable_memory', 'cap_memory', 'peak_memory', 'memory_report', 'Checkpointed', 'checkpoint_every',
-           'checkpoint_report', 'balance', 'param_bytes', 'SplitModel', 'split_model', 'launch_ddp', 'allreduce_check',
-           'tf_memory_growth', 'synthetic_step']
+__all__ = ['REPORTED_MIB', 'BatchSizeError', 'NothingFits', 'SplitError', 'MemoryGrowthError', 'DeviceError', 'free_memory',
+           'Trial', 'try_batch', 'SizeResult', 'BatchSizeResult', 'find_batch_size', 'find_max_size', 'auto_batch_size',
+           'Accumulation', 'accumulation', 'usable_memory', 'cap_memory', 'peak_memory', 'memory_report',
+           'Checkpointed', 'checkpoint_every', 'checkpoint_report', 'balance', 'param_bytes', 'SplitModel',
+           'split_model', 'launch_ddp', 'allreduce_check', 'tf_memory_growth', 'synthetic_step']
 
 # %% ../nbs/02_memory.ipynb #32f5aa0d
 class BatchSizeError(ColabT4Error, ValueError):
@@ -38,6 +38,18 @@ class SplitError(ColabT4Error, TypeError):
 
 class MemoryGrowthError(ColabT4Error, RuntimeError):
     "TensorFlow's memory growth was switched after TensorFlow had started on the GPU."
+
+class DeviceError(ColabT4Error, ValueError):
+    "A device that is not one."
+
+# %% ../nbs/02_memory.ipynb #2942c069
+def _int_arg(name:str, value, what:str='size')->int:
+    "`value` as an int if it is a whole number >= 1; otherwise a `BatchSizeError` naming `name` and the way out."
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        fix = f': pass {name}={int(value)}' if isinstance(value, str) and value.strip().isdigit() else ''
+        raise BatchSizeError(f'{name} must be an integer ({what}s and step counts are whole numbers), got {name}={value!r}{fix}')
+    if value < 1: raise BatchSizeError(f'{name} must be an integer >= 1, got {name}={value!r}')
+    return int(value)
 
 # %% ../nbs/02_memory.ipynb #66a07b34
 def _clear_exception(e:BaseException|None, seen=None):
@@ -79,6 +91,7 @@ def try_batch(fn:Callable, # `fn(batch_size)` runs one training step
               clock:Callable=time.perf_counter, # wall clock
              )->Trial:
     "Run `fn(size)` `steps` times: a `Trial`; out-of-memory is caught and freed, other errors propagate."
+    size, steps = _int_arg('size', size, 'batch size'), _int_arg('steps', steps, 'batch size')
     t0, err = clock(), None
     try:
         for _ in range(steps): fn(size)
@@ -93,9 +106,9 @@ def try_batch(fn:Callable, # `fn(batch_size)` runs one training step
 
 # %% ../nbs/02_memory.ipynb #6fe24747
 @dataclass
-class BatchSizeResult:
-    "What `find_batch_size` chose, and every trial it made."
-    batch_size:int           # the size to train with: `largest_ok` less the margin
+class SizeResult:
+    "What `find_max_size` chose, and every trial it made."
+    size:int                 # the size to use: `largest_ok` less the margin
     largest_ok:int           # the largest size that ran all its steps
     smallest_oom:int|None    # the smallest size that ran out of memory; None if none did
     trials:list              # every `Trial`, in order
@@ -103,6 +116,7 @@ class BatchSizeResult:
     steps:int = 3
     margin:float = 0.015
     train_ooms:list = field(default_factory=list)  # sizes that ran out of memory in training (`auto_batch_size`)
+    what = 'size'            # what the size counts, in messages (not a field)
 
     @property
     def sizes(self)->list: return [t.size for t in self.trials]
@@ -114,29 +128,43 @@ class BatchSizeResult:
         return pd.DataFrame([vars(t) for t in self.trials], columns=['size', 'ok', 'seconds', 'error']).rename_axis('trial')
 
     def __repr__(self):
-        return (f'BatchSizeResult(batch_size={self.batch_size}, largest_ok={self.largest_ok}, smallest_oom={self.smallest_oom}, '
+        return (f'{type(self).__name__}({self.what.replace(" ", "_")}={self.size}, largest_ok={self.largest_ok}, smallest_oom={self.smallest_oom}, '
                 f'trials={len(self.trials)}, seconds={self.seconds:.2f})')
+
+# %% ../nbs/02_memory.ipynb #b7b41b36
+class BatchSizeResult(SizeResult):
+    "What `find_batch_size` chose (`.batch_size`), and every trial it made."
+    what = 'batch size'
+    @property
+    def batch_size(self)->int: return self.size
 
 # %% ../nbs/02_memory.ipynb #c5c5fce8
 @patch
-def _repr_markdown_(self:BatchSizeResult):
+def _repr_markdown_(self:SizeResult):
     oom = f'{self.smallest_oom} ran out of memory' if self.smallest_oom else 'nothing ran out of memory'
-    head = (f'**batch size {self.batch_size}** (largest that ran {self.steps} steps: {self.largest_ok}; {oom}; '
+    head = (f'**{self.what} {self.size}** (largest that ran {self.steps} steps: {self.largest_ok}; {oom}; '
             f'margin {self.margin:.0%}) after {len(self.trials)} trials in {self.seconds:.2f} s\n\n')
     rows = '\n'.join(f'| {i} | {t.size} | {"ok" if t.ok else "OOM (" + str(t.error) + ")"} | {t.seconds:.3f} |'
                      for i, t in enumerate(self.trials))
     return head + '| trial | size | result | seconds |\n|---|---|---|---|\n' + rows
 
 # %% ../nbs/02_memory.ipynb #c375866a
-def _check_args(mode, start, min_size, max_size, steps, margin, tol):
+def _check_args(fn, mode, start, min_size, max_size, steps, margin, tol, what='size'):
+    "`BatchSizeError` naming the first argument of the search that cannot work (`start` is None when not given)."
+    if not callable(fn): raise BatchSizeError(f'fn must be callable: fn({what.replace(" ", "_")}) runs one training step; got fn={fn!r}')
     if mode not in ('grow', 'halve'): raise BatchSizeError(f"mode must be 'grow' or 'halve', got mode={mode!r}")
-    if min_size < 1: raise BatchSizeError(f'min_size must be at least 1, got min_size={min_size}')
-    if start <= 0: raise BatchSizeError(f'start must be a positive batch size, got start={start}')
-    if start < min_size: raise BatchSizeError(f'start={start} is below min_size={min_size}: raise start or lower min_size')
-    if max_size < start: raise BatchSizeError(f'max_size={max_size} is below start={start}: raise max_size or lower start')
-    if steps < 1: raise BatchSizeError(f'steps must be at least 1, got steps={steps}')
-    if not 0 <= margin < 1: raise BatchSizeError(f'margin is a fraction in [0, 1), got margin={margin}')
-    if tol < 0: raise BatchSizeError(f'tol must be >= 0, got tol={tol}')
+    min_size, max_size, steps = _int_arg('min_size', min_size, what), _int_arg('max_size', max_size, what), _int_arg('steps', steps, what)
+    if start is not None: start = _int_arg('start', start, what)
+    if max_size < min_size: raise BatchSizeError(f'max_size={max_size} is below min_size={min_size}: raise max_size or lower min_size')
+    if start is not None and start < min_size:
+        raise BatchSizeError(f'start={start} is below min_size={min_size}: raise start or lower min_size')
+    if start is not None and start > max_size:
+        raise BatchSizeError(f'max_size={max_size} is below start={start}: raise max_size or lower start')
+    if isinstance(margin, bool) or not isinstance(margin, numbers.Real) or not 0 <= margin < 1:
+        raise BatchSizeError(f'margin is a fraction in [0, 1), got margin={margin!r}')
+    if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not 0 <= tol < math.inf:
+        raise BatchSizeError(f'tol is a fraction >= 0, got tol={tol!r}')
+    return start, min_size, max_size, steps
 
 # %% ../nbs/02_memory.ipynb #66827b54
 def _bracket(trial, mode, start, min_size, max_size):
@@ -170,14 +198,32 @@ def _gc_frozen():
     finally: gc.unfreeze()
 
 # %% ../nbs/02_memory.ipynb #2bd2bf13
-def _nothing_fits(trials, min_size, steps):
+def _nothing_fits(trials, min_size, steps, what='batch size'):
     t = min(trials, key=lambda t: t.size)
     lower = f' or lower min_size (={min_size})' if t.size == min_size > 1 else ''
-    e = NothingFits(f'Nothing fits: even batch size {t.size}, the smallest tried, ran out of memory ({t.error}) within {steps} steps. '
+    e = NothingFits(f'Nothing fits: even {what} {t.size}, the smallest tried, ran out of memory ({t.error}) within {steps} steps. '
                     f'Free memory held elsewhere (del unused models, free_memory()), train in mixed precision, '
                     f'checkpoint activations{lower}.')
     e.trials = trials
     return e
+
+# %% ../nbs/02_memory.ipynb #d748aefa
+def _search(fn, mode, start, min_size, max_size, steps, margin, tol, verbose, cls):
+    "The search behind `find_max_size` and `find_batch_size`; a `cls` result."
+    start, min_size, max_size, steps = _check_args(fn, mode, start, min_size, max_size, steps, margin, tol, cls.what)
+    if start is None: start = min(max(32, min_size), max_size) if mode == 'grow' else max_size
+    trials = []
+    def trial(size):
+        trials.append(t := try_batch(fn, size, steps))
+        if verbose: print(f"{cls.what} {t.size}: {'ok' if t.ok else 'out of memory (' + t.error + ')'} in {t.seconds:.2f} s")
+        return t.ok
+    with _gc_frozen():
+        try:
+            lo, hi = _bracket(trial, mode, start, min_size, max_size)
+            if lo is None: raise _nothing_fits(trials, min_size, steps, cls.what)
+            lo, hi = _bisect(trial, lo, hi, tol)
+        finally: free_memory()
+    return cls(lo if hi is None else max(min_size, lo - int(lo * margin)), lo, hi, trials, mode, steps, margin)
 
 # %% ../nbs/02_memory.ipynb #a844b03e
 def find_batch_size(fn:Callable, # `fn(batch_size)` runs one training step
@@ -191,20 +237,21 @@ def find_batch_size(fn:Callable, # `fn(batch_size)` runs one training step
                     verbose:bool=False, # print each trial
                    )->BatchSizeResult:
     "The largest batch size at which `fn` survives `steps` steps, less a safety margin."
-    if start is None: start = min(max(32, min_size), max_size) if mode == 'grow' else max_size
-    _check_args(mode, start, min_size, max_size, steps, margin, tol)
-    trials = []
-    def trial(size):
-        trials.append(t := try_batch(fn, size, steps))
-        if verbose: print(f"batch {t.size}: {'ok' if t.ok else 'out of memory (' + t.error + ')'} in {t.seconds:.2f} s")
-        return t.ok
-    with _gc_frozen():
-        try:
-            lo, hi = _bracket(trial, mode, start, min_size, max_size)
-            if lo is None: raise _nothing_fits(trials, min_size, steps)
-            lo, hi = _bisect(trial, lo, hi, tol)
-        finally: free_memory()
-    return BatchSizeResult(lo if hi is None else max(min_size, lo - int(lo * margin)), lo, hi, trials, mode, steps, margin)
+    return _search(fn, mode, start, min_size, max_size, steps, margin, tol, verbose, BatchSizeResult)
+
+# %% ../nbs/02_memory.ipynb #a5ad9035
+def find_max_size(fn:Callable, # `fn(size)` runs one training step at `size` (a sequence length, an image side...)
+                  mode:str='grow', # 'grow': double from `start` until OOM; 'halve': halve from `start` until it fits
+                  start:int|None=None, # first size tried; default 32 ('grow', kept within the bounds) or `max_size` ('halve')
+                  min_size:int=1, # never try a smaller size
+                  max_size:int=2**14, # never try a larger size
+                  steps:int=3, # training steps each candidate must survive
+                  margin:float=0.015, # the result is this fraction (rounded down) below the largest size that fitted
+                  tol:float=0.03, # bisect until the interval is this fraction of the size, or 1, wide
+                  verbose:bool=False, # print each trial
+                 )->SizeResult:
+    "The largest integer size at which `fn` survives `steps` steps, less a safety margin."
+    return _search(fn, mode, start, min_size, max_size, steps, margin, tol, verbose, SizeResult)
 
 # %% ../nbs/02_memory.ipynb #6115aa97
 def auto_batch_size(probe:Callable, # `probe(batch_size, *args, **kwargs)` runs one training step
@@ -251,8 +298,8 @@ def accumulation(target:int, # the effective batch size wanted
                  fits:int|BatchSizeResult, # the largest micro-batch that fits, or `find_batch_size`'s result
                 )->Accumulation:
     "Micro-batches of at most `fits` samples adding up to exactly `target`."
-    fits = fits.batch_size if isinstance(fits, BatchSizeResult) else fits
-    if target < 1 or fits < 1: raise BatchSizeError(f'need target >= 1 and fits >= 1, got target={target}, fits={fits}')
+    fits = fits.size if isinstance(fits, SizeResult) else fits
+    target, fits = _int_arg('target', target, 'batch size'), _int_arg('fits', fits, 'batch size')
     n = -(-target // fits)
     base, extra = divmod(target, n)
     return Accumulation(target, [base + 1] * extra + [base] * (n - extra))
@@ -295,7 +342,11 @@ class cap_memory:
 
 # %% ../nbs/02_memory.ipynb #0355f784
 def _device(device=None)->torch.device:
-    return torch.device(device if device is not None else ('cuda' if torch.cuda.is_available() else 'cpu'))
+    "`device` as a torch device; None: the GPU if there is one, else the CPU."
+    if device is None: return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+    try: return torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise DeviceError(f"device={device!r} is not a torch device: pass 'cuda', 'cuda:1', 'cpu' or None ({e})") from None
 
 class peak_memory:
     "Context manager: peak bytes PyTorch allocated on `device` inside the block (NaN on the CPU)."
@@ -369,7 +420,7 @@ def checkpoint_every(model:nn.Sequential, # the blocks, in order
                     )->nn.Sequential:
     "`model`'s blocks regrouped into checkpointed segments of `n` blocks (the blocks are shared, not copied)."
     if not isinstance(model, nn.Sequential): raise SplitError(f'checkpoint_every takes an nn.Sequential, got {type(model).__name__}; wrap a single module in Checkpointed(...) instead.')
-    if n < 1: raise SplitError(f'n must be at least 1, got n={n}')
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1: raise SplitError(f'n must be an integer >= 1, got n={n!r}')
     blocks = list(model)
     return nn.Sequential(*[Checkpointed(nn.Sequential(*blocks[i:i + n])) for i in range(0, len(blocks), n)])
 
@@ -404,6 +455,10 @@ def balance(sizes:list, # size of each block, in order
             parts:int, # number of consecutive groups
            )->list[int]:
     "How many consecutive blocks go in each of `parts` groups, making the largest group's total as small as possible."
+    if not isinstance(sizes, (list, tuple)) or not all(isinstance(s, numbers.Real) and s >= 0 for s in sizes):
+        raise SplitError(f'sizes must be a list of block sizes >= 0, got sizes={sizes!r}')
+    if isinstance(parts, bool) or not isinstance(parts, numbers.Integral):
+        raise SplitError(f'parts must be an integer (the number of devices), got parts={parts!r}')
     n = len(sizes)
     if not 1 <= parts <= n: raise SplitError(f'Cannot split {n} blocks over {parts} devices: need 1 <= devices <= blocks.')
     pre = [0]

@@ -331,6 +331,11 @@ def plain_amp_step(model:nn.Module, opt:torch.optim.Optimizer, loss_fn:Callable,
                    scaler:bool|None=None, # use a GradScaler; None: exactly for fp16
                   )->Callable:
     "The textbook autocast + GradScaler training step, `step(x, y)`, with nothing added."
+    _model_device(model)
+    _check_step_args(opt, loss_fn, None, scaler)
+    if not callable(loss_fn): raise AmpError(f'loss_fn must be callable: loss_fn(model(x), y), got loss_fn={loss_fn!r}')
+    if device_type not in ('cpu', 'cuda'): raise AmpError(f"device_type is 'cuda' or 'cpu', got device_type={device_type!r}")
+    dtype = parse_dtype(dtype)
     scaler = torch.amp.GradScaler(device_type, enabled=(dtype == torch.float16) if scaler is None else scaler)
     def step(x, y):
         with torch.autocast(device_type, dtype=dtype, enabled=dtype != torch.float32):
@@ -380,6 +385,7 @@ def autocast_ops(device='cpu', # where to run the probes
 # %% ../nbs/01_amp.ipynb #dac85027
 def in_fp32(fn:Callable)->Callable:
     "`fn` run with autocast off and its floating-point tensor arguments in fp32."
+    if not callable(fn): raise AmpError(f'fn must be callable, got fn={fn!r}')
     def up(a): return a.float() if isinstance(a, torch.Tensor) and a.is_floating_point() else a
     @functools.wraps(fn)
     def run(*args, **kwargs):
@@ -389,6 +395,9 @@ def in_fp32(fn:Callable)->Callable:
 
 def softmax32(x:torch.Tensor, dim:int=-1)->torch.Tensor:
     "Softmax computed and returned in fp32, also under autocast."
+    if not isinstance(x, torch.Tensor): raise AmpError(f'x must be a tensor, got x={x!r}')
+    if isinstance(dim, bool) or not isinstance(dim, numbers.Integral) or not -max(x.dim(), 1) <= dim < max(x.dim(), 1):
+        raise AmpError(f'dim must be an integer in [-{max(x.dim(), 1)}, {max(x.dim(), 1)}) for x of shape {tuple(x.shape)}, got dim={dim!r}')
     return in_fp32(torch.softmax)(x, dim)
 
 # %% ../nbs/01_amp.ipynb #6443a277
@@ -457,6 +466,9 @@ def _gpu_warmup(fn:Callable, calls:int, least_ms:float):
     took = start.elapsed_time(end)
     for _ in range(math.ceil(max(calls, 1) * (least_ms / took - 1)) if took < least_ms else 0): fn()
 
+def _shape(t)->str:
+    return f'{tuple(t.shape)} on {t.device}' if isinstance(t, torch.Tensor) else repr(t)
+
 def matmul_ms(a:torch.Tensor, b:torch.Tensor, # the operands, on one device
               repeats:int=50, # timed products; their median is the answer
               warmup:int=10, # untimed products first (on a GPU, at least 100 ms of them)
@@ -464,6 +476,9 @@ def matmul_ms(a:torch.Tensor, b:torch.Tensor, # the operands, on one device
              )->float:
     "Median milliseconds of one `a @ b` into a preallocated output, products issued back to back (CUDA events on a GPU)."
     repeats, warmup = _check_int('repeats', repeats), _check_int('warmup', warmup, 0)
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dim() == b.dim() == 2
+            and a.shape[1] == b.shape[0] and a.device == b.device):
+        raise AmpError(f'a and b must be matrices on one device that can be multiplied, got a={_shape(a)}, b={_shape(b)}')
     out = torch.empty(a.shape[0], b.shape[1], device=a.device, dtype=torch.result_type(a, b))
     def mm(): torch.matmul(a, b, out=out)
     if a.device.type != 'cuda':
@@ -589,7 +604,8 @@ def math_share(report:pd.DataFrame, # `amp_report`-style: a `ms` column, rows na
         raise AmpError(f"report must be a DataFrame with an 'ms' column (from amp_report), got report={type(report).__name__}")
     if isinstance(gflop, bool) or not isinstance(gflop, numbers.Real) or not gflop >= 0:
         raise AmpError(f'gflop is the floating-point work of one step, a number >= 0, got gflop={gflop!r}')
-    spec = spec if isinstance(spec, GPUSpec) else spec_for(spec)
+    try: spec = spec if isinstance(spec, GPUSpec) else spec_for(spec)
+    except UnknownGPUError as e: raise AmpError(f'spec={spec!r}: {e}') from None
     peaks = {'fp32': spec.fp32_tflops, 'fp16': spec.fp16_tflops, 'bf16': spec.bf16_tflops}
     df = report.copy()
     df['math_ms'] = [gflop / p if (p := peaks.get(str(i).split()[-1])) else float('nan') for i in df.index]

@@ -16,15 +16,15 @@ from fastcore.basics import patch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from .allocation import ColabT4Error, NoGPUError, nvml_gpus, oom_kind, spec_for
+from .allocation import ColabT4Error, NoGPUError, UnknownGPUError, nvml_gpus, oom_kind, spec_for
 from .timing import benchmark
 
 # %% auto #0
-__all__ = ['REPORTED_MIB', 'BatchSizeError', 'NothingFits', 'SplitError', 'MemoryGrowthError', 'DeviceError', 'free_memory',
-           'Trial', 'try_batch', 'SizeResult', 'BatchSizeResult', 'find_batch_size', 'find_max_size', 'auto_batch_size',
-           'Accumulation', 'accumulation', 'usable_memory', 'cap_memory', 'peak_memory', 'memory_report',
-           'Checkpointed', 'checkpoint_every', 'checkpoint_report', 'balance', 'param_bytes', 'SplitModel',
-           'split_model', 'launch_ddp', 'allreduce_check', 'tf_memory_growth', 'synthetic_step']
+__all__ = ['REPORTED_MIB', 'BatchSizeError', 'NothingFits', 'SplitError', 'MemoryGrowthError', 'DeviceError', 'StepError',
+           'free_memory', 'Trial', 'try_batch', 'SizeResult', 'BatchSizeResult', 'find_batch_size', 'find_max_size',
+           'auto_batch_size', 'Accumulation', 'accumulation', 'usable_memory', 'cap_memory', 'peak_memory',
+           'memory_report', 'Checkpointed', 'checkpoint_every', 'checkpoint_report', 'balance', 'param_bytes',
+           'SplitModel', 'split_model', 'launch_ddp', 'allreduce_check', 'tf_memory_growth', 'synthetic_step']
 
 # %% ../nbs/02_memory.ipynb #32f5aa0d
 class BatchSizeError(ColabT4Error, ValueError):
@@ -42,13 +42,16 @@ class MemoryGrowthError(ColabT4Error, RuntimeError):
 class DeviceError(ColabT4Error, ValueError):
     "A device that is not one."
 
+class StepError(ColabT4Error, ValueError):
+    "Arguments `synthetic_step` cannot build a training step from."
+
 # %% ../nbs/02_memory.ipynb #2942c069
-def _int_arg(name:str, value, what:str='size')->int:
-    "`value` as an int if it is a whole number >= 1; otherwise a `BatchSizeError` naming `name` and the way out."
+def _int_arg(name:str, value, what:str='size', lo:int=1)->int:
+    "`value` as an int if it is a whole number >= `lo`; otherwise a `BatchSizeError` naming `name` and the way out."
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         fix = f': pass {name}={int(value)}' if isinstance(value, str) and value.strip().isdigit() else ''
         raise BatchSizeError(f'{name} must be an integer ({what}s and step counts are whole numbers), got {name}={value!r}{fix}')
-    if value < 1: raise BatchSizeError(f'{name} must be an integer >= 1, got {name}={value!r}')
+    if value < lo: raise BatchSizeError(f'{name} must be an integer >= {lo}, got {name}={value!r}')
     return int(value)
 
 # %% ../nbs/02_memory.ipynb #66a07b34
@@ -64,6 +67,7 @@ def _clear_exception(e:BaseException|None, seen=None):
 def free_memory(e:BaseException|None=None # the error of a failed step, whose frames are cleared
                ):
     "Release what a failed step held: its traceback's frames, IPython's last OOM, garbage, PyTorch's CUDA cache."
+    if e is not None and not isinstance(e, BaseException): raise TypeError(f'e must be an exception or None, got e={e!r}')
     _clear_exception(e)
     last = getattr(sys, 'last_exc', None) or getattr(sys, 'last_value', None)
     if last is not None and oom_kind(last):
@@ -310,7 +314,8 @@ REPORTED_MIB = {'T4': 15360, 'K80': 11441, 'H200': 143771}  # total memory the d
 def usable_memory(card:str # a spec-table key or a driver's name: 'T4', 'Tesla T4', 'NVIDIA H200'
                  )->int:
     "Bytes of GPU memory a program on `card` sees: the driver's recorded total, else 15/16 of the datasheet's size."
-    spec = spec_for(card)
+    try: spec = spec_for(card)
+    except UnknownGPUError as e: raise UnknownGPUError(f'card={card!r}: {e}') from None
     if spec.key in REPORTED_MIB: return REPORTED_MIB[spec.key] * 2**20
     warnings.warn(f'No recorded reading for {spec.key}: estimating its usable memory as 15/16 of the {spec.mem_gb} GB datasheet figure.')
     return int(spec.mem_gb * 2**30 * 15 / 16)
@@ -432,6 +437,8 @@ def checkpoint_report(model:nn.Sequential, # the model, on its device
                       warmup:int=2, # untimed steps of each variant first
                      )->pd.DataFrame:
     "Step time and peak memory of `model` plain and checkpointed every `n` blocks, with ratios to the plain model."
+    if not isinstance(x, torch.Tensor): raise SplitError(f'x is one input batch, a tensor, got x={x!r}')
+    repeats, warmup = _int_arg('repeats', repeats), _int_arg('warmup', warmup, lo=0)
     variants = {'plain': model, f'checkpoint every {n}': checkpoint_every(model, n)}
     def step(m):
         def f():
@@ -512,6 +519,9 @@ def split_model(model:nn.Sequential, # the blocks, in order
         raise SplitError(f'split_model splits an nn.Sequential (blocks run one after another), got {type(model).__name__}. '
                          f'Rebuild the model as nn.Sequential(block1, block2, ...), or train a copy on each GPU with launch_ddp.')
     if devices is None: devices = [f'cuda:{i}' for i in range(torch.cuda.device_count())] or ['cpu']
+    if not isinstance(devices, (list, tuple)) or not devices:
+        raise SplitError(f"devices is a list of devices, e.g. ['cuda:0', 'cuda:1'], got devices={devices!r}")
+    devices = [_device(d) for d in devices]
     blocks = list(model)
     lens = balance([param_bytes(b) for b in blocks], len(devices))
     parts, i = [], 0
@@ -619,7 +629,14 @@ def synthetic_step(model:nn.Module, # on its device
                    amp:str|None='fp16', # autocast dtype: 'fp16', 'bf16' or None (fp32)
                   )->Callable:
     "`step(batch_size)`: one training step of `model` on random data."
-    dev, dtype = next(model.parameters()).device, _AMP[amp]
+    if amp not in _AMP: raise StepError(f"amp is 'fp16', 'bf16' or None (fp32), got amp={amp!r}")
+    p = next(model.parameters(), None) if isinstance(model, nn.Module) else None
+    if p is None: raise StepError(f'model must be an nn.Module with parameters, got model={type(model).__name__}')
+    for k, v in dict(input_shape=input_shape, target_shape=target_shape).items():
+        if not isinstance(v, tuple) or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in v):
+            raise StepError(f'{k} is a tuple of sizes >= 1, e.g. (3, 224, 224), got {k}={v!r}')
+    num_classes = _int_arg('num_classes', num_classes)
+    dev, dtype = p.device, _AMP[amp]
     new_scaler = lambda: torch.amp.GradScaler(dev.type, enabled=dtype is torch.float16)
     scaler = [new_scaler()]
     def step(bs:int):

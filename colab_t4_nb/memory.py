@@ -346,12 +346,12 @@ class cap_memory:
     def __repr__(self): return f'cap_memory({self.limit / 2**20:.0f} MiB of {self.total / 2**20:.0f} MiB on device {self.device}: fraction {self.fraction:.4f})'
 
 # %% ../nbs/02_memory.ipynb #0355f784
-def _device(device=None)->torch.device:
-    "`device` as a torch device; None: the GPU if there is one, else the CPU."
+def _device(device=None, name:str='device')->torch.device:
+    "`device` as a torch device (`name` is what the error calls it); None: the GPU if there is one, else the CPU."
     if device is None: return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
     try: return torch.device(device)
     except (RuntimeError, TypeError) as e:
-        raise DeviceError(f"device={device!r} is not a torch device: pass 'cuda', 'cuda:1', 'cpu' or None ({e})") from None
+        raise DeviceError(f"{name}={device!r} is not a torch device: pass 'cuda', 'cuda:1', 'cpu' or None ({e})") from None
 
 class peak_memory:
     "Context manager: peak bytes PyTorch allocated on `device` inside the block (NaN on the CPU)."
@@ -521,7 +521,7 @@ def split_model(model:nn.Sequential, # the blocks, in order
     if devices is None: devices = [f'cuda:{i}' for i in range(torch.cuda.device_count())] or ['cpu']
     if not isinstance(devices, (list, tuple)) or not devices:
         raise SplitError(f"devices is a list of devices, e.g. ['cuda:0', 'cuda:1'], got devices={devices!r}")
-    devices = [_device(d) for d in devices]
+    devices = [_device(d, f'devices[{i}]') for i, d in enumerate(devices)]
     blocks = list(model)
     lens = balance([param_bytes(b) for b in blocks], len(devices))
     parts, i = [], 0

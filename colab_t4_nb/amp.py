@@ -68,6 +68,7 @@ def parse_dtype(dtype:str|torch.dtype # 'fp16', 'bf16', 'fp32', an alias, or a t
     raise AmpError(f"Unknown precision {dtype!r}. Choices: 'fp16' (float16, half), 'bf16' (bfloat16), "
                    f"'fp32' (float32: AMP off), or the torch.dtype of one of them.")
 
+# %% ../nbs/01_amp.ipynb #2742c49a
 def dtype_name(dtype:torch.dtype)->str: return {v: k for k, v in DTYPES.items()}[parse_dtype(dtype)]
 
 # %% ../nbs/01_amp.ipynb #4e185983
@@ -185,6 +186,7 @@ def _gpu_choice(card, cc, spec, want)->AmpChoice:
         warnings.warn(why, SlowAMPWarning, stacklevel=3)
     return AmpChoice('cuda', dt, True, fp16, card, why)
 
+# %% ../nbs/01_amp.ipynb #db6eef60
 def amp_dtype(device=None, # as for `amp_choice`
               dtype:str|torch.dtype|None=None, # force a precision
              )->torch.dtype:
@@ -236,6 +238,7 @@ def loss(self:AmpStep, *batch):
     "The loss of `batch` (under whatever autocast is active)."
     return self.model(*batch) if self.loss_fn is None else self.loss_fn(self.model(*batch[:-1]), batch[-1])
 
+# %% ../nbs/01_amp.ipynb #4faadc6d
 @patch
 def __call__(self:AmpStep, *batch)->torch.Tensor:
     "Train on `batch`; returns the loss (detached, still on the device: reading it is up to you)."
@@ -298,12 +301,14 @@ def history(self:AmpStep)->pd.DataFrame:
     self._read(check=False)
     return pd.DataFrame(self.log, columns=['step', 'loss', 'scale', 'skipped', 'finite']).set_index('step')
 
+# %% ../nbs/01_amp.ipynb #d32e34e7
 @patch(as_prop=True)
 def skipped(self:AmpStep)->int:
     "Optimizer steps the GradScaler skipped (inf/NaN gradients)."
     self._read(check=False)
     return sum(r['skipped'] for r in self.log)
 
+# %% ../nbs/01_amp.ipynb #e361f365
 @patch
 def _error(self:AmpStep)->SkippedStepsError:
     h = pd.DataFrame(self.log).set_index('step')
@@ -393,6 +398,7 @@ def in_fp32(fn:Callable)->Callable:
         with torch.autocast(dev, enabled=False): return fn(*map(up, args), **{k: up(v) for k, v in kwargs.items()})
     return run
 
+# %% ../nbs/01_amp.ipynb #c0ecb50d
 def softmax32(x:torch.Tensor, dim:int=-1)->torch.Tensor:
     "Softmax computed and returned in fp32, also under autocast."
     if not isinstance(x, torch.Tensor): raise AmpError(f'x must be a tensor, got x={x!r}')
@@ -586,6 +592,7 @@ class Encoder(nn.Module):
         x = self.norm(self.tok(ids) + self.pos(torch.arange(ids.shape[1], device=ids.device)))
         return self.head(self.enc(x))
 
+# %% ../nbs/01_amp.ipynb #2c53fd1d
 def token_loss(logits, target): return F.cross_entropy(logits.flatten(0, 1), target.flatten())
 
 def token_batch(batch:int=16, seq:int=512, vocab:int=30522, device=None, seed:int=0)->tuple:
@@ -677,6 +684,7 @@ def needs_tf(what:str # what the cell would show
     print(f'Skipped on this runtime (TensorFlow is not installed): {what}.')
     return False
 
+# %% ../nbs/01_amp.ipynb #6dead247
 def _keras():
     if find_spec('tensorflow') is None: raise AmpError('TensorFlow is not installed: `pip install tensorflow` (Colab has it).')
     from tensorflow import keras
@@ -704,6 +712,7 @@ class KerasAmp:
         ms = _keras().mixed_precision
         return ms.LossScaleOptimizer(opt) if self.loss_scale and not isinstance(opt, ms.LossScaleOptimizer) else opt
 
+# %% ../nbs/01_amp.ipynb #de87750b
 @contextmanager
 def keras_amp(dtype:str|None=None, # 'fp16', 'bf16', 'fp32', a Keras policy name, or None: decide from the card
              ):

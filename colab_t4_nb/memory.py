@@ -86,6 +86,7 @@ class Trial:
     seconds:float      # wall time of the trial, cleanup included
     error:str|None = None  # `oom_kind` of the failure
 
+# %% ../nbs/02_memory.ipynb #02f24a63
 def _sync():
     if torch.cuda.is_initialized(): torch.cuda.synchronize()
 
@@ -298,6 +299,7 @@ class Accumulation:
         "Split full-batch tensors into the micro-batches: a list of tuples."
         return list(zip(*(torch.split(t, self.sizes) for t in tensors)))
 
+# %% ../nbs/02_memory.ipynb #2a81644a
 def accumulation(target:int, # the effective batch size wanted
                  fits:int|BatchSizeResult, # the largest micro-batch that fits, or `find_batch_size`'s result
                 )->Accumulation:
@@ -487,6 +489,7 @@ def param_bytes(m:nn.Module)->int:
     "Bytes of `m`'s parameters and buffers."
     return sum(t.numel() * t.element_size() for t in [*m.parameters(), *m.buffers()])
 
+# %% ../nbs/02_memory.ipynb #2e02f78d
 def _to(x, device):
     if isinstance(x, torch.Tensor): return x.to(device)
     if isinstance(x, (list, tuple)): return type(x)(_to(v, device) for v in x)

@@ -91,10 +91,12 @@ class AmpChoice:
         "The `torch.autocast` context for this choice (a no-op for fp32)."
         return torch.autocast(self.device_type, dtype=self.dtype, enabled=self.enabled)
 
-    def _repr_markdown_(self): return f'**{self.name}**{" + GradScaler" if self.scaler else ""} on {self.card}: {self.reason}'
+    def _repr_markdown_(self):
+        return f'**{self.name}**{" + GradScaler" if self.scaler else ""} on {self.card}: {self.reason}'
 
 # %% ../nbs/01_amp.ipynb #d292f264
-_TORCH_DEVICES = r'(cpu|cuda|mps|xpu|xla|meta|hip|ipu|hpu|mtia|lazy|vulkan|mkldnn|opengl|opencl|ideep|ve|fpga|maia|privateuseone)(:\d+)?'
+_TORCH_DEVICES = (r'(cpu|cuda|mps|xpu|xla|meta|hip|ipu|hpu|mtia|lazy|vulkan|mkldnn|opengl|opencl|ideep|ve|fpga|maia|'
+                  r'privateuseone)(:\d+)?')
 
 def _cc(cc:tuple)->tuple:
     "A compute capability `(major, minor)`, checked."
@@ -118,8 +120,9 @@ def _cuda_props(device, dev:torch.device):
     n = torch.cuda.device_count() if torch.cuda.is_available() else 0
     idx = dev.index if dev.index is not None else (torch.cuda.current_device() if n else 0)
     if idx >= n:
-        raise NoGPUError(f'device={device!r}: this runtime has {n} CUDA GPU(s). Pass \'cpu\', None for the device here, '
-                         "or a card's name ('T4') or compute capability ((7, 5)) to decide for a card that is not here.")
+        raise NoGPUError(f"device={device!r}: this runtime has {n} CUDA GPU(s). Pass 'cpu', None for the device here, "
+                         "or a card's name ('T4') or compute capability ((7, 5)) to decide for a card "
+                         'that is not here.')
     return torch.cuda.get_device_properties(idx)
 
 def _card(device)->tuple:
@@ -138,7 +141,8 @@ def _card(device)->tuple:
         return 'cuda', spec.key, spec.cc, spec
     if dev.type == 'cpu': return 'cpu', 'the CPU', None, None
     if dev.type != 'cuda':
-        raise AmpError(f"device={device!r}: only CUDA GPUs and the CPU are handled here; autocast on {dev.type} is not. "
+        raise AmpError(f"device={device!r}: only CUDA GPUs and the CPU are handled here; "
+                       f"autocast on {dev.type} is not. "
                        "Pass a CUDA device, 'cpu', or a card's name to decide for that card.")
     p = _cuda_props(device, dev)
     return 'cuda', p.name, (p.major, p.minor), spec_for(p.name, strict=False)
@@ -158,10 +162,12 @@ def amp_choice(device=None, # torch device, `GPU`, `GPUSpec`, driver name or com
     want = None if dtype is None else parse_dtype(dtype)
     if kind == 'cpu':
         if want == torch.float16:
-            raise AmpError("fp16 autocast on the CPU is slow and barely supported: use dtype='bf16' (the CPU default) or 'fp32'.")
+            raise AmpError("fp16 autocast on the CPU is slow and barely supported: "
+                           "use dtype='bf16' (the CPU default) or 'fp32'.")
         dt = want or torch.bfloat16
         return AmpChoice('cpu', dt, False, None, 'the CPU',
-                         'CPU autocast uses bf16; it is faster only on CPUs with bf16 matrix units, elsewhere it saves memory.'
+                         'CPU autocast uses bf16; it is faster only on CPUs with bf16 matrix units, '
+                         'elsewhere it saves memory.'
                          if dt == torch.bfloat16 else 'AMP off: everything in fp32.')
     card = name if cc is None else f'{name} (cc {cc[0]}.{cc[1]})'
     return _gpu_choice(card, cc, spec, want)
@@ -172,7 +178,8 @@ def _gpu_choice(card, cc, spec, want)->AmpChoice:
     dt = want or (torch.bfloat16 if bf16 else torch.float16)
     if dt == torch.float32: return AmpChoice('cuda', dt, False, False, card, 'AMP off: everything in fp32.')
     if dt == torch.bfloat16:
-        if bf16: return AmpChoice('cuda', dt, False, True, card, 'native bf16: fp32 range, so no loss scaling is needed.')
+        if bf16:
+            return AmpChoice('cuda', dt, False, True, card, 'native bf16: fp32 range, so no loss scaling is needed.')
         why = (f'bf16 on {card} is emulated: slower than fp32, and cuDNN has no bf16 convolutions on this card. '
                f"Use dtype='fp16' (the default here) with loss scaling.")
         warnings.warn(why, EmulatedBF16Warning, stacklevel=3)
@@ -181,7 +188,8 @@ def _gpu_choice(card, cc, spec, want)->AmpChoice:
     elif fp16: why = ('fp16 on the tensor cores' if spec is None or spec.tensor_cores else 'fast packed fp16') + \
                      (', with a GradScaler against underflow' + ('' if bf16 else '; bf16 is not native here') + '.')
     else:
-        why = (f'{card} has no tensor cores and no fast fp16: AMP only halves the activation memory here and will not be '
+        why = (f'{card} has no tensor cores and no fast fp16: AMP only halves the activation memory here '
+               'and will not be '
                f"faster. For speed, train in fp32 (dtype='fp32').")
         warnings.warn(why, SlowAMPWarning, stacklevel=3)
     return AmpChoice('cuda', dt, True, fp16, card, why)
@@ -196,8 +204,10 @@ def amp_dtype(device=None, # as for `amp_choice`
 # %% ../nbs/01_amp.ipynb #d7948a9f
 def _check_step_args(opt, loss_fn, clip, scaler):
     "`AmpError` naming the first of `AmpStep`'s arguments that cannot work."
-    if not isinstance(opt, torch.optim.Optimizer): raise AmpError(f'opt must be a torch.optim optimizer, got opt={opt!r}')
-    if loss_fn is not None and not callable(loss_fn): raise AmpError(f'loss_fn must be callable or None, got loss_fn={loss_fn!r}')
+    if not isinstance(opt, torch.optim.Optimizer):
+        raise AmpError(f'opt must be a torch.optim optimizer, got opt={opt!r}')
+    if loss_fn is not None and not callable(loss_fn):
+        raise AmpError(f'loss_fn must be callable or None, got loss_fn={loss_fn!r}')
     if clip is not None and not (isinstance(clip, numbers.Real) and not isinstance(clip, bool) and clip > 0):
         raise AmpError(f'clip is the largest gradient norm allowed, a number > 0, got clip={clip!r}: '
                        'pass e.g. clip=1.0, or clip=None for no clipping.')
@@ -206,7 +216,7 @@ def _check_step_args(opt, loss_fn, clip, scaler):
 
 # %% ../nbs/01_amp.ipynb #d764029e
 class AmpStep:
-    "One training step with autocast, loss scaling where the precision needs it, clipping, and a record of skipped steps."
+    "One training step: autocast, loss scaling where the precision needs it, clipping, a record of skipped steps."
     def __init__(self, model:nn.Module, opt:torch.optim.Optimizer,
                  loss_fn:Callable|None=None, # `loss_fn(model(*inputs), target)`; None: `model(*batch)` returns the loss
                  dtype:str|torch.dtype|None=None, # precision; None: `amp_choice` for the model's device
@@ -223,7 +233,8 @@ class AmpStep:
         self.choice = amp_choice(dev, dtype)
         if scaler not in (None, False) and self.choice.dtype == torch.bfloat16:
             raise AmpError('bf16 has the range of fp32 and needs no GradScaler: leave `scaler` out, or train in fp16.')
-        if scaler is None or scaler is True: scaler = torch.amp.GradScaler(dev.type, enabled=bool(scaler or self.choice.scaler))
+        if scaler is None or scaler is True:
+            scaler = torch.amp.GradScaler(dev.type, enabled=bool(scaler or self.choice.scaler))
         self.scaler = scaler if scaler and scaler.is_enabled() else None
         self.check_every = check_every or (1 if dev.type == 'cpu' else 16)
         self.params = [p for p in model.parameters() if p.requires_grad]
@@ -280,7 +291,8 @@ def _read(self:AmpStep, check:bool=True):
     "Fetch the pending record in one transfer; raise `SkippedStepsError` after `max_skips` bad steps in a row."
     if not self._pending: return
     losses = [l.float().reshape(()) for l, _ in self._pending]
-    flags = [(~torch.isfinite(l) if f is None else f.to(l.device)).float().reshape(()) for l, (_, f) in zip(losses, self._pending)]
+    flags = [(~torch.isfinite(l) if f is None else f.to(l.device)).float().reshape(())
+             for l, (_, f) in zip(losses, self._pending)]
     extra = [self.scaler._get_scale_async().float().reshape(()).to(losses[0].device)] if self.scaler else []
     vals = torch.stack(losses + flags + extra).tolist()
     n = len(losses)
@@ -317,7 +329,8 @@ def _error(self:AmpStep)->SkippedStepsError:
                             f'{last.scale.iloc[0]:g} -> {last.scale.iloc[-1]:g}')
     else: what = 'had a non-finite loss (without a loss scaler nothing skips them)'
     if math.isfinite(last.loss.iloc[-1]):
-        way = ('The loss is finite but its gradients overflow fp16 at every scale tried: train in bf16 where the card has it '
+        way = ('The loss is finite but its gradients overflow fp16 at every scale tried: '
+               'train in bf16 where the card has it '
                'natively, or find the layer that overflows.')
     else: way = 'The loss itself is not finite: check the batch for inf/NaN and lower the learning rate.'
     return SkippedStepsError(f'{self._bad} training steps in a row {what}; last loss {last.loss.iloc[-1]}. {way} '
@@ -327,7 +340,8 @@ def _error(self:AmpStep)->SkippedStepsError:
 def _repr_markdown_(self:AmpStep):
     h = self.history
     sc = f', loss scale {h.scale.iloc[0]:g} -> {self._scale:g}' if self.scaler and len(h) else ''
-    return f'`AmpStep` in **{self.choice.name}**{" + GradScaler" if self.scaler else ""}: {len(h)} steps, {self.skipped} skipped{sc}'
+    gs = " + GradScaler" if self.scaler else ""
+    return f'`AmpStep` in **{self.choice.name}**{gs}: {len(h)} steps, {self.skipped} skipped{sc}'
 
 # %% ../nbs/01_amp.ipynb #8d962e92
 def plain_amp_step(model:nn.Module, opt:torch.optim.Optimizer, loss_fn:Callable,
@@ -339,7 +353,8 @@ def plain_amp_step(model:nn.Module, opt:torch.optim.Optimizer, loss_fn:Callable,
     _model_device(model)
     _check_step_args(opt, loss_fn, None, scaler)
     if not callable(loss_fn): raise AmpError(f'loss_fn must be callable: loss_fn(model(x), y), got loss_fn={loss_fn!r}')
-    if device_type not in ('cpu', 'cuda'): raise AmpError(f"device_type is 'cuda' or 'cpu', got device_type={device_type!r}")
+    if device_type not in ('cpu', 'cuda'):
+        raise AmpError(f"device_type is 'cuda' or 'cpu', got device_type={device_type!r}")
     dtype = parse_dtype(dtype)
     scaler = torch.amp.GradScaler(device_type, enabled=(dtype == torch.float16) if scaler is None else scaler)
     def step(x, y):
@@ -367,7 +382,8 @@ def _probes()->dict:
     w, t = torch.randn(16, 16), torch.arange(8) % 16
     return {'matmul': lambda x: x @ w.to(x), 'linear': lambda x: F.linear(x, w.to(x)),
             'softmax': lambda x: torch.softmax(x, -1), 'log_softmax': lambda x: torch.log_softmax(x, -1),
-            'cross_entropy': lambda x: F.cross_entropy(x, t.to(x.device)), 'mse_loss': lambda x: F.mse_loss(x, x.detach() * 0),
+            'cross_entropy': lambda x: F.cross_entropy(x, t.to(x.device)),
+            'mse_loss': lambda x: F.mse_loss(x, x.detach() * 0),
             'layer_norm': lambda x: F.layer_norm(x, x.shape[-1:]), 'gelu': F.gelu, 'exp': torch.exp,
             'sum': lambda x: x.sum(), 'mean': lambda x: x.mean(), 'cumsum': lambda x: x.cumsum(-1),
             'norm': lambda x: torch.linalg.vector_norm(x)}
@@ -403,7 +419,8 @@ def softmax32(x:torch.Tensor, dim:int=-1)->torch.Tensor:
     "Softmax computed and returned in fp32, also under autocast."
     if not isinstance(x, torch.Tensor): raise AmpError(f'x must be a tensor, got x={x!r}')
     if isinstance(dim, bool) or not isinstance(dim, numbers.Integral) or not -max(x.dim(), 1) <= dim < max(x.dim(), 1):
-        raise AmpError(f'dim must be an integer in [-{max(x.dim(), 1)}, {max(x.dim(), 1)}) for x of shape {tuple(x.shape)}, got dim={dim!r}')
+        raise AmpError(f'dim must be an integer in [-{max(x.dim(), 1)}, {max(x.dim(), 1)}) for x of shape '
+                       f'{tuple(x.shape)}, got dim={dim!r}')
     return in_fp32(torch.softmax)(x, dim)
 
 # %% ../nbs/01_amp.ipynb #6443a277
@@ -443,7 +460,8 @@ class TensorCoreCheck:
 @patch(as_prop=True)
 def verdict(self:TensorCoreCheck)->str:
     "The answer in one sentence or two."
-    rates = f'{self.dtype} matrix products run at {self.amp_tflops:.3g} TFLOP/s, {self.speedup:.2f}x fp32 ({self.fp32_tflops:.3g} TFLOP/s)'
+    rates = (f'{self.dtype} matrix products run at {self.amp_tflops:.3g} TFLOP/s, '
+             f'{self.speedup:.2f}x fp32 ({self.fp32_tflops:.3g} TFLOP/s)')
     if not self.fast: return f'No fast {self.dtype} path on {self.card}: {rates}. {self.note}'
     v = f'The fast {self.dtype} path is in use on {self.card}: {rates}'
     if self.amp_fraction is None: return v + '.'
@@ -454,10 +472,13 @@ def verdict(self:TensorCoreCheck)->str:
 
 def _md_table(df:pd.DataFrame)->str:
     "A DataFrame as a markdown table (without needing `tabulate`)."
-    def f(v): return '-' if v is None or (isinstance(v, float) and math.isnan(v)) else f'{v:.3g}' if isinstance(v, float) else str(v)
+    def f(v):
+        if v is None or (isinstance(v, float) and math.isnan(v)): return '-'
+        return f'{v:.3g}' if isinstance(v, float) else str(v)
     head = ['', *map(str, df.columns)]
     lines = ['| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
-    return '\n'.join(lines + ['| ' + ' | '.join([str(i), *map(f, r)]) + ' |' for i, r in zip(df.index, df.itertuples(index=False))])
+    rows = ['| ' + ' | '.join([str(i), *map(f, r)]) + ' |' for i, r in zip(df.index, df.itertuples(index=False))]
+    return '\n'.join(lines + rows)
 
 @patch
 def _repr_markdown_(self:TensorCoreCheck): return self.verdict + '\n\n' + _md_table(self.df)
@@ -480,11 +501,12 @@ def matmul_ms(a:torch.Tensor, b:torch.Tensor, # the operands, on one device
               warmup:int=10, # untimed products first (on a GPU, at least 100 ms of them)
               clock:Callable=time.perf_counter, # the CPU clock
              )->float:
-    "Median milliseconds of one `a @ b` into a preallocated output, products issued back to back (CUDA events on a GPU)."
+    "Median ms of one `a @ b` into a preallocated output, products issued back to back (CUDA events on a GPU)."
     repeats, warmup = _check_int('repeats', repeats), _check_int('warmup', warmup, 0)
     if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dim() == b.dim() == 2
             and a.shape[1] == b.shape[0] and a.device == b.device):
-        raise AmpError(f'a and b must be matrices on one device that can be multiplied, got a={_shape(a)}, b={_shape(b)}')
+        raise AmpError(f'a and b must be matrices on one device that can be multiplied, '
+                       f'got a={_shape(a)}, b={_shape(b)}')
     out = torch.empty(a.shape[0], b.shape[1], device=a.device, dtype=torch.result_type(a, b))
     def mm(): torch.matmul(a, b, out=out)
     if a.device.type != 'cuda':
@@ -505,7 +527,8 @@ def tensor_core_check(device=None, # a torch device; None: the GPU if there is o
                      )->TensorCoreCheck:
     "Matrix-product rate in fp32 (TF32 off) and in the AMP dtype, measured here and set against the spec table."
     dev = _torch_device('cuda' if device is None and torch.cuda.is_available() else 'cpu' if device is None else device)
-    if dev is None: raise AmpError(f"device={device!r}: the check runs here, so it needs a torch device ('cuda', 'cpu').")
+    if dev is None:
+        raise AmpError(f"device={device!r}: the check runs here, so it needs a torch device ('cuda', 'cpu').")
     ch, spec = amp_choice(dev, dtype), _card(dev)[3]
     if not ch.enabled: raise AmpError('dtype fp32 leaves nothing to compare: pass fp16 or bf16.')
     n = _check_int('n', n) if n is not None else (8192 if dev.type == 'cuda' else 256)
@@ -581,7 +604,8 @@ class Encoder(nn.Module):
     def __init__(self, vocab:int=30522, hidden:int=768, layers:int=12, heads:int=12, ffn:int=3072, max_len:int=512,
                  dropout:float=0.1):
         super().__init__()
-        for k, v in dict(vocab=vocab, hidden=hidden, layers=layers, heads=heads, ffn=ffn, max_len=max_len).items(): _check_int(k, v)
+        for k, v in dict(vocab=vocab, hidden=hidden, layers=layers, heads=heads, ffn=ffn, max_len=max_len).items():
+            _check_int(k, v)
         if hidden % heads: raise AmpError(f'hidden must be a multiple of heads, got hidden={hidden}, heads={heads}')
         self.tok, self.pos, self.norm = nn.Embedding(vocab, hidden), nn.Embedding(max_len, hidden), nn.LayerNorm(hidden)
         layer = nn.TransformerEncoderLayer(hidden, heads, ffn, dropout, activation='gelu', batch_first=True)
@@ -608,7 +632,8 @@ def math_share(report:pd.DataFrame, # `amp_report`-style: a `ms` column, rows na
               )->pd.DataFrame:
     "`report` with the step's arithmetic at the card's datasheet peak (`math_ms`) and its share of the step."
     if not isinstance(report, pd.DataFrame) or 'ms' not in report.columns:
-        raise AmpError(f"report must be a DataFrame with an 'ms' column (from amp_report), got report={type(report).__name__}")
+        raise AmpError(f"report must be a DataFrame with an 'ms' column (from amp_report), "
+                       f"got report={type(report).__name__}")
     if isinstance(gflop, bool) or not isinstance(gflop, numbers.Real) or not gflop >= 0:
         raise AmpError(f'gflop is the floating-point work of one step, a number >= 0, got gflop={gflop!r}')
     try: spec = spec if isinstance(spec, GPUSpec) else spec_for(spec)
@@ -642,9 +667,10 @@ def bench_encoder(batch:int=16, seq:int=512, # sequences per step, tokens per se
                   repeats:int=20, warmup:int=5, # rounds of `benchmark`
                   **model_kw, # `Encoder` sizes (vocab, hidden, layers, heads, ffn)
                  )->pd.DataFrame:
-    "Training steps of a BERT-shaped encoder: fp32, `AmpStep`, the textbook AMP step and `AmpStep`'s default, interleaved."
+    "Training steps of a BERT-shaped encoder: fp32, `AmpStep`, the textbook step and `AmpStep`'s default, interleaved."
     dev = _torch_device('cuda' if device is None and torch.cuda.is_available() else 'cpu' if device is None else device)
-    if dev is None: raise AmpError(f"device={device!r}: the benchmark runs here, so it needs a torch device ('cuda', 'cpu').")
+    if dev is None:
+        raise AmpError(f"device={device!r}: the benchmark runs here, so it needs a torch device ('cuda', 'cpu').")
     batch, seq = _check_int('batch', batch), _check_int('seq', seq)
     torch.manual_seed(0)
     with torch.device(dev): model = Encoder(max_len=seq, **model_kw)
@@ -661,7 +687,8 @@ def bench_encoder(batch:int=16, seq:int=512, # sequences per step, tokens per se
         peaks = {k: _peak_bytes(c, dev) for k, c in calls.items()}
     df = _report(t, peaks, batch).rename(columns={'per_s': 'seq_per_s'})
     df['vs_textbook'] = df.ms / df.ms[f'textbook {n}']
-    df['loss_scale'] = [s.scaler.get_scale() if s.scaler is not None and s.scaler.is_enabled() else float('nan') for s in steps.values()]
+    df['loss_scale'] = [s.scaler.get_scale() if s.scaler is not None and s.scaler.is_enabled() else float('nan')
+                        for s in steps.values()]
     df.attrs.update(device=default.card, batch=batch, seq=seq)
     return df
 
@@ -686,7 +713,8 @@ def needs_tf(what:str # what the cell would show
 
 # %% ../nbs/01_amp.ipynb #6dead247
 def _keras():
-    if find_spec('tensorflow') is None: raise AmpError('TensorFlow is not installed: `pip install tensorflow` (Colab has it).')
+    if find_spec('tensorflow') is None:
+        raise AmpError('TensorFlow is not installed: `pip install tensorflow` (Colab has it).')
     from tensorflow import keras
     return keras
 

@@ -50,7 +50,8 @@ def _int_arg(name:str, value, what:str='size', lo:int=1)->int:
     "`value` as an int if it is a whole number >= `lo`; otherwise a `BatchSizeError` naming `name` and the way out."
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         fix = f': pass {name}={int(value)}' if isinstance(value, str) and value.strip().isdigit() else ''
-        raise BatchSizeError(f'{name} must be an integer ({what}s and step counts are whole numbers), got {name}={value!r}{fix}')
+        raise BatchSizeError(f'{name} must be an integer ({what}s and step counts are whole numbers), '
+                             f'got {name}={value!r}{fix}')
     if value < lo: raise BatchSizeError(f'{name} must be an integer >= {lo}, got {name}={value!r}')
     return int(value)
 
@@ -67,7 +68,8 @@ def _clear_exception(e:BaseException|None, seen=None):
 def free_memory(e:BaseException|None=None # the error of a failed step, whose frames are cleared
                ):
     "Release what a failed step held: its traceback's frames, IPython's last OOM, garbage, PyTorch's CUDA cache."
-    if e is not None and not isinstance(e, BaseException): raise TypeError(f'e must be an exception or None, got e={e!r}')
+    if e is not None and not isinstance(e, BaseException):
+        raise TypeError(f'e must be an exception or None, got e={e!r}')
     _clear_exception(e)
     last = getattr(sys, 'last_exc', None) or getattr(sys, 'last_value', None)
     if last is not None and oom_kind(last):
@@ -130,10 +132,12 @@ class SizeResult:
     @property
     def df(self)->pd.DataFrame:
         "The trials as a table."
-        return pd.DataFrame([vars(t) for t in self.trials], columns=['size', 'ok', 'seconds', 'error']).rename_axis('trial')
+        df = pd.DataFrame([vars(t) for t in self.trials], columns=['size', 'ok', 'seconds', 'error'])
+        return df.rename_axis('trial')
 
     def __repr__(self):
-        return (f'{type(self).__name__}({self.what.replace(" ", "_")}={self.size}, largest_ok={self.largest_ok}, smallest_oom={self.smallest_oom}, '
+        return (f'{type(self).__name__}({self.what.replace(" ", "_")}={self.size}, largest_ok={self.largest_ok}, '
+                f'smallest_oom={self.smallest_oom}, '
                 f'trials={len(self.trials)}, seconds={self.seconds:.2f})')
 
 # %% ../nbs/02_memory.ipynb #b7b41b36
@@ -156,11 +160,14 @@ def _repr_markdown_(self:SizeResult):
 # %% ../nbs/02_memory.ipynb #c375866a
 def _check_args(fn, mode, start, min_size, max_size, steps, margin, tol, what='size'):
     "`BatchSizeError` naming the first argument of the search that cannot work (`start` is None when not given)."
-    if not callable(fn): raise BatchSizeError(f'fn must be callable: fn({what.replace(" ", "_")}) runs one training step; got fn={fn!r}')
+    if not callable(fn):
+        raise BatchSizeError(f'fn must be callable: fn({what.replace(" ", "_")}) runs one training step; got fn={fn!r}')
     if mode not in ('grow', 'halve'): raise BatchSizeError(f"mode must be 'grow' or 'halve', got mode={mode!r}")
-    min_size, max_size, steps = _int_arg('min_size', min_size, what), _int_arg('max_size', max_size, what), _int_arg('steps', steps, what)
+    min_size, max_size = _int_arg('min_size', min_size, what), _int_arg('max_size', max_size, what)
+    steps = _int_arg('steps', steps, what)
     if start is not None: start = _int_arg('start', start, what)
-    if max_size < min_size: raise BatchSizeError(f'max_size={max_size} is below min_size={min_size}: raise max_size or lower min_size')
+    if max_size < min_size:
+        raise BatchSizeError(f'max_size={max_size} is below min_size={min_size}: raise max_size or lower min_size')
     if start is not None and start < min_size:
         raise BatchSizeError(f'start={start} is below min_size={min_size}: raise start or lower min_size')
     if start is not None and start > max_size:
@@ -206,7 +213,8 @@ def _gc_frozen():
 def _nothing_fits(trials, min_size, steps, what='batch size'):
     t = min(trials, key=lambda t: t.size)
     lower = f' or lower min_size (={min_size})' if t.size == min_size > 1 else ''
-    e = NothingFits(f'Nothing fits: even {what} {t.size}, the smallest tried, ran out of memory ({t.error}) within {steps} steps. '
+    e = NothingFits(f'Nothing fits: even {what} {t.size}, the smallest tried, ran out of memory ({t.error}) '
+                    f'within {steps} steps. '
                     f'Free memory held elsewhere (del unused models, free_memory()), train in mixed precision, '
                     f'checkpoint activations{lower}.')
     e.trials = trials
@@ -220,7 +228,8 @@ def _search(fn, mode, start, min_size, max_size, steps, margin, tol, verbose, cl
     trials = []
     def trial(size):
         trials.append(t := try_batch(fn, size, steps))
-        if verbose: print(f"{cls.what} {t.size}: {'ok' if t.ok else 'out of memory (' + t.error + ')'} in {t.seconds:.2f} s")
+        if verbose:
+            print(f"{cls.what} {t.size}: {'ok' if t.ok else 'out of memory (' + t.error + ')'} in {t.seconds:.2f} s")
         return t.ok
     with _gc_frozen():
         try:
@@ -233,7 +242,7 @@ def _search(fn, mode, start, min_size, max_size, steps, margin, tol, verbose, cl
 # %% ../nbs/02_memory.ipynb #a844b03e
 def find_batch_size(fn:Callable, # `fn(batch_size)` runs one training step
                     mode:str='grow', # 'grow': double from `start` until OOM; 'halve': halve from `start` until it fits
-                    start:int|None=None, # first size tried; default 32 ('grow', kept within the bounds) or `max_size` ('halve')
+                    start:int|None=None, # first size tried; default 32 ('grow', in bounds) or `max_size` ('halve')
                     min_size:int=1, # never try a smaller size
                     max_size:int=2**14, # never try a larger size
                     steps:int=3, # training steps each candidate must survive
@@ -247,7 +256,7 @@ def find_batch_size(fn:Callable, # `fn(batch_size)` runs one training step
 # %% ../nbs/02_memory.ipynb #a5ad9035
 def find_max_size(fn:Callable, # `fn(size)` runs one training step at `size` (a sequence length, an image side...)
                   mode:str='grow', # 'grow': double from `start` until OOM; 'halve': halve from `start` until it fits
-                  start:int|None=None, # first size tried; default 32 ('grow', kept within the bounds) or `max_size` ('halve')
+                  start:int|None=None, # first size tried; default 32 ('grow', in bounds) or `max_size` ('halve')
                   min_size:int=1, # never try a smaller size
                   max_size:int=2**14, # never try a larger size
                   steps:int=3, # training steps each candidate must survive
@@ -319,7 +328,8 @@ def usable_memory(card:str # a spec-table key or a driver's name: 'T4', 'Tesla T
     try: spec = spec_for(card)
     except UnknownGPUError as e: raise UnknownGPUError(f'card={card!r}: {e}') from None
     if spec.key in REPORTED_MIB: return REPORTED_MIB[spec.key] * 2**20
-    warnings.warn(f'No recorded reading for {spec.key}: estimating its usable memory as 15/16 of the {spec.mem_gb} GB datasheet figure.')
+    warnings.warn(f'No recorded reading for {spec.key}: estimating its usable memory as 15/16 '
+                  f'of the {spec.mem_gb} GB datasheet figure.')
     return int(spec.mem_gb * 2**30 * 15 / 16)
 
 # %% ../nbs/02_memory.ipynb #8d35e47a
@@ -330,12 +340,15 @@ class cap_memory:
                  cuda=None, # the `torch.cuda` module (a stand-in in tests)
                 ):
         self.cuda = cuda or torch.cuda
-        if not self.cuda.is_available(): raise NoGPUError(f'cap_memory({card!r}) needs a CUDA GPU; this runtime has none, so there is nothing to cap.')
+        if not self.cuda.is_available():
+            raise NoGPUError(f'cap_memory({card!r}) needs a CUDA GPU; this runtime has none, '
+                             'so there is nothing to cap.')
         self.device = self.cuda.current_device() if device is None else device
         self.total = self.cuda.get_device_properties(self.device).total_memory
         self.limit = card if isinstance(card, int) else usable_memory(card)
         if self.limit > self.total:
-            raise ColabT4Error(f'Cannot cap at {card!r}: {self.limit / 2**30:.1f} GiB is more than this GPU has ({self.total / 2**30:.1f} GiB).')
+            raise ColabT4Error(f'Cannot cap at {card!r}: {self.limit / 2**30:.1f} GiB is more than this GPU has '
+                               f'({self.total / 2**30:.1f} GiB).')
         get = getattr(self.cuda, 'get_per_process_memory_fraction', None)
         self.previous = get(self.device) if get else 1.0
         self.fraction = self.limit / self.total
@@ -345,7 +358,9 @@ class cap_memory:
     def restore(self): self.cuda.set_per_process_memory_fraction(self.previous, self.device)
     def __enter__(self): return self
     def __exit__(self, *exc): self.restore()
-    def __repr__(self): return f'cap_memory({self.limit / 2**20:.0f} MiB of {self.total / 2**20:.0f} MiB on device {self.device}: fraction {self.fraction:.4f})'
+    def __repr__(self):
+        return (f'cap_memory({self.limit / 2**20:.0f} MiB of {self.total / 2**20:.0f} MiB on device {self.device}: '
+                f'fraction {self.fraction:.4f})')
 
 # %% ../nbs/02_memory.ipynb #0355f784
 def _device(device=None, name:str='device')->torch.device:
@@ -353,13 +368,15 @@ def _device(device=None, name:str='device')->torch.device:
     if device is None: return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
     try: return torch.device(device)
     except (RuntimeError, TypeError) as e:
-        raise DeviceError(f"{name}={device!r} is not a torch device: pass 'cuda', 'cuda:1', 'cpu' or None ({e})") from None
+        raise DeviceError(f"{name}={device!r} is not a torch device: pass 'cuda', 'cuda:1', 'cpu' or None "
+                          f"({e})") from None
 
 class peak_memory:
     "Context manager: peak bytes PyTorch allocated on `device` inside the block (NaN on the CPU)."
     def __init__(self, device:str|torch.device|None=None # default: the GPU if there is one, else the CPU
                 ):
-        self.device, self.start, self.peak, self.end, self.seconds = _device(device), math.nan, math.nan, math.nan, math.nan
+        self.device = _device(device)
+        self.start, self.peak, self.end, self.seconds = math.nan, math.nan, math.nan, math.nan
 
     def __enter__(self):
         if self.device.type == 'cuda':
@@ -378,7 +395,8 @@ class peak_memory:
     @property
     def extra(self)->float: return self.peak - self.start
     def __repr__(self):
-        return f'peak_memory({self.device}: peak {self.peak / 2**20:.1f} MiB, {self.extra / 2**20:.1f} MiB above the start, {self.seconds:.3f} s)'
+        return (f'peak_memory({self.device}: peak {self.peak / 2**20:.1f} MiB, {self.extra / 2**20:.1f} MiB '
+                f'above the start, {self.seconds:.3f} s)')
 
 # %% ../nbs/02_memory.ipynb #05d269e4
 _REPORT = ['name', 'allocated_mib', 'reserved_mib', 'peak_allocated_mib', 'peak_reserved_mib', 'cap_mib', 'ooms',
@@ -390,14 +408,17 @@ def _nvml_report(nvml)->dict:
         except ImportError: return {}
     try: gpus = nvml_gpus(nvml)
     except nvml.NVMLError: return {}
-    return {g.index: {'name': g.name, 'nvml_used_mib': (g.mem_total - g.mem_free) / 2**20, 'nvml_total_mib': g.mem_total / 2**20}
+    return {g.index: {'name': g.name, 'nvml_used_mib': (g.mem_total - g.mem_free) / 2**20,
+                      'nvml_total_mib': g.mem_total / 2**20}
             for g in gpus}
 
 def _torch_report(i:int)->dict:
     s, total = torch.cuda.memory_stats(i), torch.cuda.get_device_properties(i).total_memory
-    frac = torch.cuda.get_per_process_memory_fraction(i) if hasattr(torch.cuda, 'get_per_process_memory_fraction') else math.nan
+    get = getattr(torch.cuda, 'get_per_process_memory_fraction', None)
+    frac = get(i) if get else math.nan
     return {'name': torch.cuda.get_device_name(i), 'allocated_mib': s.get('allocated_bytes.all.current', 0) / 2**20,
-            'reserved_mib': s.get('reserved_bytes.all.current', 0) / 2**20, 'peak_allocated_mib': s.get('allocated_bytes.all.peak', 0) / 2**20,
+            'reserved_mib': s.get('reserved_bytes.all.current', 0) / 2**20,
+            'peak_allocated_mib': s.get('allocated_bytes.all.peak', 0) / 2**20,
             'peak_reserved_mib': s.get('reserved_bytes.all.peak', 0) / 2**20, 'cap_mib': frac * total / 2**20,
             'ooms': s.get('num_ooms', 0), 'alloc_retries': s.get('num_alloc_retries', 0)}
 
@@ -418,7 +439,8 @@ class Checkpointed(nn.Module):
         self.module = module
 
     def forward(self, *args, **kwargs):
-        if self.training and torch.is_grad_enabled(): return checkpoint(self.module, *args, use_reentrant=False, **kwargs)
+        if self.training and torch.is_grad_enabled():
+            return checkpoint(self.module, *args, use_reentrant=False, **kwargs)
         return self.module(*args, **kwargs)
 
 # %% ../nbs/02_memory.ipynb #b213a72a
@@ -426,8 +448,11 @@ def checkpoint_every(model:nn.Sequential, # the blocks, in order
                      n:int=1, # blocks per checkpointed segment
                     )->nn.Sequential:
     "`model`'s blocks regrouped into checkpointed segments of `n` blocks (the blocks are shared, not copied)."
-    if not isinstance(model, nn.Sequential): raise SplitError(f'checkpoint_every takes an nn.Sequential, got {type(model).__name__}; wrap a single module in Checkpointed(...) instead.')
-    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1: raise SplitError(f'n must be an integer >= 1, got n={n!r}')
+    if not isinstance(model, nn.Sequential):
+        raise SplitError(f'checkpoint_every takes an nn.Sequential, got {type(model).__name__}; '
+                         'wrap a single module in Checkpointed(...) instead.')
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
+        raise SplitError(f'n must be an integer >= 1, got n={n!r}')
     blocks = list(model)
     return nn.Sequential(*[Checkpointed(nn.Sequential(*blocks[i:i + n])) for i in range(0, len(blocks), n)])
 
@@ -469,7 +494,8 @@ def balance(sizes:list, # size of each block, in order
     if isinstance(parts, bool) or not isinstance(parts, numbers.Integral):
         raise SplitError(f'parts must be an integer (the number of devices), got parts={parts!r}')
     n = len(sizes)
-    if not 1 <= parts <= n: raise SplitError(f'Cannot split {n} blocks over {parts} devices: need 1 <= devices <= blocks.')
+    if not 1 <= parts <= n:
+        raise SplitError(f'Cannot split {n} blocks over {parts} devices: need 1 <= devices <= blocks.')
     pre = [0]
     for s in sizes: pre.append(pre[-1] + s)
     best = [[math.inf] * (n + 1) for _ in range(parts + 1)]
@@ -519,8 +545,9 @@ def split_model(model:nn.Sequential, # the blocks, in order
                )->SplitModel:
     "`model`'s consecutive blocks spread over `devices`, balanced by parameter memory."
     if not isinstance(model, nn.Sequential):
-        raise SplitError(f'split_model splits an nn.Sequential (blocks run one after another), got {type(model).__name__}. '
-                         f'Rebuild the model as nn.Sequential(block1, block2, ...), or train a copy on each GPU with launch_ddp.')
+        raise SplitError(f'split_model splits an nn.Sequential (blocks run one after another), '
+                         f'got {type(model).__name__}. Rebuild the model as nn.Sequential(block1, block2, ...), '
+                         'or train a copy on each GPU with launch_ddp.')
     if devices is None: devices = [f'cuda:{i}' for i in range(torch.cuda.device_count())] or ['cpu']
     if not isinstance(devices, (list, tuple)) or not devices:
         raise SplitError(f"devices is a list of devices, e.g. ['cuda:0', 'cuda:1'], got devices={devices!r}")
@@ -532,7 +559,8 @@ def split_model(model:nn.Sequential, # the blocks, in order
     res = SplitModel(parts, devices)
     if verbose:
         if len(devices) == 1: print(f'One device ({devices[0]}): the whole model is placed there, nothing is split.')
-        else: print('Split: ' + '; '.join(f'{r.device}: {r.blocks} blocks, {r.param_mib:.1f} MiB' for r in res.plan.itertuples()))
+        else: print('Split: ' + '; '.join(f'{r.device}: {r.blocks} blocks, {r.param_mib:.1f} MiB'
+                                          for r in res.plan.itertuples()))
     return res
 
 # %% ../nbs/02_memory.ipynb #84ec909d
@@ -543,7 +571,8 @@ def _free_port()->int:
 
 def _ddp_worker(rank, fn, world, backend, port, args, queue, forked):
     import pickle, torch.distributed as dist
-    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
+    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank))
     if forked: torch.set_num_threads(1)
     if backend == 'nccl': torch.cuda.set_device(rank)
     dist.init_process_group(backend, rank=rank, world_size=world)
@@ -558,8 +587,9 @@ def _check_importable(fn, start_method):
     code = getattr(fn, '__code__', None)
     if start_method == 'fork' or getattr(fn, '__module__', None) != '__main__' or code is None: return
     if code.co_filename != getattr(main, '__file__', None):
-        raise ColabT4Error(f'{fn.__name__} is defined in this notebook, so spawned processes cannot import it. Put it in a .py file '
-                           f"(%%writefile train.py) and import it from there, or pass start_method='fork' if this process has "
+        raise ColabT4Error(f'{fn.__name__} is defined in this notebook, so spawned processes cannot import it. '
+                           f"Put it in a .py file (%%writefile train.py) and import it from there, "
+                           f"or pass start_method='fork' if this process has "
                            f'neither started CUDA nor run a backward pass on a machine with a GPU.')
 
 # %% ../nbs/02_memory.ipynb #f286c3d3
@@ -576,11 +606,13 @@ def launch_ddp(fn:Callable, # `fn(rank, world_size, *args)`, run once in each pr
     backend = backend or ('nccl' if gpus else 'gloo')
     nprocs = nprocs or (gpus if backend == 'nccl' else 2)
     if backend == 'nccl' and nprocs > gpus:
-        raise ColabT4Error(f'NCCL needs one GPU per process: nprocs={nprocs}, but {gpus} GPU(s) here. Use fewer processes or backend="gloo".')
+        raise ColabT4Error(f'NCCL needs one GPU per process: nprocs={nprocs}, but {gpus} GPU(s) here. '
+                           'Use fewer processes or backend="gloo".')
     _check_importable(fn, start_method)
-    worker = importlib.import_module('colab_t4_nb.memory')._ddp_worker  # by its module, so spawned processes can import it
+    worker = importlib.import_module('colab_t4_nb.memory')._ddp_worker  # by its module: spawned processes import it
     queue = mp.get_context(start_method).SimpleQueue()
-    ctx = mp.start_processes(worker, args=(fn, nprocs, backend, _free_port(), tuple(args), queue, start_method == 'fork'),
+    wargs = (fn, nprocs, backend, _free_port(), tuple(args), queue, start_method == 'fork')
+    ctx = mp.start_processes(worker, args=wargs,
                              nprocs=nprocs, join=False, start_method=start_method)
     results, t0 = {}, time.monotonic()
     def drain():
@@ -588,7 +620,8 @@ def launch_ddp(fn:Callable, # `fn(rank, world_size, *args)`, run once in each pr
     try:
         while not ctx.join(timeout=0.2):
             drain()
-            if time.monotonic() - t0 > timeout: raise ColabT4Error(f'launch_ddp: the {nprocs} processes did not finish within {timeout} s.')
+            if time.monotonic() - t0 > timeout:
+                raise ColabT4Error(f'launch_ddp: the {nprocs} processes did not finish within {timeout} s.')
     finally:
         for p in ctx.processes:
             if p.is_alive(): p.terminate()
@@ -616,8 +649,10 @@ def tf_memory_growth(enable:bool=True, # True: take GPU memory as needed; False:
         except RuntimeError as e:
             if 'cannot be modified after being initialized' not in str(e): raise
             raise MemoryGrowthError(
-                'TensorFlow has already started on the GPU in this process (a tensor, model or device query created its context), '
-                'and memory growth can only be chosen before that. Restart the runtime and call tf_memory_growth() first thing, '
+                'TensorFlow has already started on the GPU in this process '
+                '(a tensor, model or device query created its context), '
+                'and memory growth can only be chosen before that. '
+                'Restart the runtime and call tf_memory_growth() first thing, '
                 "or set os.environ['TF_FORCE_GPU_ALLOW_GROWTH'] = 'true' before importing TensorFlow.") from e
     return gpus
 

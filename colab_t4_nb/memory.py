@@ -667,7 +667,8 @@ def synthetic_step(model:nn.Module, # on its device
                    amp:str|None='fp16', # autocast dtype: 'fp16', 'bf16' or None (fp32)
                   )->Callable:
     "`step(batch_size)`: one training step of `model` on random data."
-    if amp not in _AMP: raise StepError(f"amp is 'fp16', 'bf16' or None (fp32), got amp={amp!r}")
+    if not (amp is None or isinstance(amp, str)) or amp not in _AMP:
+        raise StepError(f"amp is 'fp16', 'bf16' or None (fp32), got amp={amp!r}")
     p = next(model.parameters(), None) if isinstance(model, nn.Module) else None
     if p is None: raise StepError(f'model must be an nn.Module with parameters, got model={type(model).__name__}')
     for k, v in dict(input_shape=input_shape, target_shape=target_shape).items():

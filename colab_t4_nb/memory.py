@@ -152,7 +152,7 @@ class BatchSizeResult(SizeResult):
 def _repr_markdown_(self:SizeResult):
     oom = f'{self.smallest_oom} ran out of memory' if self.smallest_oom else 'nothing ran out of memory'
     head = (f'**{self.what} {self.size}** (largest that ran {self.steps} steps: {self.largest_ok}; {oom}; '
-            f'margin {self.margin:.0%}) after {len(self.trials)} trials in {self.seconds:.2f} s\n\n')
+            f'margin {self.margin:.1%}) after {len(self.trials)} trials in {self.seconds:.2f} s\n\n')
     rows = '\n'.join(f'| {i} | {t.size} | {"ok" if t.ok else "OOM (" + str(t.error) + ")"} | {t.seconds:.3f} |'
                      for i, t in enumerate(self.trials))
     return head + '| trial | size | result | seconds |\n|---|---|---|---|\n' + rows

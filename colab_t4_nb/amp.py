@@ -31,7 +31,7 @@ __all__ = ['DTYPES', 'AmpError', 'SkippedStepsError', 'EmulatedBF16Warning', 'Sl
 
 # %% ../nbs/01_amp.ipynb #87ae62a8
 class AmpError(ColabT4Error, ValueError):
-    "A precision that is not one, or that cannot be used on this device."
+    "A precision, device or argument that cannot be used here; the message names it and the way out."
 
 class SkippedStepsError(ColabT4Error, FloatingPointError):
     "Too many training steps in a row had inf/NaN gradients or loss; `.history` has the record."

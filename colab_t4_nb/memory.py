@@ -28,7 +28,7 @@ __all__ = ['REPORTED_MIB', 'BatchSizeError', 'NothingFits', 'SplitError', 'Memor
 
 # %% ../nbs/02_memory.ipynb #32f5aa0d
 class BatchSizeError(ColabT4Error, ValueError):
-    "Bad arguments to the batch-size finder."
+    "Bad arguments to a size search (`find_batch_size`, `find_max_size`) or the helpers around it."
 
 class NothingFits(ColabT4Error, RuntimeError):
     "Even the smallest batch size tried ran out of memory."

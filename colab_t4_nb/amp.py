@@ -4,7 +4,7 @@
 
 # %% ../nbs/01_amp.ipynb #d460caa8
 from __future__ import annotations
-import functools, json, math, os, re, warnings
+import functools, json, math, numbers, os, re, statistics, time, warnings
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -19,19 +19,19 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 from fastcore.basics import patch, store_attr
 
-from .allocation import ColabT4Error, GPU, GPUSpec, SPECS, native_bf16, spec_for
-from .timing import benchmark, needs_gpu, record
+from .allocation import ColabT4Error, GPU, GPUSpec, NoGPUError, SPECS, UnknownGPUError, native_bf16, spec_for
+from .timing import benchmark, cpu_timer, needs_gpu, record
 
 # %% auto #0
 __all__ = ['DTYPES', 'AmpError', 'SkippedStepsError', 'EmulatedBF16Warning', 'SlowAMPWarning', 'parse_dtype', 'dtype_name',
            'AmpChoice', 'amp_choice', 'amp_dtype', 'AmpStep', 'plain_amp_step', 'OpCounter', 'autocast_ops', 'in_fp32',
-           'softmax32', 'no_tf32', 'TensorCoreCheck', 'tensor_core_check', 'amp_report', 'mlp', 'step_anatomy',
-           'Encoder', 'token_loss', 'token_batch', 'math_share', 'lint_dims', 'bench_encoder', 'needs_tf', 'KerasAmp',
-           'keras_amp']
+           'softmax32', 'no_tf32', 'TensorCoreCheck', 'matmul_ms', 'tensor_core_check', 'amp_report', 'mlp',
+           'step_anatomy', 'Encoder', 'token_loss', 'token_batch', 'math_share', 'lint_dims', 'bench_encoder',
+           'needs_tf', 'KerasAmp', 'keras_amp']
 
 # %% ../nbs/01_amp.ipynb #87ae62a8
 class AmpError(ColabT4Error, ValueError):
-    "A precision that is not one, or that cannot be used on this device."
+    "A precision, device or argument that cannot be used here; the message names it and the way out."
 
 class SkippedStepsError(ColabT4Error, FloatingPointError):
     "Too many training steps in a row had inf/NaN gradients or loss; `.history` has the record."
@@ -39,6 +39,21 @@ class SkippedStepsError(ColabT4Error, FloatingPointError):
 
 class EmulatedBF16Warning(UserWarning): "bf16 asked for on a card that only emulates it."
 class SlowAMPWarning(UserWarning): "AMP on a card that has no fast half-precision path."
+
+# %% ../nbs/01_amp.ipynb #81016f6c
+def _check_int(name:str, value, lo:int=1):
+    "`value` if it is an integer >= `lo`; otherwise an `AmpError` naming `name`."
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < lo:
+        raise AmpError(f'{name} must be an integer >= {lo}, got {name}={value!r}')
+    return int(value)
+
+def _model_device(model:nn.Module)->torch.device:
+    "The device of `model`'s first parameter; an `AmpError` for a model without any."
+    if not isinstance(model, nn.Module): raise AmpError(f'model must be a torch nn.Module, got model={model!r}')
+    p = next(model.parameters(), None)
+    if p is None: raise AmpError(f'model={type(model).__name__} has no parameters, so there is nothing to train: '
+                                 'pass the model whose parameters the optimizer updates.')
+    return p.device
 
 # %% ../nbs/01_amp.ipynb #c82c4a25
 DTYPES = {'fp16': torch.float16, 'bf16': torch.bfloat16, 'fp32': torch.float32}
@@ -53,6 +68,7 @@ def parse_dtype(dtype:str|torch.dtype # 'fp16', 'bf16', 'fp32', an alias, or a t
     raise AmpError(f"Unknown precision {dtype!r}. Choices: 'fp16' (float16, half), 'bf16' (bfloat16), "
                    f"'fp32' (float32: AMP off), or the torch.dtype of one of them.")
 
+# %% ../nbs/01_amp.ipynb #2742c49a
 def dtype_name(dtype:torch.dtype)->str: return {v: k for k, v in DTYPES.items()}[parse_dtype(dtype)]
 
 # %% ../nbs/01_amp.ipynb #4e185983
@@ -75,24 +91,60 @@ class AmpChoice:
         "The `torch.autocast` context for this choice (a no-op for fp32)."
         return torch.autocast(self.device_type, dtype=self.dtype, enabled=self.enabled)
 
-    def _repr_markdown_(self): return f'**{self.name}**{" + GradScaler" if self.scaler else ""} on {self.card}: {self.reason}'
+    def _repr_markdown_(self):
+        return f'**{self.name}**{" + GradScaler" if self.scaler else ""} on {self.card}: {self.reason}'
 
 # %% ../nbs/01_amp.ipynb #d292f264
+_TORCH_DEVICES = (r'(cpu|cuda|mps|xpu|xla|meta|hip|ipu|hpu|mtia|lazy|vulkan|mkldnn|opengl|opencl|ideep|ve|fpga|maia|'
+                  r'privateuseone)(:\d+)?')
+
+def _cc(cc:tuple)->tuple:
+    "A compute capability `(major, minor)`, checked."
+    if len(cc) != 2 or not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 0 for v in cc):
+        raise AmpError(f'A compute capability is (major, minor), e.g. (7, 5) for a T4; got device={cc!r}')
+    return tuple(int(v) for v in cc)
+
+def _torch_device(device)->torch.device|None:
+    "`device` as a torch device when it names one ('cuda:0', 'cpu', 0, a torch.device); None for a card's name."
+    if isinstance(device, torch.device): return device
+    if isinstance(device, numbers.Integral) and not isinstance(device, bool):
+        if device < 0: raise AmpError(f'A CUDA device index is >= 0, got device={device!r}')
+        return torch.device('cuda', int(device))
+    if isinstance(device, str) and re.fullmatch(_TORCH_DEVICES, device.strip()): return torch.device(device.strip())
+    if isinstance(device, str): return None
+    raise AmpError(f"device={device!r} is not a device: pass a torch device ('cuda:0', 'cpu'), a GPU or GPUSpec, "
+                   "a card's name ('Tesla T4'), a compute capability ((7, 5)), or None for the device here.")
+
+def _cuda_props(device, dev:torch.device):
+    "The properties of CUDA device `dev`; `NoGPUError` naming `device` when it is not here."
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    idx = dev.index if dev.index is not None else (torch.cuda.current_device() if n else 0)
+    if idx >= n:
+        raise NoGPUError(f"device={device!r}: this runtime has {n} CUDA GPU(s). Pass 'cpu', None for the device here, "
+                         "or a card's name ('T4') or compute capability ((7, 5)) to decide for a card "
+                         'that is not here.')
+    return torch.cuda.get_device_properties(idx)
+
 def _card(device)->tuple:
     "(device type, description, compute capability, spec row) for `device`."
     if isinstance(device, GPUSpec): return 'cuda', device.key, device.cc, device
     if isinstance(device, GPU):
         spec = device.spec
         return 'cuda', device.name, device.cc or (spec.cc if spec else None), spec
-    if isinstance(device, tuple): return 'cuda', 'a GPU', tuple(device), None
+    if isinstance(device, tuple): return 'cuda', 'a GPU', _cc(device), None
     if device is None: device = 'cuda' if torch.cuda.is_available() else 'cpu'
-    if isinstance(device, str) and not re.fullmatch(r'(cpu|cuda)(:\d+)?', device.strip()):
-        spec = spec_for(device)
+    dev = _torch_device(device)
+    if dev is None:
+        try: spec = spec_for(device)
+        except UnknownGPUError as e:
+            raise AmpError(f"device={device!r} is neither a torch device ('cpu', 'cuda:0') nor a card: {e}") from None
         return 'cuda', spec.key, spec.cc, spec
-    dev = torch.device(device)
     if dev.type == 'cpu': return 'cpu', 'the CPU', None, None
-    if dev.type != 'cuda': raise AmpError(f'{device!r}: only CUDA GPUs and the CPU are handled here.')
-    p = torch.cuda.get_device_properties(dev.index if dev.index is not None else torch.cuda.current_device())
+    if dev.type != 'cuda':
+        raise AmpError(f"device={device!r}: only CUDA GPUs and the CPU are handled here; "
+                       f"autocast on {dev.type} is not. "
+                       "Pass a CUDA device, 'cpu', or a card's name to decide for that card.")
+    p = _cuda_props(device, dev)
     return 'cuda', p.name, (p.major, p.minor), spec_for(p.name, strict=False)
 
 def _fast_fp16(cc, spec)->bool|None:
@@ -110,10 +162,12 @@ def amp_choice(device=None, # torch device, `GPU`, `GPUSpec`, driver name or com
     want = None if dtype is None else parse_dtype(dtype)
     if kind == 'cpu':
         if want == torch.float16:
-            raise AmpError("fp16 autocast on the CPU is slow and barely supported: use dtype='bf16' (the CPU default) or 'fp32'.")
+            raise AmpError("fp16 autocast on the CPU is slow and barely supported: "
+                           "use dtype='bf16' (the CPU default) or 'fp32'.")
         dt = want or torch.bfloat16
         return AmpChoice('cpu', dt, False, None, 'the CPU',
-                         'CPU autocast uses bf16; it is faster only on CPUs with bf16 matrix units, elsewhere it saves memory.'
+                         'CPU autocast uses bf16; it is faster only on CPUs with bf16 matrix units, '
+                         'elsewhere it saves memory.'
                          if dt == torch.bfloat16 else 'AMP off: everything in fp32.')
     card = name if cc is None else f'{name} (cc {cc[0]}.{cc[1]})'
     return _gpu_choice(card, cc, spec, want)
@@ -124,7 +178,8 @@ def _gpu_choice(card, cc, spec, want)->AmpChoice:
     dt = want or (torch.bfloat16 if bf16 else torch.float16)
     if dt == torch.float32: return AmpChoice('cuda', dt, False, False, card, 'AMP off: everything in fp32.')
     if dt == torch.bfloat16:
-        if bf16: return AmpChoice('cuda', dt, False, True, card, 'native bf16: fp32 range, so no loss scaling is needed.')
+        if bf16:
+            return AmpChoice('cuda', dt, False, True, card, 'native bf16: fp32 range, so no loss scaling is needed.')
         why = (f'bf16 on {card} is emulated: slower than fp32, and cuDNN has no bf16 convolutions on this card. '
                f"Use dtype='fp16' (the default here) with loss scaling.")
         warnings.warn(why, EmulatedBF16Warning, stacklevel=3)
@@ -133,20 +188,35 @@ def _gpu_choice(card, cc, spec, want)->AmpChoice:
     elif fp16: why = ('fp16 on the tensor cores' if spec is None or spec.tensor_cores else 'fast packed fp16') + \
                      (', with a GradScaler against underflow' + ('' if bf16 else '; bf16 is not native here') + '.')
     else:
-        why = (f'{card} has no tensor cores and no fast fp16: AMP only halves the activation memory here and will not be '
+        why = (f'{card} has no tensor cores and no fast fp16: AMP only halves the activation memory here '
+               'and will not be '
                f"faster. For speed, train in fp32 (dtype='fp32').")
         warnings.warn(why, SlowAMPWarning, stacklevel=3)
     return AmpChoice('cuda', dt, True, fp16, card, why)
 
+# %% ../nbs/01_amp.ipynb #db6eef60
 def amp_dtype(device=None, # as for `amp_choice`
               dtype:str|torch.dtype|None=None, # force a precision
              )->torch.dtype:
     "The autocast dtype for `device` (see `amp_choice`)."
     return amp_choice(device, dtype).dtype
 
+# %% ../nbs/01_amp.ipynb #d7948a9f
+def _check_step_args(opt, loss_fn, clip, scaler):
+    "`AmpError` naming the first of `AmpStep`'s arguments that cannot work."
+    if not isinstance(opt, torch.optim.Optimizer):
+        raise AmpError(f'opt must be a torch.optim optimizer, got opt={opt!r}')
+    if loss_fn is not None and not callable(loss_fn):
+        raise AmpError(f'loss_fn must be callable or None, got loss_fn={loss_fn!r}')
+    if clip is not None and not (isinstance(clip, numbers.Real) and not isinstance(clip, bool) and clip > 0):
+        raise AmpError(f'clip is the largest gradient norm allowed, a number > 0, got clip={clip!r}: '
+                       'pass e.g. clip=1.0, or clip=None for no clipping.')
+    if not (scaler is None or isinstance(scaler, (bool, torch.amp.GradScaler))):
+        raise AmpError(f'scaler must be True, False, None or a torch.amp.GradScaler, got scaler={scaler!r}')
+
 # %% ../nbs/01_amp.ipynb #d764029e
 class AmpStep:
-    "One training step with autocast, loss scaling where the precision needs it, clipping, and a record of skipped steps."
+    "One training step: autocast, loss scaling where the precision needs it, clipping, a record of skipped steps."
     def __init__(self, model:nn.Module, opt:torch.optim.Optimizer,
                  loss_fn:Callable|None=None, # `loss_fn(model(*inputs), target)`; None: `model(*batch)` returns the loss
                  dtype:str|torch.dtype|None=None, # precision; None: `amp_choice` for the model's device
@@ -155,12 +225,16 @@ class AmpStep:
                  max_skips:int=20, # raise after this many bad steps in a row
                  check_every:int|None=None, # steps between reads of the record; None: 1 on the CPU, 16 on a GPU
                 ):
+        dev = _model_device(model)
+        _check_step_args(opt, loss_fn, clip, scaler)
+        max_skips = _check_int('max_skips', max_skips)
+        if check_every is not None: check_every = _check_int('check_every', check_every)
         store_attr('model,opt,loss_fn,clip,max_skips')
-        dev = next(model.parameters()).device
         self.choice = amp_choice(dev, dtype)
         if scaler not in (None, False) and self.choice.dtype == torch.bfloat16:
             raise AmpError('bf16 has the range of fp32 and needs no GradScaler: leave `scaler` out, or train in fp16.')
-        if scaler is None or scaler is True: scaler = torch.amp.GradScaler(dev.type, enabled=bool(scaler or self.choice.scaler))
+        if scaler is None or scaler is True:
+            scaler = torch.amp.GradScaler(dev.type, enabled=bool(scaler or self.choice.scaler))
         self.scaler = scaler if scaler and scaler.is_enabled() else None
         self.check_every = check_every or (1 if dev.type == 'cpu' else 16)
         self.params = [p for p in model.parameters() if p.requires_grad]
@@ -175,6 +249,7 @@ def loss(self:AmpStep, *batch):
     "The loss of `batch` (under whatever autocast is active)."
     return self.model(*batch) if self.loss_fn is None else self.loss_fn(self.model(*batch[:-1]), batch[-1])
 
+# %% ../nbs/01_amp.ipynb #4faadc6d
 @patch
 def __call__(self:AmpStep, *batch)->torch.Tensor:
     "Train on `batch`; returns the loss (detached, still on the device: reading it is up to you)."
@@ -216,7 +291,8 @@ def _read(self:AmpStep, check:bool=True):
     "Fetch the pending record in one transfer; raise `SkippedStepsError` after `max_skips` bad steps in a row."
     if not self._pending: return
     losses = [l.float().reshape(()) for l, _ in self._pending]
-    flags = [(~torch.isfinite(l) if f is None else f.to(l.device)).float().reshape(()) for l, (_, f) in zip(losses, self._pending)]
+    flags = [(~torch.isfinite(l) if f is None else f.to(l.device)).float().reshape(())
+             for l, (_, f) in zip(losses, self._pending)]
     extra = [self.scaler._get_scale_async().float().reshape(()).to(losses[0].device)] if self.scaler else []
     vals = torch.stack(losses + flags + extra).tolist()
     n = len(losses)
@@ -237,12 +313,14 @@ def history(self:AmpStep)->pd.DataFrame:
     self._read(check=False)
     return pd.DataFrame(self.log, columns=['step', 'loss', 'scale', 'skipped', 'finite']).set_index('step')
 
+# %% ../nbs/01_amp.ipynb #d32e34e7
 @patch(as_prop=True)
 def skipped(self:AmpStep)->int:
     "Optimizer steps the GradScaler skipped (inf/NaN gradients)."
     self._read(check=False)
     return sum(r['skipped'] for r in self.log)
 
+# %% ../nbs/01_amp.ipynb #e361f365
 @patch
 def _error(self:AmpStep)->SkippedStepsError:
     h = pd.DataFrame(self.log).set_index('step')
@@ -251,7 +329,8 @@ def _error(self:AmpStep)->SkippedStepsError:
                             f'{last.scale.iloc[0]:g} -> {last.scale.iloc[-1]:g}')
     else: what = 'had a non-finite loss (without a loss scaler nothing skips them)'
     if math.isfinite(last.loss.iloc[-1]):
-        way = ('The loss is finite but its gradients overflow fp16 at every scale tried: train in bf16 where the card has it '
+        way = ('The loss is finite but its gradients overflow fp16 at every scale tried: '
+               'train in bf16 where the card has it '
                'natively, or find the layer that overflows.')
     else: way = 'The loss itself is not finite: check the batch for inf/NaN and lower the learning rate.'
     return SkippedStepsError(f'{self._bad} training steps in a row {what}; last loss {last.loss.iloc[-1]}. {way} '
@@ -261,7 +340,8 @@ def _error(self:AmpStep)->SkippedStepsError:
 def _repr_markdown_(self:AmpStep):
     h = self.history
     sc = f', loss scale {h.scale.iloc[0]:g} -> {self._scale:g}' if self.scaler and len(h) else ''
-    return f'`AmpStep` in **{self.choice.name}**{" + GradScaler" if self.scaler else ""}: {len(h)} steps, {self.skipped} skipped{sc}'
+    gs = " + GradScaler" if self.scaler else ""
+    return f'`AmpStep` in **{self.choice.name}**{gs}: {len(h)} steps, {self.skipped} skipped{sc}'
 
 # %% ../nbs/01_amp.ipynb #8d962e92
 def plain_amp_step(model:nn.Module, opt:torch.optim.Optimizer, loss_fn:Callable,
@@ -270,6 +350,12 @@ def plain_amp_step(model:nn.Module, opt:torch.optim.Optimizer, loss_fn:Callable,
                    scaler:bool|None=None, # use a GradScaler; None: exactly for fp16
                   )->Callable:
     "The textbook autocast + GradScaler training step, `step(x, y)`, with nothing added."
+    _model_device(model)
+    _check_step_args(opt, loss_fn, None, scaler)
+    if not callable(loss_fn): raise AmpError(f'loss_fn must be callable: loss_fn(model(x), y), got loss_fn={loss_fn!r}')
+    if device_type not in ('cpu', 'cuda'):
+        raise AmpError(f"device_type is 'cuda' or 'cpu', got device_type={device_type!r}")
+    dtype = parse_dtype(dtype)
     scaler = torch.amp.GradScaler(device_type, enabled=(dtype == torch.float16) if scaler is None else scaler)
     def step(x, y):
         with torch.autocast(device_type, dtype=dtype, enabled=dtype != torch.float32):
@@ -296,7 +382,8 @@ def _probes()->dict:
     w, t = torch.randn(16, 16), torch.arange(8) % 16
     return {'matmul': lambda x: x @ w.to(x), 'linear': lambda x: F.linear(x, w.to(x)),
             'softmax': lambda x: torch.softmax(x, -1), 'log_softmax': lambda x: torch.log_softmax(x, -1),
-            'cross_entropy': lambda x: F.cross_entropy(x, t.to(x.device)), 'mse_loss': lambda x: F.mse_loss(x, x.detach() * 0),
+            'cross_entropy': lambda x: F.cross_entropy(x, t.to(x.device)),
+            'mse_loss': lambda x: F.mse_loss(x, x.detach() * 0),
             'layer_norm': lambda x: F.layer_norm(x, x.shape[-1:]), 'gelu': F.gelu, 'exp': torch.exp,
             'sum': lambda x: x.sum(), 'mean': lambda x: x.mean(), 'cumsum': lambda x: x.cumsum(-1),
             'norm': lambda x: torch.linalg.vector_norm(x)}
@@ -305,6 +392,8 @@ def autocast_ops(device='cpu', # where to run the probes
                  dtype:str|torch.dtype|None=None, # autocast dtype; None: `amp_dtype(device)`
                 )->pd.DataFrame:
     "For common operations, the output dtype under autocast for fp32 and for half-precision inputs."
+    if _torch_device(device) is None:
+        raise AmpError(f"device={device!r}: the probes run here, so they need a torch device ('cpu', 'cuda').")
     ch = amp_choice(device, dtype)
     x = torch.randn(8, 16, device=device)
     rows = {}
@@ -317,6 +406,7 @@ def autocast_ops(device='cpu', # where to run the probes
 # %% ../nbs/01_amp.ipynb #dac85027
 def in_fp32(fn:Callable)->Callable:
     "`fn` run with autocast off and its floating-point tensor arguments in fp32."
+    if not callable(fn): raise AmpError(f'fn must be callable, got fn={fn!r}')
     def up(a): return a.float() if isinstance(a, torch.Tensor) and a.is_floating_point() else a
     @functools.wraps(fn)
     def run(*args, **kwargs):
@@ -324,8 +414,13 @@ def in_fp32(fn:Callable)->Callable:
         with torch.autocast(dev, enabled=False): return fn(*map(up, args), **{k: up(v) for k, v in kwargs.items()})
     return run
 
+# %% ../nbs/01_amp.ipynb #c0ecb50d
 def softmax32(x:torch.Tensor, dim:int=-1)->torch.Tensor:
     "Softmax computed and returned in fp32, also under autocast."
+    if not isinstance(x, torch.Tensor): raise AmpError(f'x must be a tensor, got x={x!r}')
+    if isinstance(dim, bool) or not isinstance(dim, numbers.Integral) or not -max(x.dim(), 1) <= dim < max(x.dim(), 1):
+        raise AmpError(f'dim must be an integer in [-{max(x.dim(), 1)}, {max(x.dim(), 1)}) for x of shape '
+                       f'{tuple(x.shape)}, got dim={dim!r}')
     return in_fp32(torch.softmax)(x, dim)
 
 # %% ../nbs/01_amp.ipynb #6443a277
@@ -345,6 +440,7 @@ class TensorCoreCheck:
     fp32_tflops:float; amp_tflops:float           # measured
     fp32_peak:float|None=None; amp_peak:float|None=None  # spec table; None where it has no figure
     note:str=''                                   # the reason `amp_choice` gave for this dtype
+    amp_err:float|None=None                       # ||amp - fp32|| / ||fp32|| of the products timed
 
     @property
     def speedup(self)->float: return self.amp_tflops / self.fp32_tflops
@@ -364,7 +460,8 @@ class TensorCoreCheck:
 @patch(as_prop=True)
 def verdict(self:TensorCoreCheck)->str:
     "The answer in one sentence or two."
-    rates = f'{self.dtype} matrix products run at {self.amp_tflops:.3g} TFLOP/s, {self.speedup:.2f}x fp32 ({self.fp32_tflops:.3g} TFLOP/s)'
+    rates = (f'{self.dtype} matrix products run at {self.amp_tflops:.3g} TFLOP/s, '
+             f'{self.speedup:.2f}x fp32 ({self.fp32_tflops:.3g} TFLOP/s)')
     if not self.fast: return f'No fast {self.dtype} path on {self.card}: {rates}. {self.note}'
     v = f'The fast {self.dtype} path is in use on {self.card}: {rates}'
     if self.amp_fraction is None: return v + '.'
@@ -375,32 +472,76 @@ def verdict(self:TensorCoreCheck)->str:
 
 def _md_table(df:pd.DataFrame)->str:
     "A DataFrame as a markdown table (without needing `tabulate`)."
-    def f(v): return '-' if v is None or (isinstance(v, float) and math.isnan(v)) else f'{v:.3g}' if isinstance(v, float) else str(v)
+    def f(v):
+        if v is None or (isinstance(v, float) and math.isnan(v)): return '-'
+        return f'{v:.3g}' if isinstance(v, float) else str(v)
     head = ['', *map(str, df.columns)]
     lines = ['| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
-    return '\n'.join(lines + ['| ' + ' | '.join([str(i), *map(f, r)]) + ' |' for i, r in zip(df.index, df.itertuples(index=False))])
+    rows = ['| ' + ' | '.join([str(i), *map(f, r)]) + ' |' for i, r in zip(df.index, df.itertuples(index=False))]
+    return '\n'.join(lines + rows)
 
 @patch
 def _repr_markdown_(self:TensorCoreCheck): return self.verdict + '\n\n' + _md_table(self.df)
+
+# %% ../nbs/01_amp.ipynb #84eaf58d
+def _gpu_warmup(fn:Callable, calls:int, least_ms:float):
+    "Run `fn` `calls` times, then more until at least `least_ms` of GPU time has passed, so the clocks settle."
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(max(calls, 1)): fn()
+    end.record(); end.synchronize()
+    took = start.elapsed_time(end)
+    for _ in range(math.ceil(max(calls, 1) * (least_ms / took - 1)) if took < least_ms else 0): fn()
+
+def _shape(t)->str:
+    return f'{tuple(t.shape)} on {t.device}' if isinstance(t, torch.Tensor) else repr(t)
+
+def matmul_ms(a:torch.Tensor, b:torch.Tensor, # the operands, on one device
+              repeats:int=50, # timed products; their median is the answer
+              warmup:int=10, # untimed products first (on a GPU, at least 100 ms of them)
+              clock:Callable=time.perf_counter, # the CPU clock
+             )->float:
+    "Median ms of one `a @ b` into a preallocated output, products issued back to back (CUDA events on a GPU)."
+    repeats, warmup = _check_int('repeats', repeats), _check_int('warmup', warmup, 0)
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dim() == b.dim() == 2
+            and a.shape[1] == b.shape[0] and a.device == b.device):
+        raise AmpError(f'a and b must be matrices on one device that can be multiplied, '
+                       f'got a={_shape(a)}, b={_shape(b)}')
+    out = torch.empty(a.shape[0], b.shape[1], device=a.device, dtype=torch.result_type(a, b))
+    def mm(): torch.matmul(a, b, out=out)
+    if a.device.type != 'cuda':
+        for _ in range(warmup): mm()
+        return statistics.median(cpu_timer(mm, clock) for _ in range(repeats))
+    with torch.cuda.device(a.device):
+        _gpu_warmup(mm, warmup, 100)
+        ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(repeats)]
+        for start, end in ev: start.record(); mm(); end.record()
+        torch.cuda.synchronize()
+    return statistics.median(start.elapsed_time(end) for start, end in ev)
 
 # %% ../nbs/01_amp.ipynb #b41c915c
 def tensor_core_check(device=None, # a torch device; None: the GPU if there is one, else the CPU
                       dtype:str|torch.dtype|None=None, # None: `amp_dtype(device)`
                       n:int|None=None, # matrix size; None: 8192 on a GPU, 256 on the CPU
-                      repeats:int=10, warmup:int=3, # rounds of `benchmark`
+                      repeats:int=50, warmup:int=10, # timed and untimed products of each dtype (`matmul_ms`)
                      )->TensorCoreCheck:
     "Matrix-product rate in fp32 (TF32 off) and in the AMP dtype, measured here and set against the spec table."
-    dev = torch.device(device if device is not None else 'cuda' if torch.cuda.is_available() else 'cpu')
+    dev = _torch_device('cuda' if device is None and torch.cuda.is_available() else 'cpu' if device is None else device)
+    if dev is None:
+        raise AmpError(f"device={device!r}: the check runs here, so it needs a torch device ('cuda', 'cpu').")
     ch, spec = amp_choice(dev, dtype), _card(dev)[3]
     if not ch.enabled: raise AmpError('dtype fp32 leaves nothing to compare: pass fp16 or bf16.')
-    n = n or (8192 if dev.type == 'cuda' else 256)
+    n = _check_int('n', n) if n is not None else (8192 if dev.type == 'cuda' else 256)
     a, b = torch.randn(n, n, device=dev), torch.randn(n, n, device=dev)
     al, bl = a.to(ch.dtype), b.to(ch.dtype)
-    with no_tf32(): t = benchmark({'fp32': lambda: a @ b, ch.name: lambda: al @ bl}, repeats, warmup, dev.type)
+    with no_tf32():
+        ms = {'amp': matmul_ms(al, bl, repeats, warmup), 'fp32': matmul_ms(a, b, repeats, warmup)}
+        ref = a @ b
+        err = ((al @ bl).float() - ref).norm().item() / ref.norm().item()
     tflops = lambda ms: 2 * n**3 / ms / 1e9
     peak = None if spec is None else spec.bf16_tflops if ch.dtype == torch.bfloat16 else spec.fp16_tflops
-    return TensorCoreCheck(ch.card, ch.name, n, tflops(t.median('fp32')), tflops(t.median(ch.name)),
-                           spec and spec.fp32_tflops, peak, ch.reason)
+    return TensorCoreCheck(ch.card, ch.name, n, tflops(ms['fp32']), tflops(ms['amp']),
+                           spec and spec.fp32_tflops, peak, ch.reason, err)
 
 # %% ../nbs/01_amp.ipynb #c0ec72ff
 def _peak_bytes(fn:Callable, dev:torch.device)->float:
@@ -429,7 +570,10 @@ def amp_report(model:nn.Module, batch:tuple, # the model (on its device) and one
                repeats:int=20, warmup:int=3, # rounds of `benchmark`
               )->pd.DataFrame:
     "fp32 (TF32 off) against AMP on `model` and `batch`: step time, samples/s, peak memory, speed-up, memory saved."
-    dev = next(model.parameters()).device
+    dev = _model_device(model)
+    if not isinstance(batch, (tuple, list)) or not batch:
+        raise AmpError(f'batch is a tuple (*inputs, target), got batch={type(batch).__name__}: pass e.g. (x, y)')
+    repeats, warmup = _check_int('repeats', repeats), _check_int('warmup', warmup, 0)
     opt = opt_fn(model.parameters())
     amp = AmpStep(model, opt, loss_fn, dtype)
     steps = {'fp32': AmpStep(model, opt, loss_fn, 'fp32'), f'amp {amp.choice.name}': amp}
@@ -444,11 +588,12 @@ def amp_report(model:nn.Module, batch:tuple, # the model (on its device) and one
 # %% ../nbs/01_amp.ipynb #5481bb85
 def mlp(d:int=1024, h:int=4096)->nn.Sequential:
     "The article's small model: Linear d -> h, ReLU, Linear h -> d."
-    return nn.Sequential(nn.Linear(d, h), nn.ReLU(), nn.Linear(h, d))
+    return nn.Sequential(nn.Linear(_check_int('d', d), _check_int('h', h)), nn.ReLU(), nn.Linear(h, d))
 
 # %% ../nbs/01_amp.ipynb #2494eab2
 def step_anatomy(step:Callable, *batch)->dict:
     "What one call of `step(*batch)` asks for: aten operations, casts among them, scalar reads, GFLOP."
+    if not callable(step): raise AmpError(f'step must be callable (an AmpStep or a function), got step={step!r}')
     with FlopCounterMode(display=False) as fc, OpCounter() as oc: step(*batch)
     return {'ops': sum(oc.ops.values()), 'casts': oc.ops['_to_copy'], 'scalar reads': oc.ops['_local_scalar_dense'],
             'GFLOP': fc.get_total_flops() / 1e9}
@@ -459,6 +604,9 @@ class Encoder(nn.Module):
     def __init__(self, vocab:int=30522, hidden:int=768, layers:int=12, heads:int=12, ffn:int=3072, max_len:int=512,
                  dropout:float=0.1):
         super().__init__()
+        for k, v in dict(vocab=vocab, hidden=hidden, layers=layers, heads=heads, ffn=ffn, max_len=max_len).items():
+            _check_int(k, v)
+        if hidden % heads: raise AmpError(f'hidden must be a multiple of heads, got hidden={hidden}, heads={heads}')
         self.tok, self.pos, self.norm = nn.Embedding(vocab, hidden), nn.Embedding(max_len, hidden), nn.LayerNorm(hidden)
         layer = nn.TransformerEncoderLayer(hidden, heads, ffn, dropout, activation='gelu', batch_first=True)
         self.enc = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
@@ -468,10 +616,12 @@ class Encoder(nn.Module):
         x = self.norm(self.tok(ids) + self.pos(torch.arange(ids.shape[1], device=ids.device)))
         return self.head(self.enc(x))
 
+# %% ../nbs/01_amp.ipynb #2c53fd1d
 def token_loss(logits, target): return F.cross_entropy(logits.flatten(0, 1), target.flatten())
 
 def token_batch(batch:int=16, seq:int=512, vocab:int=30522, device=None, seed:int=0)->tuple:
     "Random token ids and targets, `(batch, seq)` each."
+    batch, seq, vocab = _check_int('batch', batch), _check_int('seq', seq), _check_int('vocab', vocab)
     g = torch.Generator().manual_seed(seed)
     return tuple(torch.randint(vocab, (batch, seq), generator=g).to(device) for _ in range(2))
 
@@ -481,7 +631,13 @@ def math_share(report:pd.DataFrame, # `amp_report`-style: a `ms` column, rows na
                spec:GPUSpec|str, # the card, for its peak rates
               )->pd.DataFrame:
     "`report` with the step's arithmetic at the card's datasheet peak (`math_ms`) and its share of the step."
-    spec = spec if isinstance(spec, GPUSpec) else spec_for(spec)
+    if not isinstance(report, pd.DataFrame) or 'ms' not in report.columns:
+        raise AmpError(f"report must be a DataFrame with an 'ms' column (from amp_report), "
+                       f"got report={type(report).__name__}")
+    if isinstance(gflop, bool) or not isinstance(gflop, numbers.Real) or not gflop >= 0:
+        raise AmpError(f'gflop is the floating-point work of one step, a number >= 0, got gflop={gflop!r}')
+    try: spec = spec if isinstance(spec, GPUSpec) else spec_for(spec)
+    except UnknownGPUError as e: raise AmpError(f'spec={spec!r}: {e}') from None
     peaks = {'fp32': spec.fp32_tflops, 'fp16': spec.fp16_tflops, 'bf16': spec.bf16_tflops}
     df = report.copy()
     df['math_ms'] = [gflop / p if (p := peaks.get(str(i).split()[-1])) else float('nan') for i in df.index]
@@ -495,7 +651,8 @@ _DIMS = [(nn.Linear, ('in_features', 'out_features')), (nn.modules.conv._ConvNd,
 
 def lint_dims(model:nn.Module, multiple:int=8)->pd.DataFrame:
     "The layer sizes in `model` that are not multiples of `multiple`, one row each, with the size to pad to."
-    rows = []
+    if not isinstance(model, nn.Module): raise AmpError(f'model must be a torch nn.Module, got model={model!r}')
+    multiple, rows = _check_int('multiple', multiple), []
     for name, m in model.named_modules():
         for cls, attrs in _DIMS:
             if not isinstance(m, cls): continue
@@ -510,8 +667,11 @@ def bench_encoder(batch:int=16, seq:int=512, # sequences per step, tokens per se
                   repeats:int=20, warmup:int=5, # rounds of `benchmark`
                   **model_kw, # `Encoder` sizes (vocab, hidden, layers, heads, ffn)
                  )->pd.DataFrame:
-    "Training steps of a BERT-shaped encoder: fp32, `AmpStep`, the textbook AMP step and `AmpStep`'s default, interleaved."
-    dev = torch.device(device if device is not None else 'cuda' if torch.cuda.is_available() else 'cpu')
+    "Training steps of a BERT-shaped encoder: fp32, `AmpStep`, the textbook step and `AmpStep`'s default, interleaved."
+    dev = _torch_device('cuda' if device is None and torch.cuda.is_available() else 'cpu' if device is None else device)
+    if dev is None:
+        raise AmpError(f"device={device!r}: the benchmark runs here, so it needs a torch device ('cuda', 'cpu').")
+    batch, seq = _check_int('batch', batch), _check_int('seq', seq)
     torch.manual_seed(0)
     with torch.device(dev): model = Encoder(max_len=seq, **model_kw)
     ids, tgt = token_batch(batch, seq, model.tok.num_embeddings, dev)
@@ -527,7 +687,8 @@ def bench_encoder(batch:int=16, seq:int=512, # sequences per step, tokens per se
         peaks = {k: _peak_bytes(c, dev) for k, c in calls.items()}
     df = _report(t, peaks, batch).rename(columns={'per_s': 'seq_per_s'})
     df['vs_textbook'] = df.ms / df.ms[f'textbook {n}']
-    df['loss_scale'] = [s.scaler.get_scale() if s.scaler is not None and s.scaler.is_enabled() else float('nan') for s in steps.values()]
+    df['loss_scale'] = [s.scaler.get_scale() if s.scaler is not None and s.scaler.is_enabled() else float('nan')
+                        for s in steps.values()]
     df.attrs.update(device=default.card, batch=batch, seq=seq)
     return df
 
@@ -550,8 +711,10 @@ def needs_tf(what:str # what the cell would show
     print(f'Skipped on this runtime (TensorFlow is not installed): {what}.')
     return False
 
+# %% ../nbs/01_amp.ipynb #6dead247
 def _keras():
-    if find_spec('tensorflow') is None: raise AmpError('TensorFlow is not installed: `pip install tensorflow` (Colab has it).')
+    if find_spec('tensorflow') is None:
+        raise AmpError('TensorFlow is not installed: `pip install tensorflow` (Colab has it).')
     from tensorflow import keras
     return keras
 
@@ -577,6 +740,7 @@ class KerasAmp:
         ms = _keras().mixed_precision
         return ms.LossScaleOptimizer(opt) if self.loss_scale and not isinstance(opt, ms.LossScaleOptimizer) else opt
 
+# %% ../nbs/01_amp.ipynb #de87750b
 @contextmanager
 def keras_amp(dtype:str|None=None, # 'fp16', 'bf16', 'fp32', a Keras policy name, or None: decide from the card
              ):

@@ -4,7 +4,7 @@
 
 # %% ../nbs/02_memory.ipynb #ee15110d
 from __future__ import annotations
-import functools, gc, math, os, socket, sys, time, traceback, warnings
+import functools, gc, math, numbers, os, socket, sys, time, traceback, warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable
@@ -16,19 +16,19 @@ from fastcore.basics import patch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from .allocation import ColabT4Error, NoGPUError, nvml_gpus, oom_kind, spec_for
+from .allocation import ColabT4Error, NoGPUError, UnknownGPUError, nvml_gpus, oom_kind, spec_for
 from .timing import benchmark
 
 # %% auto #0
-__all__ = ['REPORTED_MIB', 'BatchSizeError', 'NothingFits', 'SplitError', 'MemoryGrowthError', 'free_memory', 'Trial',
-           'try_batch', 'BatchSizeResult', 'find_batch_size', 'auto_batch_size', 'Accumulation', 'accumulation',
-           'usable_memory', 'cap_memory', 'peak_memory', 'memory_report', 'Checkpointed', 'checkpoint_every',
-           'checkpoint_report', 'balance', 'param_bytes', 'SplitModel', 'split_model', 'launch_ddp', 'allreduce_check',
-           'tf_memory_growth', 'synthetic_step']
+__all__ = ['REPORTED_MIB', 'BatchSizeError', 'NothingFits', 'SplitError', 'MemoryGrowthError', 'DeviceError', 'StepError',
+           'free_memory', 'Trial', 'try_batch', 'SizeResult', 'BatchSizeResult', 'find_batch_size', 'find_max_size',
+           'auto_batch_size', 'Accumulation', 'accumulation', 'usable_memory', 'cap_memory', 'peak_memory',
+           'memory_report', 'Checkpointed', 'checkpoint_every', 'checkpoint_report', 'balance', 'param_bytes',
+           'SplitModel', 'split_model', 'launch_ddp', 'allreduce_check', 'tf_memory_growth', 'synthetic_step']
 
 # %% ../nbs/02_memory.ipynb #32f5aa0d
 class BatchSizeError(ColabT4Error, ValueError):
-    "Bad arguments to the batch-size finder."
+    "Bad arguments to a size search (`find_batch_size`, `find_max_size`) or the helpers around it."
 
 class NothingFits(ColabT4Error, RuntimeError):
     "Even the smallest batch size tried ran out of memory."
@@ -38,6 +38,22 @@ class SplitError(ColabT4Error, TypeError):
 
 class MemoryGrowthError(ColabT4Error, RuntimeError):
     "TensorFlow's memory growth was switched after TensorFlow had started on the GPU."
+
+class DeviceError(ColabT4Error, ValueError):
+    "A device that is not one."
+
+class StepError(ColabT4Error, ValueError):
+    "Arguments `synthetic_step` cannot build a training step from."
+
+# %% ../nbs/02_memory.ipynb #2942c069
+def _int_arg(name:str, value, what:str='size', lo:int=1)->int:
+    "`value` as an int if it is a whole number >= `lo`; otherwise a `BatchSizeError` naming `name` and the way out."
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        fix = f': pass {name}={int(value)}' if isinstance(value, str) and value.strip().isdigit() else ''
+        raise BatchSizeError(f'{name} must be an integer ({what}s and step counts are whole numbers), '
+                             f'got {name}={value!r}{fix}')
+    if value < lo: raise BatchSizeError(f'{name} must be an integer >= {lo}, got {name}={value!r}')
+    return int(value)
 
 # %% ../nbs/02_memory.ipynb #66a07b34
 def _clear_exception(e:BaseException|None, seen=None):
@@ -52,6 +68,8 @@ def _clear_exception(e:BaseException|None, seen=None):
 def free_memory(e:BaseException|None=None # the error of a failed step, whose frames are cleared
                ):
     "Release what a failed step held: its traceback's frames, IPython's last OOM, garbage, PyTorch's CUDA cache."
+    if e is not None and not isinstance(e, BaseException):
+        raise TypeError(f'e must be an exception or None, got e={e!r}')
     _clear_exception(e)
     last = getattr(sys, 'last_exc', None) or getattr(sys, 'last_value', None)
     if last is not None and oom_kind(last):
@@ -70,6 +88,7 @@ class Trial:
     seconds:float      # wall time of the trial, cleanup included
     error:str|None = None  # `oom_kind` of the failure
 
+# %% ../nbs/02_memory.ipynb #02f24a63
 def _sync():
     if torch.cuda.is_initialized(): torch.cuda.synchronize()
 
@@ -79,6 +98,7 @@ def try_batch(fn:Callable, # `fn(batch_size)` runs one training step
               clock:Callable=time.perf_counter, # wall clock
              )->Trial:
     "Run `fn(size)` `steps` times: a `Trial`; out-of-memory is caught and freed, other errors propagate."
+    size, steps = _int_arg('size', size, 'batch size'), _int_arg('steps', steps, 'batch size')
     t0, err = clock(), None
     try:
         for _ in range(steps): fn(size)
@@ -93,9 +113,9 @@ def try_batch(fn:Callable, # `fn(batch_size)` runs one training step
 
 # %% ../nbs/02_memory.ipynb #6fe24747
 @dataclass
-class BatchSizeResult:
-    "What `find_batch_size` chose, and every trial it made."
-    batch_size:int           # the size to train with: `largest_ok` less the margin
+class SizeResult:
+    "What `find_max_size` chose, and every trial it made."
+    size:int                 # the size to use: `largest_ok` less the margin
     largest_ok:int           # the largest size that ran all its steps
     smallest_oom:int|None    # the smallest size that ran out of memory; None if none did
     trials:list              # every `Trial`, in order
@@ -103,6 +123,7 @@ class BatchSizeResult:
     steps:int = 3
     margin:float = 0.015
     train_ooms:list = field(default_factory=list)  # sizes that ran out of memory in training (`auto_batch_size`)
+    what = 'size'            # what the size counts, in messages (not a field)
 
     @property
     def sizes(self)->list: return [t.size for t in self.trials]
@@ -111,32 +132,51 @@ class BatchSizeResult:
     @property
     def df(self)->pd.DataFrame:
         "The trials as a table."
-        return pd.DataFrame([vars(t) for t in self.trials], columns=['size', 'ok', 'seconds', 'error']).rename_axis('trial')
+        df = pd.DataFrame([vars(t) for t in self.trials], columns=['size', 'ok', 'seconds', 'error'])
+        return df.rename_axis('trial')
 
     def __repr__(self):
-        return (f'BatchSizeResult(batch_size={self.batch_size}, largest_ok={self.largest_ok}, smallest_oom={self.smallest_oom}, '
+        return (f'{type(self).__name__}({self.what.replace(" ", "_")}={self.size}, largest_ok={self.largest_ok}, '
+                f'smallest_oom={self.smallest_oom}, '
                 f'trials={len(self.trials)}, seconds={self.seconds:.2f})')
+
+# %% ../nbs/02_memory.ipynb #b7b41b36
+class BatchSizeResult(SizeResult):
+    "What `find_batch_size` chose (`.batch_size`), and every trial it made."
+    what = 'batch size'
+    @property
+    def batch_size(self)->int: return self.size
 
 # %% ../nbs/02_memory.ipynb #c5c5fce8
 @patch
-def _repr_markdown_(self:BatchSizeResult):
+def _repr_markdown_(self:SizeResult):
     oom = f'{self.smallest_oom} ran out of memory' if self.smallest_oom else 'nothing ran out of memory'
-    head = (f'**batch size {self.batch_size}** (largest that ran {self.steps} steps: {self.largest_ok}; {oom}; '
-            f'margin {self.margin:.0%}) after {len(self.trials)} trials in {self.seconds:.2f} s\n\n')
+    head = (f'**{self.what} {self.size}** (largest that ran {self.steps} steps: {self.largest_ok}; {oom}; '
+            f'margin {self.margin:.1%}) after {len(self.trials)} trials in {self.seconds:.2f} s\n\n')
     rows = '\n'.join(f'| {i} | {t.size} | {"ok" if t.ok else "OOM (" + str(t.error) + ")"} | {t.seconds:.3f} |'
                      for i, t in enumerate(self.trials))
     return head + '| trial | size | result | seconds |\n|---|---|---|---|\n' + rows
 
 # %% ../nbs/02_memory.ipynb #c375866a
-def _check_args(mode, start, min_size, max_size, steps, margin, tol):
+def _check_args(fn, mode, start, min_size, max_size, steps, margin, tol, what='size'):
+    "`BatchSizeError` naming the first argument of the search that cannot work (`start` is None when not given)."
+    if not callable(fn):
+        raise BatchSizeError(f'fn must be callable: fn({what.replace(" ", "_")}) runs one training step; got fn={fn!r}')
     if mode not in ('grow', 'halve'): raise BatchSizeError(f"mode must be 'grow' or 'halve', got mode={mode!r}")
-    if min_size < 1: raise BatchSizeError(f'min_size must be at least 1, got min_size={min_size}')
-    if start <= 0: raise BatchSizeError(f'start must be a positive batch size, got start={start}')
-    if start < min_size: raise BatchSizeError(f'start={start} is below min_size={min_size}: raise start or lower min_size')
-    if max_size < start: raise BatchSizeError(f'max_size={max_size} is below start={start}: raise max_size or lower start')
-    if steps < 1: raise BatchSizeError(f'steps must be at least 1, got steps={steps}')
-    if not 0 <= margin < 1: raise BatchSizeError(f'margin is a fraction in [0, 1), got margin={margin}')
-    if tol < 0: raise BatchSizeError(f'tol must be >= 0, got tol={tol}')
+    min_size, max_size = _int_arg('min_size', min_size, what), _int_arg('max_size', max_size, what)
+    steps = _int_arg('steps', steps, what)
+    if start is not None: start = _int_arg('start', start, what)
+    if max_size < min_size:
+        raise BatchSizeError(f'max_size={max_size} is below min_size={min_size}: raise max_size or lower min_size')
+    if start is not None and start < min_size:
+        raise BatchSizeError(f'start={start} is below min_size={min_size}: raise start or lower min_size')
+    if start is not None and start > max_size:
+        raise BatchSizeError(f'max_size={max_size} is below start={start}: raise max_size or lower start')
+    if isinstance(margin, bool) or not isinstance(margin, numbers.Real) or not 0 <= margin < 1:
+        raise BatchSizeError(f'margin is a fraction in [0, 1), got margin={margin!r}')
+    if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not 0 <= tol < math.inf:
+        raise BatchSizeError(f'tol is a fraction >= 0, got tol={tol!r}')
+    return start, min_size, max_size, steps
 
 # %% ../nbs/02_memory.ipynb #66827b54
 def _bracket(trial, mode, start, min_size, max_size):
@@ -170,19 +210,39 @@ def _gc_frozen():
     finally: gc.unfreeze()
 
 # %% ../nbs/02_memory.ipynb #2bd2bf13
-def _nothing_fits(trials, min_size, steps):
+def _nothing_fits(trials, min_size, steps, what='batch size'):
     t = min(trials, key=lambda t: t.size)
     lower = f' or lower min_size (={min_size})' if t.size == min_size > 1 else ''
-    e = NothingFits(f'Nothing fits: even batch size {t.size}, the smallest tried, ran out of memory ({t.error}) within {steps} steps. '
+    e = NothingFits(f'Nothing fits: even {what} {t.size}, the smallest tried, ran out of memory ({t.error}) '
+                    f'within {steps} steps. '
                     f'Free memory held elsewhere (del unused models, free_memory()), train in mixed precision, '
                     f'checkpoint activations{lower}.')
     e.trials = trials
     return e
 
+# %% ../nbs/02_memory.ipynb #d748aefa
+def _search(fn, mode, start, min_size, max_size, steps, margin, tol, verbose, cls):
+    "The search behind `find_max_size` and `find_batch_size`; a `cls` result."
+    start, min_size, max_size, steps = _check_args(fn, mode, start, min_size, max_size, steps, margin, tol, cls.what)
+    if start is None: start = min(max(32, min_size), max_size) if mode == 'grow' else max_size
+    trials = []
+    def trial(size):
+        trials.append(t := try_batch(fn, size, steps))
+        if verbose:
+            print(f"{cls.what} {t.size}: {'ok' if t.ok else 'out of memory (' + t.error + ')'} in {t.seconds:.2f} s")
+        return t.ok
+    with _gc_frozen():
+        try:
+            lo, hi = _bracket(trial, mode, start, min_size, max_size)
+            if lo is None: raise _nothing_fits(trials, min_size, steps, cls.what)
+            lo, hi = _bisect(trial, lo, hi, tol)
+        finally: free_memory()
+    return cls(lo if hi is None else max(min_size, lo - int(lo * margin)), lo, hi, trials, mode, steps, margin)
+
 # %% ../nbs/02_memory.ipynb #a844b03e
 def find_batch_size(fn:Callable, # `fn(batch_size)` runs one training step
                     mode:str='grow', # 'grow': double from `start` until OOM; 'halve': halve from `start` until it fits
-                    start:int|None=None, # first size tried; default 32 ('grow', kept within the bounds) or `max_size` ('halve')
+                    start:int|None=None, # first size tried; default 32 ('grow', in bounds) or `max_size` ('halve')
                     min_size:int=1, # never try a smaller size
                     max_size:int=2**14, # never try a larger size
                     steps:int=3, # training steps each candidate must survive
@@ -191,20 +251,21 @@ def find_batch_size(fn:Callable, # `fn(batch_size)` runs one training step
                     verbose:bool=False, # print each trial
                    )->BatchSizeResult:
     "The largest batch size at which `fn` survives `steps` steps, less a safety margin."
-    if start is None: start = min(max(32, min_size), max_size) if mode == 'grow' else max_size
-    _check_args(mode, start, min_size, max_size, steps, margin, tol)
-    trials = []
-    def trial(size):
-        trials.append(t := try_batch(fn, size, steps))
-        if verbose: print(f"batch {t.size}: {'ok' if t.ok else 'out of memory (' + t.error + ')'} in {t.seconds:.2f} s")
-        return t.ok
-    with _gc_frozen():
-        try:
-            lo, hi = _bracket(trial, mode, start, min_size, max_size)
-            if lo is None: raise _nothing_fits(trials, min_size, steps)
-            lo, hi = _bisect(trial, lo, hi, tol)
-        finally: free_memory()
-    return BatchSizeResult(lo if hi is None else max(min_size, lo - int(lo * margin)), lo, hi, trials, mode, steps, margin)
+    return _search(fn, mode, start, min_size, max_size, steps, margin, tol, verbose, BatchSizeResult)
+
+# %% ../nbs/02_memory.ipynb #a5ad9035
+def find_max_size(fn:Callable, # `fn(size)` runs one training step at `size` (a sequence length, an image side...)
+                  mode:str='grow', # 'grow': double from `start` until OOM; 'halve': halve from `start` until it fits
+                  start:int|None=None, # first size tried; default 32 ('grow', in bounds) or `max_size` ('halve')
+                  min_size:int=1, # never try a smaller size
+                  max_size:int=2**14, # never try a larger size
+                  steps:int=3, # training steps each candidate must survive
+                  margin:float=0.015, # the result is this fraction (rounded down) below the largest size that fitted
+                  tol:float=0.03, # bisect until the interval is this fraction of the size, or 1, wide
+                  verbose:bool=False, # print each trial
+                 )->SizeResult:
+    "The largest integer size at which `fn` survives `steps` steps, less a safety margin."
+    return _search(fn, mode, start, min_size, max_size, steps, margin, tol, verbose, SizeResult)
 
 # %% ../nbs/02_memory.ipynb #6115aa97
 def auto_batch_size(probe:Callable, # `probe(batch_size, *args, **kwargs)` runs one training step
@@ -247,12 +308,13 @@ class Accumulation:
         "Split full-batch tensors into the micro-batches: a list of tuples."
         return list(zip(*(torch.split(t, self.sizes) for t in tensors)))
 
+# %% ../nbs/02_memory.ipynb #2a81644a
 def accumulation(target:int, # the effective batch size wanted
                  fits:int|BatchSizeResult, # the largest micro-batch that fits, or `find_batch_size`'s result
                 )->Accumulation:
     "Micro-batches of at most `fits` samples adding up to exactly `target`."
-    fits = fits.batch_size if isinstance(fits, BatchSizeResult) else fits
-    if target < 1 or fits < 1: raise BatchSizeError(f'need target >= 1 and fits >= 1, got target={target}, fits={fits}')
+    fits = fits.size if isinstance(fits, SizeResult) else fits
+    target, fits = _int_arg('target', target, 'batch size'), _int_arg('fits', fits, 'batch size')
     n = -(-target // fits)
     base, extra = divmod(target, n)
     return Accumulation(target, [base + 1] * extra + [base] * (n - extra))
@@ -263,9 +325,11 @@ REPORTED_MIB = {'T4': 15360, 'K80': 11441, 'H200': 143771}  # total memory the d
 def usable_memory(card:str # a spec-table key or a driver's name: 'T4', 'Tesla T4', 'NVIDIA H200'
                  )->int:
     "Bytes of GPU memory a program on `card` sees: the driver's recorded total, else 15/16 of the datasheet's size."
-    spec = spec_for(card)
+    try: spec = spec_for(card)
+    except UnknownGPUError as e: raise UnknownGPUError(f'card={card!r}: {e}') from None
     if spec.key in REPORTED_MIB: return REPORTED_MIB[spec.key] * 2**20
-    warnings.warn(f'No recorded reading for {spec.key}: estimating its usable memory as 15/16 of the {spec.mem_gb} GB datasheet figure.')
+    warnings.warn(f'No recorded reading for {spec.key}: estimating its usable memory as 15/16 '
+                  f'of the {spec.mem_gb} GB datasheet figure.')
     return int(spec.mem_gb * 2**30 * 15 / 16)
 
 # %% ../nbs/02_memory.ipynb #8d35e47a
@@ -276,12 +340,15 @@ class cap_memory:
                  cuda=None, # the `torch.cuda` module (a stand-in in tests)
                 ):
         self.cuda = cuda or torch.cuda
-        if not self.cuda.is_available(): raise NoGPUError(f'cap_memory({card!r}) needs a CUDA GPU; this runtime has none, so there is nothing to cap.')
+        if not self.cuda.is_available():
+            raise NoGPUError(f'cap_memory({card!r}) needs a CUDA GPU; this runtime has none, '
+                             'so there is nothing to cap.')
         self.device = self.cuda.current_device() if device is None else device
         self.total = self.cuda.get_device_properties(self.device).total_memory
         self.limit = card if isinstance(card, int) else usable_memory(card)
         if self.limit > self.total:
-            raise ColabT4Error(f'Cannot cap at {card!r}: {self.limit / 2**30:.1f} GiB is more than this GPU has ({self.total / 2**30:.1f} GiB).')
+            raise ColabT4Error(f'Cannot cap at {card!r}: {self.limit / 2**30:.1f} GiB is more than this GPU has '
+                               f'({self.total / 2**30:.1f} GiB).')
         get = getattr(self.cuda, 'get_per_process_memory_fraction', None)
         self.previous = get(self.device) if get else 1.0
         self.fraction = self.limit / self.total
@@ -291,17 +358,25 @@ class cap_memory:
     def restore(self): self.cuda.set_per_process_memory_fraction(self.previous, self.device)
     def __enter__(self): return self
     def __exit__(self, *exc): self.restore()
-    def __repr__(self): return f'cap_memory({self.limit / 2**20:.0f} MiB of {self.total / 2**20:.0f} MiB on device {self.device}: fraction {self.fraction:.4f})'
+    def __repr__(self):
+        return (f'cap_memory({self.limit / 2**20:.0f} MiB of {self.total / 2**20:.0f} MiB on device {self.device}: '
+                f'fraction {self.fraction:.4f})')
 
 # %% ../nbs/02_memory.ipynb #0355f784
-def _device(device=None)->torch.device:
-    return torch.device(device if device is not None else ('cuda' if torch.cuda.is_available() else 'cpu'))
+def _device(device=None, name:str='device')->torch.device:
+    "`device` as a torch device (`name` is what the error calls it); None: the GPU if there is one, else the CPU."
+    if device is None: return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+    try: return torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise DeviceError(f"{name}={device!r} is not a torch device: pass 'cuda', 'cuda:1', 'cpu' or None "
+                          f"({e})") from None
 
 class peak_memory:
     "Context manager: peak bytes PyTorch allocated on `device` inside the block (NaN on the CPU)."
     def __init__(self, device:str|torch.device|None=None # default: the GPU if there is one, else the CPU
                 ):
-        self.device, self.start, self.peak, self.end, self.seconds = _device(device), math.nan, math.nan, math.nan, math.nan
+        self.device = _device(device)
+        self.start, self.peak, self.end, self.seconds = math.nan, math.nan, math.nan, math.nan
 
     def __enter__(self):
         if self.device.type == 'cuda':
@@ -320,7 +395,8 @@ class peak_memory:
     @property
     def extra(self)->float: return self.peak - self.start
     def __repr__(self):
-        return f'peak_memory({self.device}: peak {self.peak / 2**20:.1f} MiB, {self.extra / 2**20:.1f} MiB above the start, {self.seconds:.3f} s)'
+        return (f'peak_memory({self.device}: peak {self.peak / 2**20:.1f} MiB, {self.extra / 2**20:.1f} MiB '
+                f'above the start, {self.seconds:.3f} s)')
 
 # %% ../nbs/02_memory.ipynb #05d269e4
 _REPORT = ['name', 'allocated_mib', 'reserved_mib', 'peak_allocated_mib', 'peak_reserved_mib', 'cap_mib', 'ooms',
@@ -332,14 +408,17 @@ def _nvml_report(nvml)->dict:
         except ImportError: return {}
     try: gpus = nvml_gpus(nvml)
     except nvml.NVMLError: return {}
-    return {g.index: {'name': g.name, 'nvml_used_mib': (g.mem_total - g.mem_free) / 2**20, 'nvml_total_mib': g.mem_total / 2**20}
+    return {g.index: {'name': g.name, 'nvml_used_mib': (g.mem_total - g.mem_free) / 2**20,
+                      'nvml_total_mib': g.mem_total / 2**20}
             for g in gpus}
 
 def _torch_report(i:int)->dict:
     s, total = torch.cuda.memory_stats(i), torch.cuda.get_device_properties(i).total_memory
-    frac = torch.cuda.get_per_process_memory_fraction(i) if hasattr(torch.cuda, 'get_per_process_memory_fraction') else math.nan
+    get = getattr(torch.cuda, 'get_per_process_memory_fraction', None)
+    frac = get(i) if get else math.nan
     return {'name': torch.cuda.get_device_name(i), 'allocated_mib': s.get('allocated_bytes.all.current', 0) / 2**20,
-            'reserved_mib': s.get('reserved_bytes.all.current', 0) / 2**20, 'peak_allocated_mib': s.get('allocated_bytes.all.peak', 0) / 2**20,
+            'reserved_mib': s.get('reserved_bytes.all.current', 0) / 2**20,
+            'peak_allocated_mib': s.get('allocated_bytes.all.peak', 0) / 2**20,
             'peak_reserved_mib': s.get('reserved_bytes.all.peak', 0) / 2**20, 'cap_mib': frac * total / 2**20,
             'ooms': s.get('num_ooms', 0), 'alloc_retries': s.get('num_alloc_retries', 0)}
 
@@ -360,7 +439,8 @@ class Checkpointed(nn.Module):
         self.module = module
 
     def forward(self, *args, **kwargs):
-        if self.training and torch.is_grad_enabled(): return checkpoint(self.module, *args, use_reentrant=False, **kwargs)
+        if self.training and torch.is_grad_enabled():
+            return checkpoint(self.module, *args, use_reentrant=False, **kwargs)
         return self.module(*args, **kwargs)
 
 # %% ../nbs/02_memory.ipynb #b213a72a
@@ -368,8 +448,11 @@ def checkpoint_every(model:nn.Sequential, # the blocks, in order
                      n:int=1, # blocks per checkpointed segment
                     )->nn.Sequential:
     "`model`'s blocks regrouped into checkpointed segments of `n` blocks (the blocks are shared, not copied)."
-    if not isinstance(model, nn.Sequential): raise SplitError(f'checkpoint_every takes an nn.Sequential, got {type(model).__name__}; wrap a single module in Checkpointed(...) instead.')
-    if n < 1: raise SplitError(f'n must be at least 1, got n={n}')
+    if not isinstance(model, nn.Sequential):
+        raise SplitError(f'checkpoint_every takes an nn.Sequential, got {type(model).__name__}; '
+                         'wrap a single module in Checkpointed(...) instead.')
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
+        raise SplitError(f'n must be an integer >= 1, got n={n!r}')
     blocks = list(model)
     return nn.Sequential(*[Checkpointed(nn.Sequential(*blocks[i:i + n])) for i in range(0, len(blocks), n)])
 
@@ -381,6 +464,8 @@ def checkpoint_report(model:nn.Sequential, # the model, on its device
                       warmup:int=2, # untimed steps of each variant first
                      )->pd.DataFrame:
     "Step time and peak memory of `model` plain and checkpointed every `n` blocks, with ratios to the plain model."
+    if not isinstance(x, torch.Tensor): raise SplitError(f'x is one input batch, a tensor, got x={x!r}')
+    repeats, warmup = _int_arg('repeats', repeats), _int_arg('warmup', warmup, lo=0)
     variants = {'plain': model, f'checkpoint every {n}': checkpoint_every(model, n)}
     def step(m):
         def f():
@@ -404,8 +489,13 @@ def balance(sizes:list, # size of each block, in order
             parts:int, # number of consecutive groups
            )->list[int]:
     "How many consecutive blocks go in each of `parts` groups, making the largest group's total as small as possible."
+    if not isinstance(sizes, (list, tuple)) or not all(isinstance(s, numbers.Real) and s >= 0 for s in sizes):
+        raise SplitError(f'sizes must be a list of block sizes >= 0, got sizes={sizes!r}')
+    if isinstance(parts, bool) or not isinstance(parts, numbers.Integral):
+        raise SplitError(f'parts must be an integer (the number of devices), got parts={parts!r}')
     n = len(sizes)
-    if not 1 <= parts <= n: raise SplitError(f'Cannot split {n} blocks over {parts} devices: need 1 <= devices <= blocks.')
+    if not 1 <= parts <= n:
+        raise SplitError(f'Cannot split {n} blocks over {parts} devices: need 1 <= devices <= blocks.')
     pre = [0]
     for s in sizes: pre.append(pre[-1] + s)
     best = [[math.inf] * (n + 1) for _ in range(parts + 1)]
@@ -425,6 +515,7 @@ def param_bytes(m:nn.Module)->int:
     "Bytes of `m`'s parameters and buffers."
     return sum(t.numel() * t.element_size() for t in [*m.parameters(), *m.buffers()])
 
+# %% ../nbs/02_memory.ipynb #2e02f78d
 def _to(x, device):
     if isinstance(x, torch.Tensor): return x.to(device)
     if isinstance(x, (list, tuple)): return type(x)(_to(v, device) for v in x)
@@ -454,9 +545,13 @@ def split_model(model:nn.Sequential, # the blocks, in order
                )->SplitModel:
     "`model`'s consecutive blocks spread over `devices`, balanced by parameter memory."
     if not isinstance(model, nn.Sequential):
-        raise SplitError(f'split_model splits an nn.Sequential (blocks run one after another), got {type(model).__name__}. '
-                         f'Rebuild the model as nn.Sequential(block1, block2, ...), or train a copy on each GPU with launch_ddp.')
+        raise SplitError(f'split_model splits an nn.Sequential (blocks run one after another), '
+                         f'got {type(model).__name__}. Rebuild the model as nn.Sequential(block1, block2, ...), '
+                         'or train a copy on each GPU with launch_ddp.')
     if devices is None: devices = [f'cuda:{i}' for i in range(torch.cuda.device_count())] or ['cpu']
+    if not isinstance(devices, (list, tuple)) or not devices:
+        raise SplitError(f"devices is a list of devices, e.g. ['cuda:0', 'cuda:1'], got devices={devices!r}")
+    devices = [_device(d, f'devices[{i}]') for i, d in enumerate(devices)]
     blocks = list(model)
     lens = balance([param_bytes(b) for b in blocks], len(devices))
     parts, i = [], 0
@@ -464,7 +559,8 @@ def split_model(model:nn.Sequential, # the blocks, in order
     res = SplitModel(parts, devices)
     if verbose:
         if len(devices) == 1: print(f'One device ({devices[0]}): the whole model is placed there, nothing is split.')
-        else: print('Split: ' + '; '.join(f'{r.device}: {r.blocks} blocks, {r.param_mib:.1f} MiB' for r in res.plan.itertuples()))
+        else: print('Split: ' + '; '.join(f'{r.device}: {r.blocks} blocks, {r.param_mib:.1f} MiB'
+                                          for r in res.plan.itertuples()))
     return res
 
 # %% ../nbs/02_memory.ipynb #84ec909d
@@ -475,7 +571,8 @@ def _free_port()->int:
 
 def _ddp_worker(rank, fn, world, backend, port, args, queue, forked):
     import pickle, torch.distributed as dist
-    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
+    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank))
     if forked: torch.set_num_threads(1)
     if backend == 'nccl': torch.cuda.set_device(rank)
     dist.init_process_group(backend, rank=rank, world_size=world)
@@ -490,8 +587,9 @@ def _check_importable(fn, start_method):
     code = getattr(fn, '__code__', None)
     if start_method == 'fork' or getattr(fn, '__module__', None) != '__main__' or code is None: return
     if code.co_filename != getattr(main, '__file__', None):
-        raise ColabT4Error(f'{fn.__name__} is defined in this notebook, so spawned processes cannot import it. Put it in a .py file '
-                           f"(%%writefile train.py) and import it from there, or pass start_method='fork' if this process has "
+        raise ColabT4Error(f'{fn.__name__} is defined in this notebook, so spawned processes cannot import it. '
+                           f"Put it in a .py file (%%writefile train.py) and import it from there, "
+                           f"or pass start_method='fork' if this process has "
                            f'neither started CUDA nor run a backward pass on a machine with a GPU.')
 
 # %% ../nbs/02_memory.ipynb #f286c3d3
@@ -508,11 +606,13 @@ def launch_ddp(fn:Callable, # `fn(rank, world_size, *args)`, run once in each pr
     backend = backend or ('nccl' if gpus else 'gloo')
     nprocs = nprocs or (gpus if backend == 'nccl' else 2)
     if backend == 'nccl' and nprocs > gpus:
-        raise ColabT4Error(f'NCCL needs one GPU per process: nprocs={nprocs}, but {gpus} GPU(s) here. Use fewer processes or backend="gloo".')
+        raise ColabT4Error(f'NCCL needs one GPU per process: nprocs={nprocs}, but {gpus} GPU(s) here. '
+                           'Use fewer processes or backend="gloo".')
     _check_importable(fn, start_method)
-    worker = importlib.import_module('colab_t4_nb.memory')._ddp_worker  # by its module, so spawned processes can import it
+    worker = importlib.import_module('colab_t4_nb.memory')._ddp_worker  # by its module: spawned processes import it
     queue = mp.get_context(start_method).SimpleQueue()
-    ctx = mp.start_processes(worker, args=(fn, nprocs, backend, _free_port(), tuple(args), queue, start_method == 'fork'),
+    wargs = (fn, nprocs, backend, _free_port(), tuple(args), queue, start_method == 'fork')
+    ctx = mp.start_processes(worker, args=wargs,
                              nprocs=nprocs, join=False, start_method=start_method)
     results, t0 = {}, time.monotonic()
     def drain():
@@ -520,7 +620,8 @@ def launch_ddp(fn:Callable, # `fn(rank, world_size, *args)`, run once in each pr
     try:
         while not ctx.join(timeout=0.2):
             drain()
-            if time.monotonic() - t0 > timeout: raise ColabT4Error(f'launch_ddp: the {nprocs} processes did not finish within {timeout} s.')
+            if time.monotonic() - t0 > timeout:
+                raise ColabT4Error(f'launch_ddp: the {nprocs} processes did not finish within {timeout} s.')
     finally:
         for p in ctx.processes:
             if p.is_alive(): p.terminate()
@@ -548,8 +649,10 @@ def tf_memory_growth(enable:bool=True, # True: take GPU memory as needed; False:
         except RuntimeError as e:
             if 'cannot be modified after being initialized' not in str(e): raise
             raise MemoryGrowthError(
-                'TensorFlow has already started on the GPU in this process (a tensor, model or device query created its context), '
-                'and memory growth can only be chosen before that. Restart the runtime and call tf_memory_growth() first thing, '
+                'TensorFlow has already started on the GPU in this process '
+                '(a tensor, model or device query created its context), '
+                'and memory growth can only be chosen before that. '
+                'Restart the runtime and call tf_memory_growth() first thing, '
                 "or set os.environ['TF_FORCE_GPU_ALLOW_GROWTH'] = 'true' before importing TensorFlow.") from e
     return gpus
 
@@ -564,7 +667,15 @@ def synthetic_step(model:nn.Module, # on its device
                    amp:str|None='fp16', # autocast dtype: 'fp16', 'bf16' or None (fp32)
                   )->Callable:
     "`step(batch_size)`: one training step of `model` on random data."
-    dev, dtype = next(model.parameters()).device, _AMP[amp]
+    if not (amp is None or isinstance(amp, str)) or amp not in _AMP:
+        raise StepError(f"amp is 'fp16', 'bf16' or None (fp32), got amp={amp!r}")
+    p = next(model.parameters(), None) if isinstance(model, nn.Module) else None
+    if p is None: raise StepError(f'model must be an nn.Module with parameters, got model={type(model).__name__}')
+    for k, v in dict(input_shape=input_shape, target_shape=target_shape).items():
+        if not isinstance(v, tuple) or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in v):
+            raise StepError(f'{k} is a tuple of sizes >= 1, e.g. (3, 224, 224), got {k}={v!r}')
+    num_classes = _int_arg('num_classes', num_classes)
+    dev, dtype = p.device, _AMP[amp]
     new_scaler = lambda: torch.amp.GradScaler(dev.type, enabled=dtype is torch.float16)
     scaler = [new_scaler()]
     def step(bs:int):

@@ -1,5 +1,5 @@
 """colab_t4_nb.amp from outside a notebook: a fresh import starts nothing, and where TensorFlow is
-absent (the H200 benchmark machine, a torch-only runtime) the Keras parts skip or fail clearly."""
+absent (a torch-only runtime, as many GPU servers are) the Keras parts skip or fail clearly."""
 import json, shutil, subprocess, sys, textwrap
 from conftest import ROOT, NBS
 

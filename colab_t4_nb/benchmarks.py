@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 
 from .allocation import ColabT4Error, GPUSpec, SPECS, oom_kind, spec_for
 from .amp import AmpStep, Encoder, amp_choice, no_tf32, parse_dtype, plain_amp_step, token_batch, token_loss
-from .memory import NothingFits, cap_memory, find_batch_size, free_memory, peak_memory, try_batch
+from .memory import NothingFits, cap_memory, find_max_size, free_memory, peak_memory, try_batch
 from .models import UNet, cls_batch, hf_bert, resnet50, seg_batch, seq_cls_loss
 from .timing import benchmark
 
@@ -213,8 +213,8 @@ def size_search(fn:Callable, # fn(size) runs one training step
                 peak_metric:str='peak memory', # the name of the peak-memory row
                )->pd.DataFrame:
     "Rows for the largest size at which `fn` trains and the peak memory there; a row saying so when nothing fits."
-    try: r = find_batch_size(fn, start=min(start, max_size), min_size=min_size, max_size=max_size, steps=steps,
-                             margin=0)
+    try: r = find_max_size(fn, start=min(start, max_size), min_size=min_size, max_size=max_size, steps=steps,
+                           margin=0)
     except NothingFits as e:
         why = f'does not fit even at {min_size} ({e.trials[-1].error} out of memory)'
         return ctx.rows([ctx.row(precision, workload, metric, math.nan, unit, f'{why}; {note}')])

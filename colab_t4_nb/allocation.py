@@ -17,7 +17,7 @@ import pandas as pd
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['SPECS', 'SOURCES', 'LOCK_STALE_S', 'ColabT4Error', 'UnknownGPUError', 'NoGPUError', 'WrongGPUError',
+__all__ = ['SPECS', 'SOURCES', 'COLAB_DRIVE', 'LOCK_STALE_S', 'ColabT4Error', 'UnknownGPUError', 'NoGPUError', 'WrongGPUError',
            'BudgetExhausted', 'BadArgument', 'oom_kind', 'GPUSpec', 'native_bf16', 'spec_table', 'spec_for', 'GPU',
            'parse_smi_csv', 'reading', 'readings', 'parse_smi_table', 'parse_tf_devices', 'nvml_gpus', 'gpu_search',
            'gpu_info', 'runtime', 'state_dir', 'Budget', 'atomic_write', 'file_lock', 'open_locked', 'append_line',
@@ -99,7 +99,10 @@ class GPUSpec:
 def native_bf16(cc:tuple|None # compute capability, e.g. (7, 5)
                )->bool:
     "True when a card of compute capability `cc` runs bf16 natively (>= 8.0)."
-    return cc is not None and tuple(cc) >= (8, 0)
+    if cc is None: return False
+    if not (isinstance(cc, (tuple, list)) and len(cc) == 2 and all(isinstance(x, int) for x in cc)):
+        raise BadArgument(f'cc={cc!r} is not a compute capability: give (major, minor), e.g. (7, 5).')
+    return tuple(cc) >= (8, 0)
 
 # %% ../nbs/00_allocation.ipynb #c83d9d7c
 _DS = "NVIDIA {} datasheet"
@@ -228,8 +231,9 @@ def _readings(): return resources.files('colab_t4_nb')/'files'/'gpu'
 def reading(name:str # a recorded file, e.g. 't4_colab_nvidia-smi_2023.txt'; `readings()` lists them
            )->str:
     "The text of a GPU reading recorded on a real card, shipped with the package."
+    if not isinstance(name, str) or name not in readings():
+        raise BadArgument(f'No recorded reading {name!r}. The package has: {", ".join(readings())}.')
     f = _readings()/name
-    if not f.is_file(): raise FileNotFoundError(f'No recorded reading {name!r}. The package has: {", ".join(readings())}.')
     return f.read_text()
 
 def readings()->list[str]:
@@ -397,12 +401,14 @@ def runtime(env:dict|None=None, # environment to inspect; default `os.environ`
     return 'local'
 
 # %% ../nbs/00_allocation.ipynb #737ffcb1
+COLAB_DRIVE = Path('/content/drive')  # where Colab notebooks mount Google Drive
+
 def state_dir(env:dict|None=None, # environment; default `os.environ`
-              drive:str|Path='/content/drive', # where Colab's Drive is mounted
+              drive:str|Path|None=None, # where Colab's Drive is mounted; default `COLAB_DRIVE`
               create:bool=True, # create the folder
              )->Path:
     "The folder where `colab_t4_nb` keeps state: $COLAB_T4_HOME, Drive in Colab, else ~/.colab_t4_nb."
-    env = os.environ if env is None else env
+    env, drive = os.environ if env is None else env, COLAB_DRIVE if drive is None else drive
     if env.get('COLAB_T4_HOME'): d = Path(env['COLAB_T4_HOME'])
     elif runtime(env) == 'colab' and (Path(drive)/'MyDrive').is_dir(): d = Path(drive)/'MyDrive'/'colab_t4_nb'
     else: d = Path.home()/'.colab_t4_nb'
@@ -416,7 +422,8 @@ class Budget:
                  per_day:int=5, # attempts allowed per calendar day
                  today=date.today, # clock, replaceable in tests
                 ):
-        if per_day < 0: raise ValueError(f'per_day must be >= 0, got {per_day}')
+        if isinstance(per_day, bool) or not isinstance(per_day, int) or per_day < 0:
+            raise BadArgument(f'per_day must be a whole number >= 0, got {per_day!r}.')
         self.path, self.per_day, self.today = Path(path), per_day, today
 
     def _read(self)->dict:

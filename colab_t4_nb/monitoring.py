@@ -51,7 +51,9 @@ def decode_reasons(mask:int|str|float|None # NVML's mask, or `nvidia-smi`'s '0x0
                   )->list[str]:
     "Names of the reasons set in `mask`; unknown bits as hex; [] for none or a missing value."
     if mask is None or (not isinstance(mask, str) and pd.isna(mask)): return []
-    mask = int(mask, 0) if isinstance(mask, str) else int(mask)
+    try: mask = int(mask, 0) if isinstance(mask, str) else int(mask)
+    except (ValueError, TypeError, OverflowError) as e: raise MonitorError(f'mask={mask!r} is not a clocks-event reasons mask: {e}') from None
+    if mask < 0: raise MonitorError(f'mask={mask!r} is not a clocks-event reasons mask: it is negative.')
     rest = mask & ~sum(REASONS)
     return [n for b, n in REASONS.items() if mask & b] + ([hex(rest)] if rest else [])
 
@@ -249,11 +251,11 @@ def samples_df(rows:list[tuple], # rows in `ROW` layout
          )->pd.DataFrame:
     "Samples as a DataFrame indexed by UTC time, one row per GPU per sample."
     df = pd.DataFrame(rows, columns=ROW)
-    df.insert(2, 'name', df.gpu.map(names or {}).astype(object))
+    df.insert(2, 'name', df.gpu.map(names or {}).fillna('').astype(object))  # '' for a GPU whose name is not known
     df['gpu'] = df.gpu.astype('int64')
     for c in FIELDS: df[c] = df[c].astype('float64')
     df['throttle'] = df.throttle.astype('Int64')
-    df['reasons'] = [('|'.join(decode_reasons(m))) for m in df.throttle]
+    df['reasons'] = pd.Series(['|'.join(decode_reasons(m)) for m in df.throttle], index=df.index, dtype=object)
     return df.set_index(pd.DatetimeIndex(pd.to_datetime(df.pop('time'), unit='s', utc=True).dt.round('us'), name='time'))
 
 # %% ../nbs/06_monitoring.ipynb #c3407500
@@ -604,6 +606,10 @@ class UsageLedger:
 
     def add(self, start:float, end:float, gpu:str, busy_h:float=0.0, session:str|None=None)->str:
         "Append a record for `session` (a new id if None); returns the session id."
+        for k, v in (('start', start), ('end', end), ('busy_h', busy_h)):
+            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not (0 <= v < 1e11):
+                raise MonitorError(f'{k}={v!r}: give a number of {"hours" if k == "busy_h" else "epoch seconds"} >= 0.')
+        if end < start: raise MonitorError(f'end={end!r} is before start={start!r}.')
         session = session or uuid.uuid4().hex[:12]
         rec = {'kind': 'session', 'session': session, 'start': _iso(start), 'end': _iso(end), 'gpu': gpu,
                'busy_h': round(float(busy_h), 4), 'runtime': runtime()}
@@ -846,7 +852,7 @@ def _writable(path:Path, what:str):
         while not d.exists(): d = d.parent  # the folders that are missing are created when writing
         if not d.is_dir(): raise NotADirectoryError(errno.ENOTDIR, f'{d} is a file, not a folder')
         fd, probe = tempfile.mkstemp(dir=d, prefix='.colab_t4_probe-'); os.close(fd); os.unlink(probe)
-    except OSError as e: raise MonitorError(f'Cannot write the {what} {path}: {e.strerror or e}. {fix}') from e
+    except (OSError, ValueError) as e: raise MonitorError(f'Cannot write the {what} {path}: {getattr(e, "strerror", None) or e}. {fix}') from e
 
 def _plot_formats()->list[str]:
     from matplotlib.backend_bases import FigureCanvasBase

@@ -2,6 +2,7 @@
 import json, os, shutil, subprocess, sys
 import pytest
 from conftest import ROOT, nvml_works
+from colab_t4_nb.allocation import reading
 
 EXE = shutil.which('colab-t4')
 
@@ -27,7 +28,7 @@ def test_info_on_cpu_says_no_gpu(cpu_env):
 @pytest.mark.skipif(nvml_works(), reason='a real GPU answers here')
 def test_info_falls_back_to_nvidia_smi(cpu_env, tmp_path):
     "No NVML, no CUDA in torch: the recorded Colab T4 printed by a stand-in `nvidia-smi` is found and matched."
-    table = (ROOT/'nbs'/'files'/'gpu'/'t4_colab_nvidia-smi_2023.txt').read_text()
+    table = reading('t4_colab_nvidia-smi_2023.txt')
     (tmp_path/'table.txt').write_text(table)
     smi = tmp_path/'nvidia-smi'
     smi.write_text(f'#!/bin/sh\ncase "$*" in *--query-gpu*) echo \'Field "compute_cap" is not a valid field to query.\'; exit 2;; esac\ncat {tmp_path}/table.txt\n')
@@ -50,7 +51,7 @@ def test_ensure_refuses_unknown_and_missing_cards(cpu_env):
 @pytest.mark.skipif(nvml_works(), reason='a real GPU answers here')
 def test_ensure_names_the_cards_once_and_the_option(cpu_env, tmp_path):
     "A recorded Colab K80 printed by a stand-in `nvidia-smi`: the way out is the command's option, not Python."
-    (tmp_path/'table.txt').write_text((ROOT/'nbs'/'files'/'gpu'/'k80_colab_nvidia-smi_2022.txt').read_text())
+    (tmp_path/'table.txt').write_text(reading('k80_colab_nvidia-smi_2022.txt'))
     smi = tmp_path/'nvidia-smi'
     smi.write_text(f'#!/bin/sh\ncase "$*" in *--query-gpu*) exit 2;; esac\ncat {tmp_path}/table.txt\n')
     smi.chmod(0o755)

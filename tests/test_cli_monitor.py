@@ -4,9 +4,9 @@ import json, os, shutil, subprocess, sys
 from pathlib import Path
 import pytest
 from conftest import ROOT, nvml_works
+from colab_t4_nb.allocation import reading
 
 EXE = shutil.which('colab-t4')
-GPU_FILES = ROOT/'nbs'/'files'/'gpu'
 no_real_gpu = pytest.mark.skipif(nvml_works(), reason='a real GPU answers here')
 
 def run(args, env, timeout=120):
@@ -18,8 +18,8 @@ def run(args, env, timeout=120):
 def smi_env(cpu_env, tmp_path):
     "NVML missing (the real library finds no driver here), a stand-in nvidia-smi printing the recorded busy H200."
     d = tmp_path/'bin'; d.mkdir()
-    (d/'query.csv').write_text((GPU_FILES/'h200_query_busy.csv').read_text())
-    (d/'table.txt').write_text((GPU_FILES/'h200_nvidia-smi_busy.txt').read_text())
+    (d/'query.csv').write_text(reading('h200_query_busy.csv'))
+    (d/'table.txt').write_text(reading('h200_nvidia-smi_busy.txt'))
     smi = d/'nvidia-smi'
     smi.write_text(f'#!/bin/sh\ncase "$*" in *--query-gpu*) cat {d}/query.csv;; *) cat {d}/table.txt;; esac\n')
     smi.chmod(0o755)

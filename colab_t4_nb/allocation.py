@@ -621,12 +621,12 @@ def ensure_gpu(want:str|list='T4', # card(s) accepted: spec keys, families or dr
                budget_path:str|Path|None=None, # budget file; default `state_dir()/'alloc_budget.json'`
                gpus:list|None=None, # the GPUs here; default `gpu_info()`
                today=date.today, # clock, replaceable in tests
-               ledger:str|Path|bool=True, # where each Colab attempt is recorded; True: `state_dir()/'usage_ledger.jsonl'`; False: nowhere
+               ledger:str|Path|bool=True, # file recording each Colab attempt; True: the usage ledger in `state_dir()`
               )->list[GPU]:
     "Return the GPUs here if one is `want`; in Colab hand the runtime back (within `budget`), elsewhere raise."
     specs = wanted_specs(want)
     if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
-        raise BadArgument(f'budget={budget!r}: give the number of runtime re-assignments allowed per day, e.g. budget=5.')
+        raise BadArgument(f'budget={budget!r}: give the runtime re-assignments allowed per day, e.g. budget=5.')
     accepted, wanted, led = {s.key for s in specs}, want_label(specs), _ledger_path(ledger)
     gpus = gpu_info() if gpus is None else gpus
     ok, here = any(g.spec and g.spec.key in accepted for g in gpus), _describe(gpus)

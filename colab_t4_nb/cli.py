@@ -30,7 +30,8 @@ def info_text(d:dict # an `info_dict`
     out = [f"runtime: {d['runtime']}"]
     if not d['gpus']:
         why = '; '.join(f'{k}: {v}' for k, v in d.get('why', {}).items())
-        out.append(f"No NVIDIA GPU found{f' ({why})' if why else ''}. In Colab: Runtime > Change runtime type > T4 GPU, then run again.")
+        out.append(f"No NVIDIA GPU found{f' ({why})' if why else ''}. "
+                   "In Colab: Runtime > Change runtime type > T4 GPU, then run again.")
     for g in d['gpus']:
         gib = lambda b: '-' if b is None else f'{b / 2**30:.1f} GiB'
         cc = '-' if g['cc'] is None else '.'.join(map(str, g['cc']))
@@ -61,7 +62,8 @@ def _parser()->argparse.ArgumentParser:
     m.add_argument('--duration', type=float, default=None, help='seconds to run (default: until Ctrl-C)')
     m.add_argument('--csv', default=None, help='append the samples to this CSV file')
     m.add_argument('--plot', default=None, help='save a plot here at the end (.png, .pdf, .svg)')
-    m.add_argument('--every', type=float, default=10.0, help='print the latest sample every S seconds, at most once per sample; 0: never (default: 10)')
+    m.add_argument('--every', type=float, default=10.0,
+                   help='print the latest sample every S seconds, at most once per sample; 0: never (default: 10)')
     m.add_argument('--ledger', nargs='?', const='', default=None, help='record the session in the usage ledger (default file: in the state folder)')
     return p
 

@@ -4,7 +4,8 @@
 
 # %% ../nbs/06_monitoring.ipynb #499a92ff
 from __future__ import annotations
-import atexit, csv, errno, json, math, numbers, os, re, shutil, subprocess, sys, tempfile, threading, time, uuid, warnings, weakref
+import atexit, csv, errno, json, math, numbers, os, re, shutil, subprocess, sys, tempfile, threading, time, uuid
+import warnings, weakref
 from collections import deque
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -15,7 +16,8 @@ import pandas as pd
 import pynvml
 from fastcore.basics import patch
 
-from .allocation import ColabT4Error, append_line, atomic_write, open_locked, parse_smi_csv, runtime, state_dir
+from .allocation import (ColabT4Error, append_line, atomic_write, open_locked, parse_smi_csv, runtime,
+                                    state_dir)
 from .timing import benchmark
 
 # %% auto #0
@@ -52,7 +54,8 @@ def decode_reasons(mask:int|str|float|None # NVML's mask, or `nvidia-smi`'s '0x0
     "Names of the reasons set in `mask`; unknown bits as hex; [] for none or a missing value."
     if mask is None or (not isinstance(mask, str) and pd.isna(mask)): return []
     try: mask = int(mask, 0) if isinstance(mask, str) else int(mask)
-    except (ValueError, TypeError, OverflowError) as e: raise MonitorError(f'mask={mask!r} is not a clocks-event reasons mask: {e}') from None
+    except (ValueError, TypeError, OverflowError) as e:
+        raise MonitorError(f'mask={mask!r} is not a clocks-event reasons mask: {e}') from None
     if mask < 0: raise MonitorError(f'mask={mask!r} is not a clocks-event reasons mask: it is negative.')
     rest = mask & ~sum(REASONS)
     return [n for b, n in REASONS.items() if mask & b] + ([hex(rest)] if rest else [])
@@ -76,8 +79,9 @@ _get = object.__getattribute__  # reads a ctypes field without pynvml's slower `
 def _nvml_calls(nvml, reasons:tuple)->list:
     "(name, number of fields, function of a handle) for each call of one reading, in `FIELDS` order."
     n, (rname, rfn) = nvml, reasons
+    MB = BYTES_PER_MIB
     def util(h): u = n.nvmlDeviceGetUtilizationRates(h); return _get(u, 'gpu'), _get(u, 'memory')
-    def mem(h): m = n.nvmlDeviceGetMemoryInfo(h); return _get(m, 'used') / BYTES_PER_MIB, _get(m, 'total') / BYTES_PER_MIB
+    def mem(h): m = n.nvmlDeviceGetMemoryInfo(h); return _get(m, 'used') / MB, _get(m, 'total') / MB
     return [('nvmlDeviceGetUtilizationRates', 2, util), ('nvmlDeviceGetMemoryInfo', 2, mem),
             ('nvmlDeviceGetTemperature', 1, lambda h: (n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU),)),
             ('nvmlDeviceGetPowerUsage', 1, lambda h: (n.nvmlDeviceGetPowerUsage(h) / 1e3,)),
@@ -90,10 +94,10 @@ def _nvml_fast(nvml, h, reasons:tuple)->Callable:
     "The same calls for handle `h` as straight-line code, everything looked up once: the path taken while nothing fails."
     util, mem, temp, power = nvml.nvmlDeviceGetUtilizationRates, nvml.nvmlDeviceGetMemoryInfo, nvml.nvmlDeviceGetTemperature, nvml.nvmlDeviceGetPowerUsage
     limit, clock, rfn = nvml.nvmlDeviceGetEnforcedPowerLimit, nvml.nvmlDeviceGetClockInfo, reasons[1]
-    T, SM, MEM = nvml.NVML_TEMPERATURE_GPU, nvml.NVML_CLOCK_SM, nvml.NVML_CLOCK_MEM
+    T, SM, MEM, MB = nvml.NVML_TEMPERATURE_GPU, nvml.NVML_CLOCK_SM, nvml.NVML_CLOCK_MEM, BYTES_PER_MIB
     def read():
         u, m = util(h), mem(h)
-        return (_get(u, 'gpu'), _get(u, 'memory'), _get(m, 'used') / BYTES_PER_MIB, _get(m, 'total') / BYTES_PER_MIB, temp(h, T),
+        return (_get(u, 'gpu'), _get(u, 'memory'), _get(m, 'used') / MB, _get(m, 'total') / MB, temp(h, T),
                 power(h) / 1e3, limit(h) / 1e3, clock(h, SM), clock(h, MEM), rfn(h))
     return read
 
@@ -277,7 +281,7 @@ class GPUMonitor:
                  gpus:list|None=None, # GPU indices; default all
                  torch_memory:bool=False, # add the torch allocator's allocated/reserved MiB (see `NVMLSource`)
                  live:bool=False, # show the latest sample in the notebook, updated in place
-                 ledger:str|Path|bool|None=None, # record the session in this usage ledger file (True: the default), or a `UsageLedger`
+                 ledger:str|Path|bool|None=None, # usage ledger file for this session (True: the default), or a `UsageLedger`
                  sources:tuple=('nvml', 'nvidia-smi'), # where to read, in the order to try
                  max_rows:int=100_000, # samples kept in memory (the CSV keeps all)
                  every:dict|None=None, # seconds between CSV flushes, live updates, ledger updates
@@ -309,9 +313,11 @@ def open(self:GPUMonitor)->GPUMonitor:
         self.names = dict(self.source.names)
         if self.csv is not None: self._csvf = _open_csv(Path(self.csv))
         if self.ledger is not None and self.ledger is not False:
-            led = self.ledger if isinstance(self.ledger, UsageLedger) else UsageLedger(None if self.ledger is True else self.ledger)
+            led = self.ledger if isinstance(self.ledger, UsageLedger) else \
+                  UsageLedger(None if self.ledger is True else self.ledger)
             try: self._session = led.begin(_gpu_label(self.names.values()))
-            except OSError as e: raise MonitorError(f'Cannot write the usage ledger {led.path}: {e.strerror or e}.') from e
+            except OSError as e:
+                raise MonitorError(f'Cannot write the usage ledger {led.path}: {e.strerror or e}.') from e
         if self.live: self._view = LiveView(self.display)
     except BaseException:
         self.source.close(); self.source = None
@@ -393,13 +399,15 @@ def _csv_row(row:tuple, names:dict)->list:
 def read_csv(path:str|Path # a CSV written by `GPUMonitor(csv=...)`
             )->pd.DataFrame:
     "Samples from a monitor CSV, in the layout of `GPUMonitor.df`."
-    try: raw = pd.read_csv(path, dtype={'name': object, 'reasons': object}, keep_default_na=False, na_values={c: [''] for c in FIELDS})
+    try: raw = pd.read_csv(path, dtype={'name': object, 'reasons': object}, keep_default_na=False,
+                           na_values={c: [''] for c in FIELDS})
     except (OSError, ValueError) as e: raise MonitorError(f'Cannot read the monitor CSV {path}: {e}') from e
     if missing := [c for c in CSV_COLUMNS if c not in raw.columns]:
         raise MonitorError(f'{path} is not a monitor CSV: it lacks the column(s) {", ".join(missing)}. '
                            f'A CSV written by GPUMonitor(csv=...) has the columns {", ".join(CSV_COLUMNS)}.')
     try:
-        raw['time'] = (pd.to_datetime(raw.time, utc=True, format='ISO8601') - pd.Timestamp(0, tz='UTC')).dt.total_seconds()
+        t = pd.to_datetime(raw.time, utc=True, format='ISO8601')
+        raw['time'] = (t - pd.Timestamp(0, tz='UTC')).dt.total_seconds()
         names = {g: n for g, n in zip(raw.gpu, raw.name) if n}
         return samples_df(list(raw[ROW].itertuples(index=False, name=None)), names)
     except (ValueError, TypeError) as e: raise MonitorError(f'{path} has a value a monitor CSV cannot hold: {e}') from e
@@ -601,7 +609,8 @@ class UsageLedger:
                  clock:Callable=time.time, # wall clock, replaceable in tests
                 ):
         if path is not None and not isinstance(path, (str, os.PathLike)):
-            raise MonitorError(f'path={path!r} is not a file path: pass e.g. UsageLedger("usage_ledger.jsonl"), or None for the default.')
+            raise MonitorError(f'path={path!r} is not a file path: pass e.g. UsageLedger("usage_ledger.jsonl"), '
+                               'or None for the default.')
         self.path, self.clock = Path(path) if path else state_dir()/'usage_ledger.jsonl', clock
 
     def add(self, start:float, end:float, gpu:str, busy_h:float=0.0, session:str|None=None)->str:
@@ -615,7 +624,8 @@ class UsageLedger:
                'busy_h': round(float(busy_h), 4), 'runtime': runtime()}
         try: append_line(self.path, json.dumps(rec))
         except OSError as e:
-            raise MonitorError(f'Cannot write the usage ledger {self.path}: {e.strerror or e}. Pass a file in a writable folder, '
+            raise MonitorError(f'Cannot write the usage ledger {self.path}: {e.strerror or e}. '
+                               f'Pass a file in a writable folder, '
                                f'e.g. UsageLedger("usage_ledger.jsonl").') from e
         return session
 
@@ -634,7 +644,8 @@ def _check_record(r:dict):
     if kind == 'session': _epoch(r['start']), _epoch(r['end']), float(r['busy_h']), str(r['session']), str(r['gpu'])
     elif kind == 'allocation':
         _epoch(r['time'])
-        if not (isinstance(r['got'], str) and isinstance(r['wanted'], list) and isinstance(r['action'], str)): raise TypeError(r)
+        if not (isinstance(r['got'], str) and isinstance(r['wanted'], list) and isinstance(r['action'], str)):
+            raise TypeError(r)
     elif not isinstance(kind, str): raise TypeError(kind)
 
 def _parse_records(text:str)->tuple:
@@ -669,7 +680,8 @@ def _rewrite(self:UsageLedger, repair:bool)->list[dict]:
                 shutil.copyfile(self.path, aside)
             with atomic_write(self.path) as f: f.write(''.join(json.dumps(r) + '\n' for r in keep).encode())
     except FileNotFoundError: return []
-    if repair: warnings.warn(f'Usage ledger {self.path} had {bad} unreadable line(s): it is kept as {aside.name}, and a new '
+    if repair: warnings.warn(f'Usage ledger {self.path} had {bad} unreadable line(s): it is kept as {aside.name}, '
+                             f'and a new '
                              f'ledger was started with its {len(keep)} readable record(s).')
     return keep
 
@@ -697,7 +709,7 @@ def sessions(self:UsageLedger)->pd.DataFrame:
 
 @patch
 def allocations(self:UsageLedger)->pd.DataFrame:
-    "The allocation attempts `ensure_gpu` recorded, oldest first: time (UTC), runtime_id, got, got_key, wanted, action, runtime."
+    "The allocation attempts `ensure_gpu` recorded, oldest first: time (UTC), runtime_id, got, got_key, wanted, action."
     recs = [r for r in self.records() if r.get('kind') == 'allocation']
     df = pd.DataFrame(recs, columns=['time', 'runtime_id', 'got', 'got_key', 'wanted', 'action', 'runtime'])
     df['time'] = pd.to_datetime(df.time, utc=True, format='ISO8601')
@@ -713,9 +725,10 @@ def begin(self:UsageLedger, gpu:str)->LedgerSession:
 
 # %% ../nbs/06_monitoring.ipynb #1ac9b567
 OBSERVED = {'streak_h': 36, 'slow_cards_h': 12, 'train_h': 8, 'pause_h': 4, 'session_cap_h': 12, 'idle_cut_min': 90}
-CAVEAT = ("These limits are reports of Colab users, not Google's documentation: Colab does not publish its free-tier limits "
+CAVEAT = ("These limits are reports of Colab users, not Google's documentation: Colab does not publish its "
+          "free-tier limits "
           "and changes them without notice.")
-GUIDE_CLAIM = {'t4_share': 0.8, 'tries_per_t4': (2, 3)}  # the guide's claim: a T4 in 80%+ of free runtimes, within 2-3 tries
+GUIDE_CLAIM = {'t4_share': 0.8, 'tries_per_t4': (2, 3)}  # the guide's claim: a T4 in 80%+ of runtimes, in 2-3 tries
 
 # %% ../nbs/06_monitoring.ipynb #d304f4f9
 def _chains(start, end, pause_s)->list:
@@ -748,12 +761,14 @@ def _in_window(start, end, lo, hi)->list:
 def _limits(limits:dict|None)->dict:
     "`OBSERVED` with the user's own figures in place of the ones given."
     if limits is None: return dict(OBSERVED)
-    if not isinstance(limits, dict): raise MonitorError(f'limits={limits!r} is not a dict: e.g. limits={{"streak_h": 30}}.')
+    if not isinstance(limits, dict):
+        raise MonitorError(f'limits={limits!r} is not a dict: e.g. limits={{"streak_h": 30}}.')
     if bad := [k for k in limits if k not in OBSERVED]:
         raise MonitorError(f'limits: unknown key {bad[0]!r}; the limits are {", ".join(OBSERVED)}.')
     for k, v in limits.items():
         if isinstance(v, bool) or not isinstance(v, numbers.Real) or not 0 < v < math.inf:
-            raise MonitorError(f'limits[{k!r}]={v!r}: give a positive number ({"minutes" if k.endswith("_min") else "hours"}).')
+            unit = "minutes" if k.endswith("_min") else "hours"
+            raise MonitorError(f'limits[{k!r}]={v!r}: give a positive number ({unit}).')
     return {**OBSERVED, **limits}
 
 def _allocation_counts(allocs:pd.DataFrame)->tuple:
@@ -763,7 +778,8 @@ def _allocation_counts(allocs:pd.DataFrame)->tuple:
 
 def _allocation_text(n:int, t4:int)->str:
     lo, hi = GUIDE_CLAIM['tries_per_t4']
-    claim = f"The guide this library grew from claims a T4 in {GUIDE_CLAIM['t4_share']:.0%}+ of free runtimes, within {lo}-{hi} tries"
+    claim = (f"The guide this library grew from claims a T4 in {GUIDE_CLAIM['t4_share']:.0%}+ of free runtimes, "
+             f"within {lo}-{hi} tries")
     if not n: return f"{claim}; your ledger has no allocations yet (`ensure_gpu` records each runtime's card in it)."
     tries = f'{n / t4:.1f} runtimes per T4' if t4 else 'no T4 yet'
     return f"{claim}. Your own record: {t4} of {n} Colab runtime(s) had a T4 ({t4 / n:.0%}), {tries}."
@@ -841,7 +857,7 @@ def latest(self:GPUMonitor)->list[tuple]:
 
 # %% ../nbs/06_monitoring.ipynb #f909b1f9
 def _writable(path:Path, what:str):
-    "Raise `MonitorError` unless `path` can be written: an existing file opened for appending, else a probe file in its folder."
+    "Raise `MonitorError` unless `path` can be written: an existing file opened to append, else a probe file beside it."
     fix = f'Pass a {what} path in a folder you can write.'
     if path.is_dir(): raise MonitorError(f'Cannot write the {what} {path}: it is a folder. {fix}')
     try:
@@ -852,7 +868,8 @@ def _writable(path:Path, what:str):
         while not d.exists(): d = d.parent  # the folders that are missing are created when writing
         if not d.is_dir(): raise NotADirectoryError(errno.ENOTDIR, f'{d} is a file, not a folder')
         fd, probe = tempfile.mkstemp(dir=d, prefix='.colab_t4_probe-'); os.close(fd); os.unlink(probe)
-    except (OSError, ValueError) as e: raise MonitorError(f'Cannot write the {what} {path}: {getattr(e, "strerror", None) or e}. {fix}') from e
+    except (OSError, ValueError) as e:
+        raise MonitorError(f'Cannot write the {what} {path}: {getattr(e, "strerror", None) or e}. {fix}') from e
 
 def _plot_formats()->list[str]:
     from matplotlib.backend_bases import FigureCanvasBase
@@ -862,22 +879,28 @@ def check_outputs(csv:str|Path|None=None, # the monitor CSV
                   plot_path:str|Path|None=None, # the plot file
                   ledger:str|Path|None=None, # the usage ledger ('' for the default file)
                  ):
-    "Raise `MonitorError` naming the first output that cannot be written (or, for the plot, a format matplotlib cannot save)."
+    "Raise `MonitorError` naming the first output that cannot be written (or a plot format matplotlib cannot save)."
     if csv is not None:
         p = Path(csv); _writable(p, 'monitor CSV')
-        if p.is_file() and (first := p.open('rb').readline().decode('utf-8', 'replace').rstrip('\r\n')) and first != ','.join(CSV_COLUMNS):
-            raise MonitorError(f'{p} holds something other than monitor samples (its first line is not the header): use a new file.')
+        first = ''
+        if p.is_file():
+            with open(p, 'rb') as f: first = f.readline().decode('utf-8', 'replace').rstrip('\r\n')
+        if first and first != ','.join(CSV_COLUMNS):
+            raise MonitorError(f'{p} holds something other than monitor samples (its first line is not the header): '
+                               'use a new file.')
     if plot_path is not None:
         p, fmts = Path(plot_path), _plot_formats()
         if p.suffix.lower().lstrip('.') not in fmts:
-            raise MonitorError(f'Cannot save the plot as {p}: name a file ending in one of .{", .".join(fmts)} (e.g. gpu.png).')
+            raise MonitorError(f'Cannot save the plot as {p}: name a file ending in one of .{", .".join(fmts)} '
+                               '(e.g. gpu.png).')
         if not p.parent.is_dir(): raise MonitorError(f'Cannot save the plot to {p}: its folder does not exist.')
         _writable(p, 'plot')
     if ledger is not None: _writable(Path(ledger) if ledger else state_dir()/'usage_ledger.jsonl', 'usage ledger')
 
 def _check_every(every, interval:float)->float:
     if isinstance(every, bool) or not isinstance(every, numbers.Real) or not 0 <= every < math.inf:
-        raise MonitorError(f'every={every!r}: print the latest sample every so many seconds (a number >= 0), or 0 for never.')
+        raise MonitorError(f'every={every!r}: print the latest sample every so many seconds (a number >= 0), '
+                           'or 0 for never.')
     return every and max(float(every), interval)
 
 # %% ../nbs/06_monitoring.ipynb #bf354b7d
@@ -888,7 +911,7 @@ def unwritten(self:GPUMonitor)->int:
 
 def save_samples(rows:list[tuple], # samples in `ROW` layout
                  names:dict, # GPU index -> name
-                 folders:list|None=None, # where to try, in order; default the state folder, the current folder, the temp folder
+                 folders:list|None=None, # where to try, in order; default: state folder, current folder, temp folder
                 )->Path:
     "Write `rows` to a new monitor CSV in the first folder that takes it; returns its path."
     stamp = datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S')
@@ -910,7 +933,8 @@ def run_monitor(interval:float=1.0, # seconds between samples
                 sources:tuple=('nvml', 'nvidia-smi'), # see `open_source`
                )->int:
     "Monitor for `duration` seconds, printing status lines and a summary; save CSV and plot. Returns the exit status."
-    if duration is not None and (isinstance(duration, bool) or not isinstance(duration, numbers.Real) or not 0 < duration < math.inf):
+    if duration is not None and (isinstance(duration, bool) or not isinstance(duration, numbers.Real)
+                                 or not 0 < duration < math.inf):
         raise MonitorError(f'duration must be a positive number of seconds, got {duration!r}.')
     mon = GPUMonitor(interval, csv=csv, ledger=None if ledger is None else (ledger or True), sources=sources)
     every = _check_every(every, mon.interval)
@@ -930,7 +954,8 @@ def run_monitor(interval:float=1.0, # seconds between samples
     elif csv: print(f'Samples appended to {csv}')
     if not failed: return 0
     with mon._lock: rows = list(mon._rows)
-    print(f'Could not write {" and ".join(failed)}. All {len(rows)} samples are saved in {save_samples(rows, mon.names)}.', file=sys.stderr)
+    where = save_samples(rows, mon.names)
+    print(f'Could not write {" and ".join(failed)}. All {len(rows)} samples are saved in {where}.', file=sys.stderr)
     return 1
 
 def _wait(mon:GPUMonitor, duration, every):

@@ -35,7 +35,8 @@ class Timings:
 
     def median(self, name:str)->float:
         "Median time (ms) of the variant `name`."
-        if name not in self.samples: raise ValueError(f'No variant {name!r}: the variants are {", ".join(map(str, self.samples))}.')
+        if name not in self.samples:
+            raise ValueError(f'No variant {name!r}: the variants are {", ".join(map(str, self.samples))}.')
         return statistics.median(self.samples[name])
 
     def ratio(self, a:str, b:str)->float:
@@ -61,8 +62,10 @@ def benchmark(variants:dict[str, Callable], # name -> callable doing one unit of
     if not isinstance(variants, dict) or not variants or not all(callable(f) for f in variants.values()):
         raise ValueError(f'variants must be a non-empty dict of name -> function of no arguments, got {variants!r}')
     for k, v, lo in (('repeats', repeats, 1), ('warmup', warmup, 0)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < lo: raise ValueError(f'{k} must be a whole number >= {lo}, got {k}={v!r}')
-    if device not in ('auto', 'cuda', 'cpu'): raise ValueError(f"device must be 'auto', 'cuda' or 'cpu', got device={device!r}")
+        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+            raise ValueError(f'{k} must be a whole number >= {lo}, got {k}={v!r}')
+    if device not in ('auto', 'cuda', 'cpu'):
+        raise ValueError(f"device must be 'auto', 'cuda' or 'cpu', got device={device!r}")
     if device == 'auto': device = 'cuda' if _cuda_ready() else 'cpu'
     timer = cuda_timer if device == 'cuda' else (lambda fn: cpu_timer(fn, clock))
     names = list(variants)

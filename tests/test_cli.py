@@ -21,7 +21,8 @@ def test_info_json_lists_runtime_and_gpus(cpu_env):
 @pytest.mark.skipif(nvml_works(), reason='a real GPU answers here')
 def test_info_on_cpu_says_no_gpu(cpu_env):
     r = run(['info'], cpu_env)
-    assert r.returncode == 0 and 'No NVIDIA GPU found (nvml: NVML Shared Library Not Found; torch: ' in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert 'No NVIDIA GPU found (nvml: NVML Shared Library Not Found; torch: ' in r.stdout, r.stdout
     assert 'nvidia-smi: not on the PATH). In Colab: Runtime > Change runtime type > T4 GPU' in r.stdout, r.stdout
     assert json.loads(run(['info', '--json'], cpu_env).stdout)['gpus'] == []
 
@@ -57,7 +58,8 @@ def test_ensure_names_the_cards_once_and_the_option(cpu_env, tmp_path):
     smi.chmod(0o755)
     env = {**cpu_env, 'PATH': f"{tmp_path}{os.pathsep}{cpu_env['PATH']}", 'TF_CPP_MIN_LOG_LEVEL': '3'}
     r = run(['ensure', '--want', 'T4', 'A100'], env)
-    assert r.returncode == 1 and r.stderr == ('colab-t4 ensure: Wanted T4 or A100, but this local machine has Tesla K80 (11 GiB). '
+    assert r.returncode == 1 and r.stderr == ('colab-t4 ensure: Wanted T4 or A100, '
+                                              'but this local machine has Tesla K80 (11 GiB). '
                                               'Run this where T4 or A100 is available, or accept the card you have: '
                                               'colab-t4 ensure --want K80.\n'), r.stderr
     assert run(['ensure', '--want', 'K80'], env).returncode == 0

@@ -94,7 +94,8 @@ def test_samples_saved_elsewhere_when_the_plot_cannot_be_written(smi_env, tmp_pa
     import time
     out = tmp_path/'out'; out.mkdir()
     env = {**smi_env, 'PYTHONPATH': str(ROOT), 'MPLBACKEND': 'Agg'}
-    p = subprocess.Popen([EXE, 'monitor', '--interval', '0.2', '--duration', '3', '--every', '0', '--plot', str(out/'gpu.png')],
+    args = ['monitor', '--interval', '0.2', '--duration', '3', '--every', '0', '--plot', str(out/'gpu.png')]
+    p = subprocess.Popen([EXE, *args],
                          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert p.stdout.readline().startswith('Monitoring NVIDIA H200'), p.stderr.read()
     shutil.rmtree(out)

@@ -17,7 +17,9 @@ from unittest import mock
 import colab_t4_nb.allocation as alloc
 from colab_t4_nb.testing import fake_colab, fake_nvml, t4_reading
 tmp = Path(sys.argv[1])
-k80 = {**t4_reading(), 'name': 'Tesla K80', 'cc': [3, 7], 'memory': {'total': 11441 * 2**20, 'free': 11441 * 2**20, 'used': 0}}
+mib = 2**20
+k80 = {**t4_reading(), 'name': 'Tesla K80', 'cc': [3, 7],
+       'memory': {'total': 11441 * mib, 'free': 11441 * mib, 'used': 0}}
 card = {'K80': k80, 'T4': t4_reading()}[sys.argv[2]]
 def attempt(**kw):
     "One call of ensure_gpu('T4'): what it printed, raised and returned, as JSON on the last line."
@@ -52,7 +54,8 @@ def test_wrong_card_with_tries_left_hands_the_runtime_back(tmp_path, colab_env):
     ''', colab_env)
     res, calls = json.loads(out[-2]), json.loads(out[-1])
     assert res['raised'] == 'WrongGPUError' and 'reconnect and run again' in res['message'], res
-    assert out[0].startswith('Wanted T4, got Tesla K80 (11 GiB). Handing this runtime back to Colab (attempt 1 of 2 today'), out
+    assert out[0].startswith('Wanted T4, got Tesla K80 (11 GiB). Handing this runtime back to Colab '
+                             '(attempt 1 of 2 today'), out
     assert calls == [['drive.mount', str(tmp_path/'drive')], ['runtime.unassign']], calls
     state = tmp_path/'drive'/'MyDrive'/'colab_t4_nb'
     assert list(json.loads((state/'alloc_budget.json').read_text()).values()) == [1]
@@ -69,7 +72,8 @@ def test_tries_used_up_leaves_the_runtime_alone(tmp_path, colab_env):
     assert last['raised'] == 'BudgetExhausted' and 'All 2 runtime re-assignments' in last['message'], last
     assert calls.count(['runtime.unassign']) == 2, calls
     state = tmp_path/'drive'/'MyDrive'/'colab_t4_nb'
-    assert [r['action'] for r in ledger_lines(state/'usage_ledger.jsonl')] == ['handed back', 'handed back', 'budget spent']
+    actions = [r['action'] for r in ledger_lines(state/'usage_ledger.jsonl')]
+    assert actions == ['handed back', 'handed back', 'budget spent'], actions
 
 @pytest.mark.parametrize('refusal', [{'unassign_status': 503}, {'env': {'TBE_RUNTIME_ADDR': None}}])
 def test_unassign_refused_says_how_to_do_it_by_hand(tmp_path, colab_env, refusal):
@@ -92,7 +96,8 @@ def test_right_card_is_kept_and_recorded(tmp_path, colab_env):
     attempt(); attempt()
     print(json.dumps(colab.calls))
     ''', colab_env)
-    assert json.loads(out[-2]) == {'returned': ['Tesla T4']} and json.loads(out[-1]) == [['drive.mount', str(tmp_path/'drive')]]
+    assert json.loads(out[-2]) == {'returned': ['Tesla T4']}
+    assert json.loads(out[-1]) == [['drive.mount', str(tmp_path/'drive')]]
     led = tmp_path/'drive'/'MyDrive'/'colab_t4_nb'/'usage_ledger.jsonl'
     recs = ledger_lines(led)
     assert [r['action'] for r in recs] == ['kept', 'kept'] and len({r['runtime_id'] for r in recs}) == 1
@@ -124,5 +129,6 @@ def test_ledger_off_and_unwritable(tmp_path, colab_env):
     ''', colab_env)
     warned = json.loads(out[-1])
     assert not (tmp_path/'drive'/'MyDrive'/'colab_t4_nb'/'usage_ledger.jsonl').exists()
-    assert len(warned) == 1 and warned[0].startswith('Could not record this allocation in the usage ledger /proc/no/such/ledger.jsonl')
+    assert len(warned) == 1, warned
+    assert warned[0].startswith('Could not record this allocation in the usage ledger /proc/no/such/ledger.jsonl')
     assert json.loads(out[-2])['raised'] == 'WrongGPUError'  # the attempt itself went on

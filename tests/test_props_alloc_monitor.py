@@ -10,11 +10,11 @@ import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from colab_t4_nb.allocation import (ColabT4Error, GPU, SPECS, SOURCES, Budget, compare, ensure_gpu, gpu_info, gpu_search,
+from colab_t4_nb.allocation import (ColabT4Error, GPU, SPECS, SOURCES, Budget, compare, ensure_gpu, gpu_search,
                                     native_bf16, oom_kind, parse_smi_csv, parse_smi_table, parse_tf_devices, reading,
                                     readings, runtime, spec_for, state_dir, wanted_specs)
 from colab_t4_nb.timing import benchmark, record
-from colab_t4_nb.monitoring import (FIELDS, ROW, GPUMonitor, UsageLedger, advice, check_outputs, decode_reasons, read_csv,
+from colab_t4_nb.monitoring import (FIELDS, GPUMonitor, UsageLedger, advice, check_outputs, decode_reasons, read_csv,
                                     samples_df, smi_values, status_text, summary, throttle_share)
 from colab_t4_nb.testing import missing_nvml
 from colab_t4_nb.cli import main
@@ -43,7 +43,8 @@ def answers(f, *named):
 
 anything = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=12),
                      st.lists(st.text(max_size=6), max_size=3), st.tuples(st.integers(), st.integers()))
-card_names = st.one_of(st.sampled_from([*SPECS, 'A100', 'V100', 'Tesla T4', 'NVIDIA H200', 'Tesla K80']), st.text(max_size=12))
+card_names = st.one_of(st.sampled_from([*SPECS, 'A100', 'V100', 'Tesla T4', 'NVIDIA H200', 'Tesla K80']),
+                       st.text(max_size=12))
 
 @FAST
 @given(card_names)
@@ -55,7 +56,8 @@ def test_native_bf16(cc): answers(lambda: native_bf16(cc), 'cc=')
 
 @FAST
 @given(st.one_of(anything, st.lists(card_names, max_size=3)))
-def test_wanted_specs(want): answers(lambda: wanted_specs(want), 'want=', repr(want) if isinstance(want, str) else 'is not in')
+def test_wanted_specs(want):
+    answers(lambda: wanted_specs(want), 'want=', repr(want) if isinstance(want, str) else 'is not in')
 
 @FAST
 @given(card_names, card_names)
@@ -75,10 +77,12 @@ def test_parsers(text, columns):
 @FAST
 @given(st.text(max_size=60))
 def test_oom_kind(msg):
-    for e in (RuntimeError(msg), ValueError(msg), MemoryError(msg)): assert oom_kind(e) in (None, 'cuda', 'cudnn', 'cublas', 'cpu', 'mps', 'tf')
+    for e in (RuntimeError(msg), ValueError(msg), MemoryError(msg)):
+        assert oom_kind(e) in (None, 'cuda', 'cudnn', 'cublas', 'cpu', 'mps', 'tf')
 
 @FAST
-@given(st.dictionaries(st.sampled_from(['COLAB_RELEASE_TAG', 'KAGGLE_KERNEL_RUN_TYPE', 'COLAB_T4_HOME', 'X']), st.text(max_size=8)))
+@given(st.dictionaries(st.sampled_from(['COLAB_RELEASE_TAG', 'KAGGLE_KERNEL_RUN_TYPE', 'COLAB_T4_HOME', 'X']),
+                       st.text(max_size=8)))
 def test_runtime_and_state_dir(env):
     assert runtime(env, {}) in ('colab', 'kaggle', 'local')
     answers(lambda: state_dir(env, create=False), 'COLAB_T4_HOME')
@@ -93,19 +97,23 @@ def test_budget(per_day):
     answers(lambda: Budget('budget.json', per_day=per_day), 'per_day')
 
 @FAST
-@given(st.one_of(st.none(), st.sampled_from(['T4', 'A100']), st.lists(card_names, max_size=2), anything), st.one_of(st.integers(-2, 6), anything),
+@given(st.one_of(st.none(), st.sampled_from(['T4', 'A100']), st.lists(card_names, max_size=2), anything),
+       st.one_of(st.integers(-2, 6), anything),
        st.lists(st.sampled_from(['Tesla T4', 'Tesla K80', 'NVIDIA H200', 'Mystery GPU']), max_size=2))
 def test_ensure_gpu_outside_colab(want, budget, names):
     gpus = [GPU(i, n) for i, n in enumerate(names)]
-    r = answers(lambda: ensure_gpu(want, budget=budget, gpus=gpus, ledger=False), 'want=', 'budget=', 'Wanted', 'is not in')
+    r = answers(lambda: ensure_gpu(want, budget=budget, gpus=gpus, ledger=False),
+                'want=', 'budget=', 'Wanted', 'is not in')
     if not isinstance(r, Exception): assert r == gpus
 
 @FAST
 @given(st.one_of(st.dictionaries(st.text(max_size=4), st.just(lambda: None), max_size=3), anything),
-       st.one_of(st.integers(-1, 3), anything), st.one_of(st.integers(-1, 2), anything), st.one_of(st.sampled_from(['cpu', 'auto']), anything))
+       st.one_of(st.integers(-1, 3), anything), st.one_of(st.integers(-1, 2), anything),
+       st.one_of(st.sampled_from(['cpu', 'auto']), anything))
 def test_benchmark(variants, repeats, warmup, device):
     if device == 'auto': device = 'cpu'
-    answers(lambda: benchmark(variants, repeats=repeats, warmup=warmup, device=device), 'variants', 'repeats', 'warmup', 'device')
+    answers(lambda: benchmark(variants, repeats=repeats, warmup=warmup, device=device),
+            'variants', 'repeats', 'warmup', 'device')
 
 @FAST
 @given(st.text(max_size=12), st.floats())
@@ -118,12 +126,14 @@ def test_record(name, v):
 def test_decode_reasons(mask): answers(lambda: decode_reasons(mask), 'mask=')
 
 @FAST
-@given(st.dictionaries(st.sampled_from(['index', 'name', 'utilization.gpu', 'memory.used', 'power.draw', 'clocks_event_reasons.active']),
+@given(st.dictionaries(st.sampled_from(['index', 'name', 'utilization.gpu', 'memory.used', 'power.draw',
+                                        'clocks_event_reasons.active']),
                        st.text(max_size=20)))
 def test_smi_values(row): assert len(smi_values(row)) == len(FIELDS)
 
 field = st.one_of(st.floats(min_value=-1e6, max_value=1e6), st.just(float('nan')), st.integers(0, 10**6))
-sample = st.builds(lambda t, g, vals, thr: (t, g, *vals[:9], thr, *vals[9:]), st.floats(1.7e9, 1.9e9), st.integers(0, 3),
+sample = st.builds(lambda t, g, vals, thr: (t, g, *vals[:9], thr, *vals[9:]),
+                   st.floats(1.7e9, 1.9e9), st.integers(0, 3),
                    st.lists(field, min_size=11, max_size=11), st.one_of(st.integers(0, 2**40), st.just(float('nan'))))
 
 @FAST
@@ -142,20 +152,24 @@ def test_read_csv_of_anything(tmp_path, text):
 
 @FAST
 @given(st.one_of(st.floats(), anything), st.one_of(st.integers(-2, 5), anything))
-def test_monitor_settings(interval, max_rows): answers(lambda: GPUMonitor(interval=interval, max_rows=max_rows), 'interval', 'max_rows')
+def test_monitor_settings(interval, max_rows):
+    answers(lambda: GPUMonitor(interval=interval, max_rows=max_rows), 'interval', 'max_rows')
 
 @FAST
-@given(st.one_of(st.floats(), st.integers(-5, 5)), st.one_of(st.floats(), st.integers(-5, 5)), st.one_of(st.floats(), anything))
+@given(st.one_of(st.floats(), st.integers(-5, 5)), st.one_of(st.floats(), st.integers(-5, 5)),
+       st.one_of(st.floats(), anything))
 def test_ledger_add(tmp_path, start, end, busy):
     led = UsageLedger(tmp_path/'l.jsonl')
     answers(lambda: led.add(start, end, 'Tesla T4', busy), 'start=', 'end=', 'busy_h=')
 
 @FAST
 @given(anything)
-def test_ledger_path(path): answers(lambda: UsageLedger(path if path is not None else 'l.jsonl'), 'path=', 'Cannot write')
+def test_ledger_path(path):
+    answers(lambda: UsageLedger(path if path is not None else 'l.jsonl'), 'path=', 'Cannot write')
 
 @FAST
-@given(st.one_of(anything, st.dictionaries(st.sampled_from(['streak_h', 'pause_h', 'session_cap_h', 'nope']), anything, max_size=2)),
+@given(st.one_of(anything, st.dictionaries(st.sampled_from(['streak_h', 'pause_h', 'session_cap_h', 'nope']), anything,
+                                           max_size=2)),
        st.one_of(st.none(), st.floats()))
 def test_advice_limits(tmp_path, limits, now):
     led = UsageLedger(tmp_path/'adv.jsonl', clock=lambda: 1.8e9)
@@ -165,19 +179,23 @@ def test_advice_limits(tmp_path, limits, now):
 paths = st.text(st.sampled_from('ab./\x00 '), max_size=8)
 
 @FAST
-@given(st.one_of(st.none(), paths), st.one_of(st.none(), paths.map(lambda p: p + '.png'), paths), st.one_of(st.none(), paths))
+@given(st.one_of(st.none(), paths), st.one_of(st.none(), paths.map(lambda p: p + '.png'), paths),
+       st.one_of(st.none(), paths))
 def test_check_outputs(tmp_path, csv, plot, ledger):
     old = os.getcwd(); os.chdir(tmp_path)
-    try: answers(lambda: check_outputs(csv, plot, ledger), *(str(Path(p)) for p in (csv, plot, ledger) if p is not None), 'usage ledger')
+    named = [str(Path(p)) for p in (csv, plot, ledger) if p is not None]
+    try: answers(lambda: check_outputs(csv, plot, ledger), *named, 'usage ledger')
     finally: os.chdir(old)
 
 number = st.one_of(st.floats(), st.integers(-3, 3)).map(str) | st.sampled_from(['', 'x', '1e400', 'nan'])
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(st.tuples(st.sampled_from(['--interval', '--duration', '--every', '--plot', '--csv']), number), max_size=3))
+@given(st.lists(st.tuples(st.sampled_from(['--interval', '--duration', '--every', '--plot', '--csv']), number),
+                max_size=3))
 def test_cli_monitor_arguments(tmp_path, opts):
     "Any `colab-t4 monitor` options: exit 0 (no GPU here), 1 with a message naming the bad value, or argparse's 2."
-    argv = ['monitor', '--duration', '0.05'] + [x for o, v in opts for x in (o, v if o not in ('--plot', '--csv') else str(tmp_path/v))]
+    path = lambda o, v: str(tmp_path/v) if o in ('--plot', '--csv') else v
+    argv = ['monitor', '--duration', '0.05'] + [x for o, v in opts for x in (o, path(o, v))]
     out, err = io.StringIO(), io.StringIO()
     old, env = os.getcwd(), dict(os.environ)
     os.chdir(tmp_path); os.environ['PATH'] = ''

@@ -840,7 +840,7 @@ def _advice_items(streak, last, session_h, cur, now, o:dict)->list:
 @patch
 def _ledger_update(self:GPUMonitor, now:float):
     try: self._session.update(self.busy_s / 3600, now)
-    except OSError as e: self._warn_once('updating the usage ledger', e)
+    except (OSError, MonitorError) as e: self._warn_once('updating the usage ledger', e)
 
 # %% ../nbs/06_monitoring.ipynb #bae31a2f
 @patch

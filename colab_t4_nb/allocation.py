@@ -4,7 +4,7 @@
 
 # %% ../nbs/00_allocation.ipynb #5901e05a
 from __future__ import annotations
-import errno, json, os, re, shutil, socket, subprocess, sys, tempfile, time, warnings
+import errno, json, numbers, os, re, shutil, socket, subprocess, sys, tempfile, time, warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, asdict, field, fields
 from datetime import date, datetime, timezone
@@ -100,7 +100,7 @@ def native_bf16(cc:tuple|None # compute capability, e.g. (7, 5)
                )->bool:
     "True when a card of compute capability `cc` runs bf16 natively (>= 8.0)."
     if cc is None: return False
-    if not (isinstance(cc, (tuple, list)) and len(cc) == 2 and all(isinstance(x, int) for x in cc)):
+    if not (isinstance(cc, (tuple, list)) and len(cc) == 2 and all(isinstance(x, numbers.Integral) for x in cc)):
         raise BadArgument(f'cc={cc!r} is not a compute capability: give (major, minor), e.g. (7, 5).')
     return tuple(cc) >= (8, 0)
 

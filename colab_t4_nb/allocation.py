@@ -4,10 +4,10 @@
 
 # %% ../nbs/00_allocation.ipynb #5901e05a
 from __future__ import annotations
-import errno, json, os, re, shutil, subprocess, sys, tempfile, warnings
+import errno, json, numbers, os, re, shutil, socket, subprocess, sys, tempfile, time, warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, asdict, field, fields
-from datetime import date
+from datetime import date, datetime, timezone
 from importlib import resources
 from importlib.util import find_spec
 from pathlib import Path
@@ -17,10 +17,11 @@ import pandas as pd
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['SPECS', 'SOURCES', 'ColabT4Error', 'UnknownGPUError', 'NoGPUError', 'WrongGPUError', 'BudgetExhausted', 'oom_kind',
-           'GPUSpec', 'native_bf16', 'spec_table', 'spec_for', 'GPU', 'parse_smi_csv', 'reading', 'readings',
-           'parse_smi_table', 'parse_tf_devices', 'nvml_gpus', 'gpu_info', 'runtime', 'state_dir', 'Budget',
-           'atomic_write', 'wanted_specs', 'ensure_gpu', 'compare']
+__all__ = ['SPECS', 'SOURCES', 'COLAB_DRIVE', 'LOCK_STALE_S', 'ColabT4Error', 'UnknownGPUError', 'NoGPUError', 'WrongGPUError',
+           'BudgetExhausted', 'BadArgument', 'oom_kind', 'GPUSpec', 'native_bf16', 'spec_table', 'spec_for', 'GPU',
+           'parse_smi_csv', 'reading', 'readings', 'parse_smi_table', 'parse_tf_devices', 'nvml_gpus', 'gpu_search',
+           'gpu_info', 'runtime', 'state_dir', 'Budget', 'atomic_write', 'file_lock', 'open_locked', 'append_line',
+           'record_allocation', 'wanted_specs', 'want_label', 'ensure_gpu', 'compare']
 
 # %% ../nbs/00_allocation.ipynb #aafa5028
 class ColabT4Error(Exception):
@@ -38,6 +39,9 @@ class WrongGPUError(ColabT4Error):
 
 class BudgetExhausted(ColabT4Error):
     "Today's allowance of runtime re-assignments is spent."
+
+class BadArgument(ColabT4Error, ValueError):
+    "An argument of the wrong kind or value; the message names it and what is accepted."
 
 # %% ../nbs/00_allocation.ipynb #81ee3f5e
 _OOM_MESSAGES = {'CUDA out of memory': 'cuda', 'CUDA error: out of memory': 'cuda',
@@ -95,7 +99,10 @@ class GPUSpec:
 def native_bf16(cc:tuple|None # compute capability, e.g. (7, 5)
                )->bool:
     "True when a card of compute capability `cc` runs bf16 natively (>= 8.0)."
-    return cc is not None and tuple(cc) >= (8, 0)
+    if cc is None: return False
+    if not (isinstance(cc, (tuple, list)) and len(cc) == 2 and all(isinstance(x, numbers.Integral) for x in cc)):
+        raise BadArgument(f'cc={cc!r} is not a compute capability: give (major, minor), e.g. (7, 5).')
+    return tuple(cc) >= (8, 0)
 
 # %% ../nbs/00_allocation.ipynb #c83d9d7c
 _DS = "NVIDIA {} datasheet"
@@ -224,8 +231,9 @@ def _readings(): return resources.files('colab_t4_nb')/'files'/'gpu'
 def reading(name:str # a recorded file, e.g. 't4_colab_nvidia-smi_2023.txt'; `readings()` lists them
            )->str:
     "The text of a GPU reading recorded on a real card, shipped with the package."
+    if not isinstance(name, str) or name not in readings():
+        raise BadArgument(f'No recorded reading {name!r}. The package has: {", ".join(readings())}.')
     f = _readings()/name
-    if not f.is_file(): raise FileNotFoundError(f'No recorded reading {name!r}. The package has: {", ".join(readings())}.')
     return f.read_text()
 
 def readings()->list[str]:
@@ -310,9 +318,9 @@ def _from_nvml():
     return nvml_gpus(pynvml)
 
 def _from_torch():
-    if find_spec('torch') is None: return []
+    if find_spec('torch') is None: raise ImportError('torch is not installed')
     import torch
-    if not torch.cuda.is_available(): return []
+    if not torch.cuda.is_available(): raise RuntimeError('torch sees no CUDA device')
     gpus = []
     for i in range(torch.cuda.device_count()):
         p = torch.cuda.get_device_properties(i)
@@ -324,7 +332,8 @@ def _from_torch():
 def _driver_present()->bool: return Path('/proc/driver/nvidia').exists() or shutil.which('nvidia-smi') is not None
 
 def _from_tf(timeout=60):
-    if find_spec('tensorflow') is None or not _driver_present(): return []
+    if find_spec('tensorflow') is None: raise ImportError('tensorflow is not installed')
+    if not _driver_present(): raise FileNotFoundError('no NVIDIA driver (no /proc/driver/nvidia, no nvidia-smi)')
     code = 'from tensorflow.python.client import device_lib; print(device_lib.list_local_devices())'
     env = {**os.environ, 'TF_CPP_MIN_LOG_LEVEL': '3'}
     out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=timeout, env=env)
@@ -332,27 +341,53 @@ def _from_tf(timeout=60):
 
 def _from_smi(timeout=30):
     exe = shutil.which('nvidia-smi')
-    if exe is None: return []
+    if exe is None: raise FileNotFoundError('not on the PATH')
     for fields in (_SMI_FIELDS, _SMI_FIELDS[:-1]):
         r = subprocess.run([exe, f"--query-gpu={','.join(fields)}", '--format=csv'], capture_output=True, text=True, timeout=timeout)
         if r.returncode == 0: return _smi_rows_to_gpus(parse_smi_csv(r.stdout))
     r = subprocess.run([exe], capture_output=True, text=True, timeout=timeout)
-    return parse_smi_table(r.stdout) if r.returncode == 0 else []
+    if r.returncode != 0: raise OSError(f'nvidia-smi failed with exit status {r.returncode}: {r.stdout.strip()[:200]}')
+    return parse_smi_table(r.stdout)
 
 SOURCES = {'nvml': _from_nvml, 'torch': _from_torch, 'tf': _from_tf, 'nvidia-smi': _from_smi}
 
 # %% ../nbs/00_allocation.ipynb #c44e2d84
-def gpu_info(sources:list|None=None, # names from `SOURCES`, in the order to try; default all
+def _source_names(sources)->list[str]:
+    "The source names in `sources` (one name or a list), checked against `SOURCES`."
+    if sources is None: return list(SOURCES)
+    known = ', '.join(SOURCES)
+    if isinstance(sources, str): names = [sources]
+    elif isinstance(sources, (list, tuple)): names = list(sources)
+    else: raise BadArgument(f'sources={sources!r} is neither a source name nor a list of them; known sources: {known}.')
+    if not names: raise BadArgument(f'sources={sources!r} names no source: leave it out to try all ({known}).')
+    for n in names:
+        if not isinstance(n, str) or n not in SOURCES:
+            raise BadArgument(f'sources={sources!r}: unknown source {n!r}; known sources: {known}.')
+    return names
+
+def gpu_search(sources:str|list|None=None, # a name from `SOURCES` or a list of them, in the order to try; default all
+              )->tuple:
+    "(the GPUs from the first source that lists any, {source: why it found none} for each source tried before)."
+    why = {}
+    for name in _source_names(sources):
+        try: gpus = SOURCES[name]()
+        except Exception as e:  # a failing source means "try the next one", whatever the cause
+            why[name] = str(e) or type(e).__name__
+            continue
+        if gpus: return gpus, why
+        why[name] = 'lists no GPU'
+    return [], why
+
+
+# %% ../nbs/00_allocation.ipynb #363aa386
+def gpu_info(sources:str|list|None=None, # a name from `SOURCES` or a list of them, in the order to try; default all
              verbose:bool=False, # say which sources failed and why
             )->list[GPU]:
     "The GPUs of this machine, from the first source that lists any; [] when there are none."
-    for name in sources or SOURCES:
-        try: gpus = SOURCES[name]()
-        except Exception as e:  # a failing source means "try the next one", whatever the cause
-            if verbose: print(f'gpu_info: {name} failed: {type(e).__name__}: {e}')
-            continue
-        if gpus: return gpus
-    return []
+    gpus, why = gpu_search(sources)
+    if verbose:
+        for name, reason in why.items(): print(f'gpu_info: {name} found none: {reason}')
+    return gpus
 
 # %% ../nbs/00_allocation.ipynb #d400e86d
 def runtime(env:dict|None=None, # environment to inspect; default `os.environ`
@@ -366,12 +401,14 @@ def runtime(env:dict|None=None, # environment to inspect; default `os.environ`
     return 'local'
 
 # %% ../nbs/00_allocation.ipynb #737ffcb1
+COLAB_DRIVE = Path('/content/drive')  # where Colab notebooks mount Google Drive
+
 def state_dir(env:dict|None=None, # environment; default `os.environ`
-              drive:str|Path='/content/drive', # where Colab's Drive is mounted
+              drive:str|Path|None=None, # where Colab's Drive is mounted; default `COLAB_DRIVE`
               create:bool=True, # create the folder
              )->Path:
     "The folder where `colab_t4_nb` keeps state: $COLAB_T4_HOME, Drive in Colab, else ~/.colab_t4_nb."
-    env = os.environ if env is None else env
+    env, drive = os.environ if env is None else env, COLAB_DRIVE if drive is None else drive
     if env.get('COLAB_T4_HOME'): d = Path(env['COLAB_T4_HOME'])
     elif runtime(env) == 'colab' and (Path(drive)/'MyDrive').is_dir(): d = Path(drive)/'MyDrive'/'colab_t4_nb'
     else: d = Path.home()/'.colab_t4_nb'
@@ -385,7 +422,8 @@ class Budget:
                  per_day:int=5, # attempts allowed per calendar day
                  today=date.today, # clock, replaceable in tests
                 ):
-        if per_day < 0: raise ValueError(f'per_day must be >= 0, got {per_day}')
+        if isinstance(per_day, bool) or not isinstance(per_day, int) or per_day < 0:
+            raise BadArgument(f'per_day must be a whole number >= 0, got {per_day!r}.')
         self.path, self.per_day, self.today = Path(path), per_day, today
 
     def _read(self)->dict:
@@ -429,43 +467,184 @@ def atomic_write(path:str|Path, # the file to (re)write; its folder must exist
         Path(tmp).unlink(missing_ok=True); raise
     _fsync_dir(path.parent)
 
-# %% ../nbs/00_allocation.ipynb #8ac2f711
-def wanted_specs(want:str|list)->list[GPUSpec]:
-    "Spec rows accepted for `want`: keys, families or driver names."
-    found = []
-    for w in [want] if isinstance(want, str) else list(want):
-        rows = [s for s in SPECS.values() if s.family.upper() == str(w).strip().upper()] or [spec_for(w)]
-        found += [s for s in rows if s not in found]
-    return found
+# %% ../nbs/00_allocation.ipynb #0d35f3cd
+@patch
+def spend(self:Budget)->int:
+    "Record one attempt today; raise `BudgetExhausted` if none is left. Returns the attempts used."
+    data, day = self._read(), self.today().isoformat()
+    n = data.get(day, 0)
+    if n >= self.per_day:
+        raise BudgetExhausted(f'All {self.per_day} runtime re-assignments for {day} are used (count kept in {self.path}). '
+                              f'Carry on with the GPU you have, try again tomorrow, or raise the budget.')
+    data = {k: v for k, v in data.items() if k >= date.fromordinal(self.today().toordinal() - 7).isoformat()}
+    data[day] = n + 1
+    self.path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_write(self.path) as f: f.write(json.dumps(data).encode())
+    return n + 1
 
-# %% ../nbs/00_allocation.ipynb #15b341aa
+# %% ../nbs/00_allocation.ipynb #41c313cc
+LOCK_STALE_S = 30.0  # seconds after which a lock file is taken to be left behind by a process that died
+
+def _flock(fd:int):
+    import fcntl
+    fcntl.flock(fd, fcntl.LOCK_EX)
+
+def _take_lock_file(lock:Path, stale_s:float):
+    "Create `lock` exclusively, waiting while another holder's lock is younger than `stale_s` seconds."
+    while True:
+        try: fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            try: age = time.time() - lock.stat().st_mtime
+            except FileNotFoundError: continue  # released meanwhile
+            if age > stale_s: lock.unlink(missing_ok=True)
+            else: time.sleep(0.005)
+            continue
+        try: os.write(fd, f'{socket.gethostname()} {os.getpid()}\n'.encode())
+        finally: os.close(fd)
+        return
+
+@contextmanager
+def file_lock(fd:int, # an open descriptor of `path`
+              path:str|Path, # the file; where `flock` fails, `.<name>.lock` beside it is the lock
+              stale_s:float=LOCK_STALE_S, # age after which a lock file is broken
+             ):
+    "Hold an exclusive lock on `path`: `flock` where the file system supports it, else an `O_EXCL` lock file."
+    try: _flock(fd); how = 'flock'
+    except (ImportError, OSError): how = 'lock file'
+    if how == 'flock':
+        yield how; return  # closing `fd` releases it
+    lock = Path(path).with_name(f'.{Path(path).name}.lock')
+    _take_lock_file(lock, stale_s)
+    try: yield how
+    finally: lock.unlink(missing_ok=True)
+
+# %% ../nbs/00_allocation.ipynb #5d63b77b
+def _same_file(fd:int, path:Path)->bool:
+    try: return os.path.samestat(os.fstat(fd), os.stat(path))
+    except FileNotFoundError: return False
+
+@contextmanager
+def open_locked(path:str|Path, # the file
+                flags:int=os.O_RDWR, # `os.open` flags (add `os.O_CREAT` to create it)
+               ):
+    "A descriptor of `path` under an exclusive lock, taken on the file that is at `path` now."
+    while True:
+        fd = os.open(path, flags, 0o644)
+        try:
+            with file_lock(fd, path):
+                if _same_file(fd, path):
+                    yield fd; return
+        finally: os.close(fd)
+
+def append_line(path:str|Path, # a line-based file (JSON lines); its folder is created
+                line:str, # one line; the newline is added
+               ):
+    "Append `line` to `path` in one write, under an exclusive lock, then fsync."
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open_locked(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT) as fd:
+        os.write(fd, (line.rstrip('\n') + '\n').encode()); os.fsync(fd)
+
+# %% ../nbs/00_allocation.ipynb #2f99144d
 def _describe(gpus:list[GPU])->str:
     return ', '.join(f'{g.name} ({g.mem_total_gib:.0f} GiB)' if g.mem_total else g.name for g in gpus) or 'no GPU'
 
+def _runtime_id()->str:
+    try: boot = Path('/proc/sys/kernel/random/boot_id').read_text().strip()
+    except OSError: boot = ''
+    return f'{socket.gethostname()}-{boot[:8]}'
+
+def record_allocation(ledger:str|Path, # the usage ledger file (JSON lines)
+                      gpus:list[GPU], # the GPUs this runtime was handed
+                      wanted:list[str], # the spec keys that were wanted
+                      action:str, # what was done: 'kept', 'handed back', 'budget spent', 'hand-back refused'
+                      when:float|None=None, # epoch seconds; default now
+                      runtime_id:str|None=None, # tells this runtime from others; default host name and boot id
+                     )->dict:
+    "Append one allocation attempt to `ledger`; returns the record."
+    when = time.time() if when is None else when
+    spec = next((g.spec for g in gpus if g.spec), None)
+    rec = {'kind': 'allocation', 'time': datetime.fromtimestamp(when, timezone.utc).isoformat(timespec='seconds'),
+           'runtime_id': runtime_id or _runtime_id(), 'got': _describe(gpus), 'got_key': spec.key if spec else None,
+           'wanted': list(wanted), 'action': action, 'runtime': runtime()}
+    append_line(ledger, json.dumps(rec))
+    return rec
+
+# %% ../nbs/00_allocation.ipynb #8ac2f711
+def wanted_specs(want:str|list, # a spec key, family or driver name, or a list of them
+                )->list[GPUSpec]:
+    "Spec rows accepted for `want`: keys, families or driver names."
+    names = [want] if isinstance(want, str) else list(want) if isinstance(want, (list, tuple)) else None
+    if not names or not all(isinstance(w, str) and w.strip() for w in names):
+        raise BadArgument(f"want={want!r}: name the card(s) you accept, e.g. want='T4' or want=['T4', 'A100'].")
+    found = []
+    for w in names:
+        rows = [s for s in SPECS.values() if s.family.upper() == w.strip().upper()] or [spec_for(w)]
+        found += [s for s in rows if s not in found]
+    return found
+
+def want_label(specs:list[GPUSpec])->str:
+    "How to name `specs` in a sentence: a family where all its rows are wanted, else the keys."
+    fams = {}
+    for s in specs: fams.setdefault(s.family, []).append(s.key)
+    return ' or '.join(f if len(ks) > 1 and len(ks) == sum(s.family == f for s in SPECS.values()) else ' or '.join(ks)
+                       for f, ks in fams.items())
+
+# %% ../nbs/00_allocation.ipynb #15b341aa
 def _unassign():
     from google.colab import runtime as colab_runtime
     colab_runtime.unassign()
 
+def _ledger_path(ledger)->Path|None:
+    if ledger is False or ledger is None: return None
+    if ledger is True: return state_dir()/'usage_ledger.jsonl'
+    if isinstance(ledger, (str, os.PathLike)) and str(ledger): return Path(ledger)
+    raise BadArgument(f'ledger={ledger!r}: pass a file path, True for the default usage ledger, or False for none.')
+
+def _note(path:Path|None, gpus, specs, action:str):
+    "Record an attempt in the ledger at `path`; a ledger that cannot be written costs a warning, not the attempt."
+    if path is None: return
+    try: record_allocation(path, gpus, [s.key for s in specs], action)
+    except OSError as e: warnings.warn(f'Could not record this allocation in the usage ledger {path}: {e}')
+
+def _wrong(cls, wanted:str, here:str, gpus:list[GPU]):
+    "The error for a missing or wrong card outside Colab; `.have` is the spec key of the card here, if known."
+    have = next((g.spec.key for g in gpus if g.spec), None)
+    way = f', or accept the card you have: ensure_gpu(want={have!r})' if have else ''
+    e = cls(f'Wanted {wanted}, but this {runtime()} machine has {here}. Run this where {wanted} is available{way}.')
+    e.have = have
+    return e
+
+# %% ../nbs/00_allocation.ipynb #45070620
 def ensure_gpu(want:str|list='T4', # card(s) accepted: spec keys, families or driver names
                budget:int=5, # runtime re-assignments allowed per day (Colab only)
                budget_path:str|Path|None=None, # budget file; default `state_dir()/'alloc_budget.json'`
                gpus:list|None=None, # the GPUs here; default `gpu_info()`
                today=date.today, # clock, replaceable in tests
+               ledger:str|Path|bool=True, # file recording each Colab attempt; True: the usage ledger in `state_dir()`
               )->list[GPU]:
     "Return the GPUs here if one is `want`; in Colab hand the runtime back (within `budget`), elsewhere raise."
-    accepted = {s.key for s in wanted_specs(want)}
+    specs = wanted_specs(want)
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
+        raise BadArgument(f'budget={budget!r}: give the runtime re-assignments allowed per day, e.g. budget=5.')
+    accepted, wanted, led = {s.key for s in specs}, want_label(specs), _ledger_path(ledger)
     gpus = gpu_info() if gpus is None else gpus
-    if any(g.spec and g.spec.key in accepted for g in gpus): return gpus
-    here, wanted = _describe(gpus), ' or '.join(sorted(accepted))
+    ok, here = any(g.spec and g.spec.key in accepted for g in gpus), _describe(gpus)
     if runtime() != 'colab':
-        cls = NoGPUError if not gpus else WrongGPUError
-        raise cls(f'Wanted {wanted}, but this {runtime()} machine has {here}. Run where a {wanted} is available, '
-                  f'or pass the card you have, e.g. ensure_gpu(want={(gpus[0].spec.key if gpus and gpus[0].spec else "...")!r}).')
+        if ok: return gpus
+        raise _wrong(NoGPUError if not gpus else WrongGPUError, wanted, here, gpus)
+    if ok: _note(led, gpus, specs, 'kept'); return gpus
     b = Budget(budget_path or state_dir()/'alloc_budget.json', per_day=budget, today=today)
-    n = b.spend()
+    try: n = b.spend()
+    except BudgetExhausted: _note(led, gpus, specs, 'budget spent'); raise
+    _note(led, gpus, specs, 'handed back')
     print(f'Wanted {wanted}, got {here}. Handing this runtime back to Colab (attempt {n} of {budget} today, counted in {b.path}).\n'
           f'Colab picks the next card itself: reconnect (Connect, top right) and run this cell again.')
-    _unassign()
+    try: _unassign()
+    except Exception as e:  # Colab's RuntimeManagementError, or a client library without `runtime`
+        _note(led, gpus, specs, 'hand-back refused')
+        raise WrongGPUError(f'Colab did not take this runtime back ({type(e).__name__}: {e}). Hand it back yourself: '
+                            f'Runtime > Disconnect and delete runtime, then reconnect and run this cell again.') from e
     raise WrongGPUError(f'Runtime handed back because it had {here}, not {wanted}: reconnect and run again.')
 
 # %% ../nbs/00_allocation.ipynb #12912ebf

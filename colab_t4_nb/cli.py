@@ -6,18 +6,20 @@
 from __future__ import annotations
 import argparse, json, sys
 
-from .allocation import ColabT4Error, GPU, ensure_gpu, gpu_info, runtime
+from . import __version__
+from .allocation import ColabT4Error, GPU, NoGPUError, WrongGPUError, ensure_gpu, gpu_search, runtime
 from .monitoring import run_monitor
 
 # %% auto #0
 __all__ = ['info_dict', 'info_text', 'main']
 
 # %% ../nbs/07_cli.ipynb #44ce6001
-def info_dict(gpus:list[GPU]|None=None, # default: `gpu_info()`
+def info_dict(gpus:list[GPU]|None=None, # default: `gpu_search()`
+              why:dict|None=None, # source -> why it found no GPU; default: from `gpu_search()`
              )->dict:
-    "What `colab-t4 info --json` prints: the runtime and the GPUs here."
-    gpus = gpu_info() if gpus is None else gpus
-    return {'runtime': runtime(), 'gpus': [g.as_dict() for g in gpus]}
+    "What `colab-t4 info --json` prints: the runtime, the GPUs here, and why each source passed over found none."
+    if gpus is None: gpus, why = gpu_search()
+    return {'runtime': runtime(), 'gpus': [g.as_dict() for g in gpus], 'why': dict(why or {})}
 
 # %% ../nbs/07_cli.ipynb #07f8295c
 def _fmt(v, unit=''): return '-' if v is None else f'{v:g}{unit}'
@@ -27,7 +29,9 @@ def info_text(d:dict # an `info_dict`
     "The readable form of `info_dict`."
     out = [f"runtime: {d['runtime']}"]
     if not d['gpus']:
-        out.append('No NVIDIA GPU found. In Colab: Runtime > Change runtime type > T4 GPU, then run again.')
+        why = '; '.join(f'{k}: {v}' for k, v in d.get('why', {}).items())
+        out.append(f"No NVIDIA GPU found{f' ({why})' if why else ''}. "
+                   "In Colab: Runtime > Change runtime type > T4 GPU, then run again.")
     for g in d['gpus']:
         gib = lambda b: '-' if b is None else f'{b / 2**30:.1f} GiB'
         cc = '-' if g['cc'] is None else '.'.join(map(str, g['cc']))
@@ -45,6 +49,7 @@ def info_text(d:dict # an `info_dict`
 # %% ../nbs/07_cli.ipynb #7986281a
 def _parser()->argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog='colab-t4', description='Know the GPU you were handed and make the most of it.')
+    p.add_argument('--version', action='version', version=f'%(prog)s {__version__}')
     sub = p.add_subparsers(dest='cmd', required=True)
     i = sub.add_parser('info', help='runtime, GPUs and their spec rows')
     i.add_argument('--json', action='store_true', help='print one JSON object')
@@ -57,11 +62,17 @@ def _parser()->argparse.ArgumentParser:
     m.add_argument('--duration', type=float, default=None, help='seconds to run (default: until Ctrl-C)')
     m.add_argument('--csv', default=None, help='append the samples to this CSV file')
     m.add_argument('--plot', default=None, help='save a plot here at the end (.png, .pdf, .svg)')
-    m.add_argument('--every', type=float, default=10.0, help='print the latest sample every S seconds; 0: never (default: 10)')
+    m.add_argument('--every', type=float, default=10.0,
+                   help='print the latest sample every S seconds, at most once per sample; 0: never (default: 10)')
     m.add_argument('--ledger', nargs='?', const='', default=None, help='record the session in the usage ledger (default file: in the state folder)')
     return p
 
 # %% ../nbs/07_cli.ipynb #e9a1a350
+def _shell_hint(e:ColabT4Error)->str:
+    "The message of `e` with the Python way out replaced by the command's."
+    have = getattr(e, 'have', None)
+    return str(e).replace(f'ensure_gpu(want={have!r})', f'colab-t4 ensure --want {have}') if have else str(e)
+
 def main(argv:list|None=None # arguments; default `sys.argv[1:]`
         )->int:
     "Run `colab-t4`; returns the exit status."
@@ -76,6 +87,6 @@ def main(argv:list|None=None # arguments; default `sys.argv[1:]`
         elif args.cmd == 'monitor':
             return run_monitor(args.interval, args.duration, args.csv, args.plot, every=args.every, ledger=args.ledger)
     except ColabT4Error as e:
-        print(f'colab-t4 {args.cmd}: {e}', file=sys.stderr)
+        print(f'colab-t4 {args.cmd}: {_shell_hint(e)}', file=sys.stderr)
         return 1
     return 0

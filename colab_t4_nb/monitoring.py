@@ -4,7 +4,8 @@
 
 # %% ../nbs/06_monitoring.ipynb #499a92ff
 from __future__ import annotations
-import atexit, csv, json, math, numbers, os, re, shutil, subprocess, sys, tempfile, threading, time, uuid, warnings, weakref
+import atexit, csv, errno, json, math, numbers, os, re, shutil, subprocess, sys, tempfile, threading, time, uuid
+import warnings, weakref
 from collections import deque
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -15,14 +16,16 @@ import pandas as pd
 import pynvml
 from fastcore.basics import patch
 
-from .allocation import ColabT4Error, atomic_write, parse_smi_csv, runtime, state_dir
+from .allocation import (ColabT4Error, append_line, atomic_write, open_locked, parse_smi_csv, runtime,
+                                    state_dir)
 from .timing import benchmark
 
 # %% auto #0
-__all__ = ['FIELDS', 'ROW', 'MIB', 'REASONS', 'SMI_QUERY', 'SMI_REASONS', 'MIN_INTERVAL', 'CSV_COLUMNS', 'METRICS', 'OBSERVED',
-           'CAVEAT', 'MonitorError', 'decode_reasons', 'NVMLSource', 'smi_values', 'SmiSource', 'open_source', 'frame',
-           'GPUMonitor', 'read_csv', 'summary', 'throttle_share', 'plot', 'status_text', 'LiveView', 'UsageLedger',
-           'LedgerSession', 'Advice', 'advice', 'run_monitor', 'sample_cost', 'Overhead', 'monitor_overhead']
+__all__ = ['FIELDS', 'ROW', 'BYTES_PER_MIB', 'REASONS', 'SMI_QUERY', 'SMI_REASONS', 'MIN_INTERVAL', 'CSV_COLUMNS', 'METRICS',
+           'OBSERVED', 'CAVEAT', 'GUIDE_CLAIM', 'MonitorError', 'decode_reasons', 'NVMLSource', 'smi_values',
+           'SmiSource', 'open_source', 'samples_df', 'GPUMonitor', 'read_csv', 'summary', 'throttle_share', 'plot',
+           'status_text', 'LiveView', 'UsageLedger', 'LedgerSession', 'Advice', 'advice', 'check_outputs',
+           'save_samples', 'run_monitor', 'sample_cost', 'Overhead', 'monitor_overhead']
 
 # %% ../nbs/06_monitoring.ipynb #776fa96d
 class MonitorError(ColabT4Error):
@@ -32,7 +35,7 @@ class MonitorError(ColabT4Error):
 FIELDS = ['util_gpu', 'util_mem', 'mem_used_mib', 'mem_total_mib', 'temp_c', 'power_w', 'power_limit_w',
           'clock_sm_mhz', 'clock_mem_mhz', 'throttle', 'torch_alloc_mib', 'torch_reserved_mib']
 ROW = ['time', 'gpu', *FIELDS]  # a raw sample row: epoch seconds, GPU index, then the fields
-MIB, _NAN = 2**20, float('nan')
+BYTES_PER_MIB, _NAN = 2**20, float('nan')  # bytes in a MiB; the value of a field not read
 
 # %% ../nbs/06_monitoring.ipynb #e8553562
 def _reason_table(nvml)->dict:
@@ -50,7 +53,10 @@ def decode_reasons(mask:int|str|float|None # NVML's mask, or `nvidia-smi`'s '0x0
                   )->list[str]:
     "Names of the reasons set in `mask`; unknown bits as hex; [] for none or a missing value."
     if mask is None or (not isinstance(mask, str) and pd.isna(mask)): return []
-    mask = int(mask, 0) if isinstance(mask, str) else int(mask)
+    try: mask = int(mask, 0) if isinstance(mask, str) else int(mask)
+    except (ValueError, TypeError, OverflowError) as e:
+        raise MonitorError(f'mask={mask!r} is not a clocks-event reasons mask: {e}') from None
+    if mask < 0: raise MonitorError(f'mask={mask!r} is not a clocks-event reasons mask: it is negative.')
     rest = mask & ~sum(REASONS)
     return [n for b, n in REASONS.items() if mask & b] + ([hex(rest)] if rest else [])
 
@@ -73,8 +79,9 @@ _get = object.__getattribute__  # reads a ctypes field without pynvml's slower `
 def _nvml_calls(nvml, reasons:tuple)->list:
     "(name, number of fields, function of a handle) for each call of one reading, in `FIELDS` order."
     n, (rname, rfn) = nvml, reasons
+    MB = BYTES_PER_MIB
     def util(h): u = n.nvmlDeviceGetUtilizationRates(h); return _get(u, 'gpu'), _get(u, 'memory')
-    def mem(h): m = n.nvmlDeviceGetMemoryInfo(h); return _get(m, 'used') / MIB, _get(m, 'total') / MIB
+    def mem(h): m = n.nvmlDeviceGetMemoryInfo(h); return _get(m, 'used') / MB, _get(m, 'total') / MB
     return [('nvmlDeviceGetUtilizationRates', 2, util), ('nvmlDeviceGetMemoryInfo', 2, mem),
             ('nvmlDeviceGetTemperature', 1, lambda h: (n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU),)),
             ('nvmlDeviceGetPowerUsage', 1, lambda h: (n.nvmlDeviceGetPowerUsage(h) / 1e3,)),
@@ -87,10 +94,10 @@ def _nvml_fast(nvml, h, reasons:tuple)->Callable:
     "The same calls for handle `h` as straight-line code, everything looked up once: the path taken while nothing fails."
     util, mem, temp, power = nvml.nvmlDeviceGetUtilizationRates, nvml.nvmlDeviceGetMemoryInfo, nvml.nvmlDeviceGetTemperature, nvml.nvmlDeviceGetPowerUsage
     limit, clock, rfn = nvml.nvmlDeviceGetEnforcedPowerLimit, nvml.nvmlDeviceGetClockInfo, reasons[1]
-    T, SM, MEM = nvml.NVML_TEMPERATURE_GPU, nvml.NVML_CLOCK_SM, nvml.NVML_CLOCK_MEM
+    T, SM, MEM, MB = nvml.NVML_TEMPERATURE_GPU, nvml.NVML_CLOCK_SM, nvml.NVML_CLOCK_MEM, BYTES_PER_MIB
     def read():
         u, m = util(h), mem(h)
-        return (_get(u, 'gpu'), _get(u, 'memory'), _get(m, 'used') / MIB, _get(m, 'total') / MIB, temp(h, T),
+        return (_get(u, 'gpu'), _get(u, 'memory'), _get(m, 'used') / MB, _get(m, 'total') / MB, temp(h, T),
                 power(h) / 1e3, limit(h) / 1e3, clock(h, SM), clock(h, MEM), rfn(h))
     return read
 
@@ -162,7 +169,7 @@ def _torch_mem(self:NVMLSource, i:int)->tuple:
     j = self._torch_index.get(i)
     if j is None: return (_NAN, _NAN)
     s = torch.cuda.memory_stats_as_nested_dict(j)
-    return s['allocated_bytes']['all']['current'] / MIB, s['reserved_bytes']['all']['current'] / MIB
+    return s['allocated_bytes']['all']['current'] / BYTES_PER_MIB, s['reserved_bytes']['all']['current'] / BYTES_PER_MIB
 
 # %% ../nbs/06_monitoring.ipynb #a40dfc4e
 SMI_QUERY = ['index', 'name', 'utilization.gpu', 'utilization.memory', 'memory.used', 'memory.total', 'temperature.gpu',
@@ -243,16 +250,16 @@ def open_source(sources:tuple=('nvml', 'nvidia-smi'), # in the order to try
     return None, why
 
 # %% ../nbs/06_monitoring.ipynb #cd10de36
-def frame(rows:list[tuple], # rows in `ROW` layout
+def samples_df(rows:list[tuple], # rows in `ROW` layout
           names:dict|None=None, # GPU index -> name
          )->pd.DataFrame:
     "Samples as a DataFrame indexed by UTC time, one row per GPU per sample."
     df = pd.DataFrame(rows, columns=ROW)
-    df.insert(2, 'name', df.gpu.map(names or {}).astype(object))
+    df.insert(2, 'name', df.gpu.map(names or {}).fillna('').astype(object))  # '' for a GPU whose name is not known
     df['gpu'] = df.gpu.astype('int64')
     for c in FIELDS: df[c] = df[c].astype('float64')
     df['throttle'] = df.throttle.astype('Int64')
-    df['reasons'] = [('|'.join(decode_reasons(m))) for m in df.throttle]
+    df['reasons'] = pd.Series(['|'.join(decode_reasons(m)) for m in df.throttle], index=df.index, dtype=object)
     return df.set_index(pd.DatetimeIndex(pd.to_datetime(df.pop('time'), unit='s', utc=True).dt.round('us'), name='time'))
 
 # %% ../nbs/06_monitoring.ipynb #c3407500
@@ -274,7 +281,7 @@ class GPUMonitor:
                  gpus:list|None=None, # GPU indices; default all
                  torch_memory:bool=False, # add the torch allocator's allocated/reserved MiB (see `NVMLSource`)
                  live:bool=False, # show the latest sample in the notebook, updated in place
-                 ledger:UsageLedger|None=None, # record this session and its GPU-busy hours there
+                 ledger:str|Path|bool|None=None, # usage ledger file for this session (True: the default), or a `UsageLedger`
                  sources:tuple=('nvml', 'nvidia-smi'), # where to read, in the order to try
                  max_rows:int=100_000, # samples kept in memory (the CSV keeps all)
                  every:dict|None=None, # seconds between CSV flushes, live updates, ledger updates
@@ -305,9 +312,12 @@ def open(self:GPUMonitor)->GPUMonitor:
     try:
         self.names = dict(self.source.names)
         if self.csv is not None: self._csvf = _open_csv(Path(self.csv))
-        if self.ledger is not None:
-            try: self._session = self.ledger.begin(_gpu_label(self.names.values()))
-            except OSError as e: raise MonitorError(f'Cannot write the usage ledger {self.ledger.path}: {e.strerror or e}.') from e
+        if self.ledger is not None and self.ledger is not False:
+            led = self.ledger if isinstance(self.ledger, UsageLedger) else \
+                  UsageLedger(None if self.ledger is True else self.ledger)
+            try: self._session = led.begin(_gpu_label(self.names.values()))
+            except OSError as e:
+                raise MonitorError(f'Cannot write the usage ledger {led.path}: {e.strerror or e}.') from e
         if self.live: self._view = LiveView(self.display)
     except BaseException:
         self.source.close(); self.source = None
@@ -350,9 +360,9 @@ def sample_once(self:GPUMonitor)->list[tuple]:
 
 @patch(as_prop=True)
 def df(self:GPUMonitor)->pd.DataFrame:
-    "The samples kept so far (see `frame`)."
+    "The samples kept so far (see `samples_df`)."
     with self._lock: rows = list(self._rows)
-    return frame(rows, self.names)
+    return samples_df(rows, self.names)
 
 @patch(as_prop=True)
 def n_samples(self:GPUMonitor)->int:
@@ -389,10 +399,18 @@ def _csv_row(row:tuple, names:dict)->list:
 def read_csv(path:str|Path # a CSV written by `GPUMonitor(csv=...)`
             )->pd.DataFrame:
     "Samples from a monitor CSV, in the layout of `GPUMonitor.df`."
-    raw = pd.read_csv(path, dtype={'name': object, 'reasons': object}, keep_default_na=False, na_values={c: [''] for c in FIELDS})
-    raw['time'] = (pd.to_datetime(raw.time, utc=True, format='ISO8601') - pd.Timestamp(0, tz='UTC')).dt.total_seconds()
-    names = {g: n for g, n in zip(raw.gpu, raw.name) if n}
-    return frame(list(raw[ROW].itertuples(index=False, name=None)), names)
+    try: raw = pd.read_csv(path, dtype={'name': object, 'reasons': object}, keep_default_na=False,
+                           na_values={c: [''] for c in FIELDS})
+    except (OSError, ValueError) as e: raise MonitorError(f'Cannot read the monitor CSV {path}: {e}') from e
+    if missing := [c for c in CSV_COLUMNS if c not in raw.columns]:
+        raise MonitorError(f'{path} is not a monitor CSV: it lacks the column(s) {", ".join(missing)}. '
+                           f'A CSV written by GPUMonitor(csv=...) has the columns {", ".join(CSV_COLUMNS)}.')
+    try:
+        t = pd.to_datetime(raw.time, utc=True, format='ISO8601')
+        raw['time'] = (t - pd.Timestamp(0, tz='UTC')).dt.total_seconds()
+        names = {g: n for g, n in zip(raw.gpu, raw.name) if n}
+        return samples_df(list(raw[ROW].itertuples(index=False, name=None)), names)
+    except (ValueError, TypeError) as e: raise MonitorError(f'{path} has a value a monitor CSV cannot hold: {e}') from e
 
 # %% ../nbs/06_monitoring.ipynb #23675333
 @patch
@@ -402,7 +420,7 @@ def _is_due(self:GPUMonitor, what:str, now:float)->bool:
     return True
 
 @patch
-def tick(self:GPUMonitor)->list[tuple]:
+def run_once(self:GPUMonitor)->list[tuple]:
     "One round of the thread: a sample, then the CSV flush, live view and ledger update that are due."
     rows = self.sample_once()
     if not rows: return rows
@@ -450,7 +468,7 @@ def start(self:GPUMonitor)->GPUMonitor:
 def _run(self:GPUMonitor):
     nxt = time.monotonic()
     while not self._stop.is_set():
-        try: self.tick()
+        try: self.run_once()
         except Exception as e:  # a bug must not end the thread silently: `stop` raises it in the caller's thread
             self._crash = e; return
         nxt += self.interval
@@ -581,45 +599,34 @@ class LiveView:
         if self.handle is None: self.handle = self.display(_Status(text), display_id=True)
         else: self.handle.update(_Status(text))
 
-# %% ../nbs/06_monitoring.ipynb #f3dcf830
-def _lock(fd:int):
-    try:
-        import fcntl
-        fcntl.flock(fd, fcntl.LOCK_EX)
-    except (ImportError, OSError): pass  # no flock here (Windows, some network file systems): single appends stay atomic
-
-def _same_file(fd:int, path:Path)->bool:
-    try: return os.path.samestat(os.fstat(fd), os.stat(path))
-    except FileNotFoundError: return False
-
-def _append_line(path:Path, line:str):
-    "Append `line` in one write, under an exclusive lock, then fsync."
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = (line.rstrip('\n') + '\n').encode()
-    while True:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            _lock(fd)
-            if _same_file(fd, path):  # not replaced by a repair or compaction while we waited for the lock
-                os.write(fd, data); os.fsync(fd); return
-        finally: os.close(fd)
-
 # %% ../nbs/06_monitoring.ipynb #158dbbde
 def _iso(t:float)->str: return datetime.fromtimestamp(t, timezone.utc).isoformat(timespec='seconds')
 def _epoch(s:str)->float: return datetime.fromisoformat(s).timestamp()
 
 class UsageLedger:
-    "GPU sessions (start, end, GPU, busy hours) in an append-only JSON-lines file."
+    "GPU sessions (start, end, GPU, busy hours) and allocation attempts in an append-only JSON-lines file."
     def __init__(self, path:str|Path|None=None, # the file; default `state_dir()/'usage_ledger.jsonl'`
                  clock:Callable=time.time, # wall clock, replaceable in tests
                 ):
+        if path is not None and not isinstance(path, (str, os.PathLike)):
+            raise MonitorError(f'path={path!r} is not a file path: pass e.g. UsageLedger("usage_ledger.jsonl"), '
+                               'or None for the default.')
         self.path, self.clock = Path(path) if path else state_dir()/'usage_ledger.jsonl', clock
 
     def add(self, start:float, end:float, gpu:str, busy_h:float=0.0, session:str|None=None)->str:
         "Append a record for `session` (a new id if None); returns the session id."
+        for k, v in (('start', start), ('end', end), ('busy_h', busy_h)):
+            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not (0 <= v < 1e11):
+                raise MonitorError(f'{k}={v!r}: give a number of {"hours" if k == "busy_h" else "epoch seconds"} >= 0.')
+        if end < start: raise MonitorError(f'end={end!r} is before start={start!r}.')
         session = session or uuid.uuid4().hex[:12]
-        _append_line(self.path, json.dumps({'session': session, 'start': _iso(start), 'end': _iso(end), 'gpu': gpu,
-                                            'busy_h': round(float(busy_h), 4), 'runtime': runtime()}))
+        rec = {'kind': 'session', 'session': session, 'start': _iso(start), 'end': _iso(end), 'gpu': gpu,
+               'busy_h': round(float(busy_h), 4), 'runtime': runtime()}
+        try: append_line(self.path, json.dumps(rec))
+        except OSError as e:
+            raise MonitorError(f'Cannot write the usage ledger {self.path}: {e.strerror or e}. '
+                               f'Pass a file in a writable folder, '
+                               f'e.g. UsageLedger("usage_ledger.jsonl").') from e
         return session
 
 @dataclass
@@ -631,39 +638,52 @@ class LedgerSession:
         self.ledger.add(self.start, self.ledger.clock() if end is None else end, self.gpu, busy_h, self.session)
 
 # %% ../nbs/06_monitoring.ipynb #4eec70ef
+def _check_record(r:dict):
+    "Raise ValueError, KeyError or TypeError unless `r` is a readable record of its kind."
+    kind = r.get('kind', 'session')
+    if kind == 'session': _epoch(r['start']), _epoch(r['end']), float(r['busy_h']), str(r['session']), str(r['gpu'])
+    elif kind == 'allocation':
+        _epoch(r['time'])
+        if not (isinstance(r['got'], str) and isinstance(r['wanted'], list) and isinstance(r['action'], str)):
+            raise TypeError(r)
+    elif not isinstance(kind, str): raise TypeError(kind)
+
 def _parse_records(text:str)->tuple:
-    "(readable records, number of unreadable lines)"
+    "(readable records of every kind, number of unreadable lines)"
     recs, bad = [], 0
     for line in text.splitlines():
         if not line.strip(): continue
         try:
             r = json.loads(line)
-            _epoch(r['start']), _epoch(r['end']), float(r['busy_h']), str(r['session']), str(r['gpu'])
+            if not isinstance(r, dict): raise TypeError(type(r).__name__)
+            _check_record(r)
             recs.append(r)
         except (ValueError, KeyError, TypeError): bad += 1
     return recs, bad
 
 # %% ../nbs/06_monitoring.ipynb #fd386d4b
+def _latest_per_session(recs:list[dict])->list[dict]:
+    "The records, with only the latest record of each session (other kinds kept as they are), in file order."
+    last = {r['session']: k for k, r in enumerate(recs) if r.get('kind', 'session') == 'session'}
+    return [r for k, r in enumerate(recs) if r.get('kind', 'session') != 'session' or last[r['session']] == k]
+
 @patch
 def _rewrite(self:UsageLedger, repair:bool)->list[dict]:
     "Under the lock: set a damaged file aside (`repair`) or keep the latest record per session; returns the records kept."
-    while True:
-        try: fd = os.open(self.path, os.O_RDWR)
-        except FileNotFoundError: return []
-        try:
-            _lock(fd)
-            if not _same_file(fd, self.path): continue  # replaced while we waited: work on the new file
+    try:
+        with open_locked(self.path) as fd:
             with open(fd, 'rb', closefd=False) as f: recs, bad = _parse_records(f.read().decode('utf-8', 'replace'))
             if repair and not bad: return recs  # another process repaired it first
-            keep = recs if repair else list({r['session']: r for r in recs}.values())
+            keep = recs if repair else _latest_per_session(recs)
             if repair:
                 aside = self.path.with_name(f"{self.path.name}.corrupt-{datetime.now(timezone.utc):%Y%m%dT%H%M%S%f}")
                 shutil.copyfile(self.path, aside)
             with atomic_write(self.path) as f: f.write(''.join(json.dumps(r) + '\n' for r in keep).encode())
-            if repair: warnings.warn(f'Usage ledger {self.path} had {bad} unreadable line(s): it is kept as {aside.name}, and a new '
-                                     f'ledger was started with its {len(keep)} readable record(s).')
-            return keep
-        finally: os.close(fd)
+    except FileNotFoundError: return []
+    if repair: warnings.warn(f'Usage ledger {self.path} had {bad} unreadable line(s): it is kept as {aside.name}, '
+                             f'and a new '
+                             f'ledger was started with its {len(keep)} readable record(s).')
+    return keep
 
 @patch
 def records(self:UsageLedger)->list[dict]:
@@ -674,17 +694,26 @@ def records(self:UsageLedger)->list[dict]:
 
 @patch
 def compact(self:UsageLedger)->int:
-    "Keep only the latest record of each session; returns the number of sessions."
+    "Keep only the latest record of each session (and every other record); returns the number of records kept."
     return len(self._rewrite(repair=False))
 
 @patch
 def sessions(self:UsageLedger)->pd.DataFrame:
     "One row per session (its latest record), oldest first: start and end (UTC), gpu, hours, busy_h."
-    df = pd.DataFrame(self.records(), columns=['session', 'start', 'end', 'gpu', 'busy_h', 'runtime'])
+    recs = [r for r in self.records() if r.get('kind', 'session') == 'session']
+    df = pd.DataFrame(recs, columns=['session', 'start', 'end', 'gpu', 'busy_h', 'runtime'])
     df = df.drop_duplicates('session', keep='last').set_index('session')
     for c in ('start', 'end'): df[c] = pd.to_datetime(df[c], utc=True, format='ISO8601')
     df['hours'] = (df.end - df.start).dt.total_seconds() / 3600
     return df.sort_values('start')
+
+@patch
+def allocations(self:UsageLedger)->pd.DataFrame:
+    "The allocation attempts `ensure_gpu` recorded, oldest first: time (UTC), runtime_id, got, got_key, wanted, action."
+    recs = [r for r in self.records() if r.get('kind') == 'allocation']
+    df = pd.DataFrame(recs, columns=['time', 'runtime_id', 'got', 'got_key', 'wanted', 'action', 'runtime'])
+    df['time'] = pd.to_datetime(df.time, utc=True, format='ISO8601')
+    return df.sort_values('time', kind='stable').reset_index(drop=True)
 
 # %% ../nbs/06_monitoring.ipynb #9201d7e4
 @patch
@@ -696,8 +725,10 @@ def begin(self:UsageLedger, gpu:str)->LedgerSession:
 
 # %% ../nbs/06_monitoring.ipynb #1ac9b567
 OBSERVED = {'streak_h': 36, 'slow_cards_h': 12, 'train_h': 8, 'pause_h': 4, 'session_cap_h': 12, 'idle_cut_min': 90}
-CAVEAT = ("These limits are observations reported by Colab users, not published policy: Colab does not publish its "
-          "free-tier limits and changes them without notice.")
+CAVEAT = ("These limits are reports of Colab users, not Google's documentation: Colab does not publish its "
+          "free-tier limits "
+          "and changes them without notice.")
+GUIDE_CLAIM = {'t4_share': 0.8, 'tries_per_t4': (2, 3)}  # the guide's claim: a T4 in 80%+ of runtimes, in 2-3 tries
 
 # %% ../nbs/06_monitoring.ipynb #d304f4f9
 def _chains(start, end, pause_s)->list:
@@ -711,26 +742,60 @@ def _chains(start, end, pause_s)->list:
 
 @dataclass
 class Advice:
-    "What the ledger suggests at `now`: figures in hours, and `items` of (level, text)."
+    "What the ledger suggests at `now`: figures in hours, `items` of (level, text), and your own allocation record."
     now:float; session_h:float|None; streak_h:float; used_24h:float; busy_24h:float; items:list
-    def __str__(self): return '\n'.join(f'{lvl}: {txt}' for lvl, txt in self.items) + f'\n({CAVEAT})'
+    runtimes:int=0; t4_runtimes:int=0; allocation:str=''
+    @property
+    def t4_share(self)->float|None: return self.t4_runtimes / self.runtimes if self.runtimes else None
+    @property
+    def tries_per_t4(self)->float|None: return self.runtimes / self.t4_runtimes if self.t4_runtimes else None
+    def __str__(self): return '\n'.join(f'{lvl}: {txt}' for lvl, txt in self.items) + f'\n{self.allocation}\n({CAVEAT})'
     def _repr_markdown_(self):
-        return '\n'.join(f'- **{lvl}**: {txt}' for lvl, txt in self.items) + f'\n\n*{CAVEAT}*'
+        return '\n'.join(f'- **{lvl}**: {txt}' for lvl, txt in self.items) + f'\n\n{self.allocation}\n\n*{CAVEAT}*'
 
 # %% ../nbs/06_monitoring.ipynb #b654d24d
 def _in_window(start, end, lo, hi)->list:
     "Fraction of each session [start, end] that lies in [lo, hi]."
     return [max(0.0, min(e, hi) - max(s, lo)) / (e - s) if e > s else float(lo <= s <= hi) for s, e in zip(start, end)]
 
+def _limits(limits:dict|None)->dict:
+    "`OBSERVED` with the user's own figures in place of the ones given."
+    if limits is None: return dict(OBSERVED)
+    if not isinstance(limits, dict):
+        raise MonitorError(f'limits={limits!r} is not a dict: e.g. limits={{"streak_h": 30}}.')
+    if bad := [k for k in limits if k not in OBSERVED]:
+        raise MonitorError(f'limits: unknown key {bad[0]!r}; the limits are {", ".join(OBSERVED)}.')
+    for k, v in limits.items():
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not 0 < v < math.inf:
+            unit = "minutes" if k.endswith("_min") else "hours"
+            raise MonitorError(f'limits[{k!r}]={v!r}: give a positive number ({unit}).')
+    return {**OBSERVED, **limits}
+
+def _allocation_counts(allocs:pd.DataFrame)->tuple:
+    "(Colab runtimes recorded, those that had a T4): each runtime counted once, by its latest record."
+    a = allocs[allocs.runtime == 'colab'].drop_duplicates('runtime_id', keep='last')
+    return len(a), int((a.got_key == 'T4').sum())
+
+def _allocation_text(n:int, t4:int)->str:
+    lo, hi = GUIDE_CLAIM['tries_per_t4']
+    claim = (f"The guide this library grew from claims a T4 in {GUIDE_CLAIM['t4_share']:.0%}+ of free runtimes, "
+             f"within {lo}-{hi} tries")
+    if not n: return f"{claim}; your ledger has no allocations yet (`ensure_gpu` records each runtime's card in it)."
+    tries = f'{n / t4:.1f} runtimes per T4' if t4 else 'no T4 yet'
+    return f"{claim}. Your own record: {t4} of {n} Colab runtime(s) had a T4 ({t4 / n:.0%}), {tries}."
+
 def advice(ledger:UsageLedger|pd.DataFrame, # a ledger, or its `sessions()`
            now:float|None=None, # epoch seconds; default the ledger's clock
            open_min:float=10, # a session whose last record is this recent is still running
+           limits:dict|None=None, # your own figures for any of `OBSERVED`'s keys, e.g. {'streak_h': 30}
           )->Advice:
-    "Guidance on the GPU sessions so far against the limits users report (`OBSERVED`)."
+    "Guidance on the GPU sessions so far against the limits users report (`OBSERVED`), and your own allocation record."
+    o, H = _limits(limits), 3600
+    if not isinstance(ledger, (UsageLedger, pd.DataFrame)):
+        raise MonitorError(f'ledger={ledger!r}: pass a UsageLedger or its sessions() table.')
     s = ledger.sessions() if isinstance(ledger, UsageLedger) else ledger
     now = (ledger.clock() if isinstance(ledger, UsageLedger) else time.time()) if now is None else now
     start = [t.timestamp() for t in s.start]; end = [t.timestamp() for t in s.end]
-    o, H = OBSERVED, 3600
     chains = _chains(start, end, o['pause_h'] * H)
     last = chains[-1] if chains else None
     streak = last[2] / H if last and now - last[1] < o['pause_h'] * H else 0.0
@@ -738,12 +803,13 @@ def advice(ledger:UsageLedger|pd.DataFrame, # a ledger, or its `sessions()`
     session_h = None if cur is None else (now - start[-1]) / H
     frac = _in_window(start, end, now - 24 * H, now)
     used = sum(f * h for f, h in zip(frac, s.hours)); busy = sum(f * b for f, b in zip(frac, s.busy_h))
-    items = _advice_items(streak, last, session_h, cur, now)
-    return Advice(now, session_h, streak, used, busy, items)
+    items = _advice_items(streak, last, session_h, cur, now, o)
+    n, t4 = _allocation_counts(ledger.allocations()) if isinstance(ledger, UsageLedger) else (0, 0)
+    return Advice(now, session_h, streak, used, busy, items, n, t4, _allocation_text(n, t4))
 
 # %% ../nbs/06_monitoring.ipynb #650f2fd2
-def _advice_items(streak, last, session_h, cur, now)->list:
-    o, H, items = OBSERVED, 3600, []
+def _advice_items(streak, last, session_h, cur, now, o:dict)->list:
+    H, items = 3600, []
     if streak >= o['streak_h']:
         items.append(('warn', f"{streak:.1f} h of GPU sessions without a {o['pause_h']} h pause. Users report that after about "
                               f"{o['streak_h']} h of continuous T4 use Colab may hand out slower cards (or none) for about "
@@ -774,7 +840,7 @@ def _advice_items(streak, last, session_h, cur, now)->list:
 @patch
 def _ledger_update(self:GPUMonitor, now:float):
     try: self._session.update(self.busy_s / 3600, now)
-    except OSError as e: self._warn_once('updating the usage ledger', e)
+    except (OSError, MonitorError) as e: self._warn_once('updating the usage ledger', e)
 
 # %% ../nbs/06_monitoring.ipynb #bae31a2f
 @patch
@@ -790,30 +856,107 @@ def latest(self:GPUMonitor)->list[tuple]:
     return rows[::-1]
 
 # %% ../nbs/06_monitoring.ipynb #f909b1f9
+def _writable(path:Path, what:str):
+    "Raise `MonitorError` unless `path` can be written: an existing file opened to append, else a probe file beside it."
+    fix = f'Pass a {what} path in a folder you can write.'
+    if path.is_dir(): raise MonitorError(f'Cannot write the {what} {path}: it is a folder. {fix}')
+    try:
+        if path.exists():
+            with open(path, 'ab'): pass
+            return
+        d = path.parent
+        while not d.exists(): d = d.parent  # the folders that are missing are created when writing
+        if not d.is_dir(): raise NotADirectoryError(errno.ENOTDIR, f'{d} is a file, not a folder')
+        fd, probe = tempfile.mkstemp(dir=d, prefix='.colab_t4_probe-'); os.close(fd); os.unlink(probe)
+    except (OSError, ValueError) as e:
+        raise MonitorError(f'Cannot write the {what} {path}: {getattr(e, "strerror", None) or e}. {fix}') from e
+
+def _plot_formats()->list[str]:
+    from matplotlib.backend_bases import FigureCanvasBase
+    return sorted(FigureCanvasBase.get_supported_filetypes())
+
+def check_outputs(csv:str|Path|None=None, # the monitor CSV
+                  plot_path:str|Path|None=None, # the plot file
+                  ledger:str|Path|None=None, # the usage ledger ('' for the default file)
+                 ):
+    "Raise `MonitorError` naming the first output that cannot be written (or a plot format matplotlib cannot save)."
+    if csv is not None:
+        p = Path(csv); _writable(p, 'monitor CSV')
+        first = ''
+        if p.is_file():
+            with open(p, 'rb') as f: first = f.readline().decode('utf-8', 'replace').rstrip('\r\n')
+        if first and first != ','.join(CSV_COLUMNS):
+            raise MonitorError(f'{p} holds something other than monitor samples (its first line is not the header): '
+                               'use a new file.')
+    if plot_path is not None:
+        p, fmts = Path(plot_path), _plot_formats()
+        if p.suffix.lower().lstrip('.') not in fmts:
+            raise MonitorError(f'Cannot save the plot as {p}: name a file ending in one of .{", .".join(fmts)} '
+                               '(e.g. gpu.png).')
+        if not p.parent.is_dir(): raise MonitorError(f'Cannot save the plot to {p}: its folder does not exist.')
+        _writable(p, 'plot')
+    if ledger is not None: _writable(Path(ledger) if ledger else state_dir()/'usage_ledger.jsonl', 'usage ledger')
+
+def _check_every(every, interval:float)->float:
+    if isinstance(every, bool) or not isinstance(every, numbers.Real) or not 0 <= every < math.inf:
+        raise MonitorError(f'every={every!r}: print the latest sample every so many seconds (a number >= 0), '
+                           'or 0 for never.')
+    return every and max(float(every), interval)
+
+# %% ../nbs/06_monitoring.ipynb #bf354b7d
+@patch(as_prop=True)
+def unwritten(self:GPUMonitor)->int:
+    "Samples that did not reach the CSV (its disk failed)."
+    return len(self._pending)
+
+def save_samples(rows:list[tuple], # samples in `ROW` layout
+                 names:dict, # GPU index -> name
+                 folders:list|None=None, # where to try, in order; default: state folder, current folder, temp folder
+                )->Path:
+    "Write `rows` to a new monitor CSV in the first folder that takes it; returns its path."
+    stamp = datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S')
+    errors = []
+    for d in folders or [lambda: state_dir()/'monitor', Path.cwd, lambda: Path(tempfile.gettempdir())]:
+        try:
+            p = Path(d() if callable(d) else d)/f'gpu-monitor-{stamp}-{uuid.uuid4().hex[:4]}.csv'
+            with _open_csv(p) as f: csv.writer(f).writerows(_csv_row(r, names) for r in rows)
+            return p
+        except (OSError, MonitorError) as e: errors.append(str(e))
+    raise MonitorError(f'Could not save the samples anywhere: {"; ".join(errors)}')
+
 def run_monitor(interval:float=1.0, # seconds between samples
                 duration:float|None=None, # seconds to run; None: until Ctrl-C
                 csv:str|None=None, # append samples to this CSV
                 plot_path:str|None=None, # save the plot here at the end (.png, .pdf, .svg)
-                every:float=10.0, # print the latest sample every so many seconds; 0: never
+                every:float=10.0, # print the latest sample every so many seconds (at most once per sample); 0: never
                 ledger:str|None=None, # record the session in this ledger ('' for the default file); None: no ledger
                 sources:tuple=('nvml', 'nvidia-smi'), # see `open_source`
                )->int:
     "Monitor for `duration` seconds, printing status lines and a summary; save CSV and plot. Returns the exit status."
-    if duration is not None and not duration > 0: raise MonitorError(f'duration must be a positive number of seconds, got {duration!r}.')
-    if plot_path and not os.access(Path(plot_path).absolute().parent, os.W_OK):
-        raise MonitorError(f'Cannot save the plot to {plot_path}: its folder does not exist or is not writable.')
-    mon = GPUMonitor(interval, csv=csv, ledger=None if ledger is None else UsageLedger(ledger or None), sources=sources)
+    if duration is not None and (isinstance(duration, bool) or not isinstance(duration, numbers.Real)
+                                 or not 0 < duration < math.inf):
+        raise MonitorError(f'duration must be a positive number of seconds, got {duration!r}.')
+    mon = GPUMonitor(interval, csv=csv, ledger=None if ledger is None else (ledger or True), sources=sources)
+    every = _check_every(every, mon.interval)
+    check_outputs(csv, plot_path, ledger)
     if not mon.start().available: return 0
     print(f"Monitoring {_gpu_label(mon.names.values())} every {interval:g} s through {mon.source.kind}"
           + (f' for {duration:g} s.' if duration else '; Ctrl-C stops.'), flush=True)
     try: _wait(mon, duration, every)
     except KeyboardInterrupt: print('Stopped.')
     finally: mon.stop()
-    df = mon.df
+    df, failed = mon.df, []
     print(summary(df).round(1).to_string() if len(df) else 'No samples.')
-    if plot_path: plot(df).savefig(plot_path, dpi=100); print(f'Plot saved to {plot_path}')
-    if csv: print(f'Samples appended to {csv}')
-    return 0
+    if plot_path:
+        try: plot(df).savefig(plot_path, dpi=100); print(f'Plot saved to {plot_path}')
+        except (OSError, ValueError) as e: failed.append(f'the plot {plot_path} ({e})')
+    if csv and mon.unwritten: failed.append(f'{mon.unwritten} sample(s) to {csv}')
+    elif csv: print(f'Samples appended to {csv}')
+    if not failed: return 0
+    with mon._lock: rows = list(mon._rows)
+    where = save_samples(rows, mon.names)
+    print(f'Could not write {" and ".join(failed)}. All {len(rows)} samples are saved in {where}.', file=sys.stderr)
+    return 1
 
 def _wait(mon:GPUMonitor, duration, every):
     end, nxt = time.monotonic() + (duration or math.inf), time.monotonic() + (every or math.inf)

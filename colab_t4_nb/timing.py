@@ -33,7 +33,11 @@ class Timings:
     samples:dict = field(default_factory=dict)
     device:str = 'cpu'
 
-    def median(self, name:str)->float: return statistics.median(self.samples[name])
+    def median(self, name:str)->float:
+        "Median time (ms) of the variant `name`."
+        if name not in self.samples:
+            raise ValueError(f'No variant {name!r}: the variants are {", ".join(map(str, self.samples))}.')
+        return statistics.median(self.samples[name])
 
     def ratio(self, a:str, b:str)->float:
         "Median time of `a` over median time of `b` (above 1: `a` is slower)."
@@ -55,7 +59,13 @@ def benchmark(variants:dict[str, Callable], # name -> callable doing one unit of
               clock:Callable=time.perf_counter, # the CPU clock
              )->Timings:
     "Time `variants` in interleaved rounds after warming each up."
-    if repeats < 1 or warmup < 0: raise ValueError(f'need repeats >= 1 and warmup >= 0, got repeats={repeats}, warmup={warmup}')
+    if not isinstance(variants, dict) or not variants or not all(callable(f) for f in variants.values()):
+        raise ValueError(f'variants must be a non-empty dict of name -> function of no arguments, got {variants!r}')
+    for k, v, lo in (('repeats', repeats, 1), ('warmup', warmup, 0)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+            raise ValueError(f'{k} must be a whole number >= {lo}, got {k}={v!r}')
+    if device not in ('auto', 'cuda', 'cpu'):
+        raise ValueError(f"device must be 'auto', 'cuda' or 'cpu', got device={device!r}")
     if device == 'auto': device = 'cuda' if _cuda_ready() else 'cpu'
     timer = cuda_timer if device == 'cuda' else (lambda fn: cpu_timer(fn, clock))
     names = list(variants)

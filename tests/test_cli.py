@@ -2,6 +2,7 @@
 import json, os, shutil, subprocess, sys
 import pytest
 from conftest import ROOT, nvml_works
+from colab_t4_nb.allocation import reading
 
 EXE = shutil.which('colab-t4')
 
@@ -13,19 +14,22 @@ def test_info_json_lists_runtime_and_gpus(cpu_env):
     r = run(['info', '--json'], cpu_env)
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
-    assert d['runtime'] == 'local' and isinstance(d['gpus'], list)
+    assert d['runtime'] == 'local' and (len(d['gpus']) > 0) == nvml_works(), d
     for g in d['gpus']: assert g['name'] and 'spec' in g
+    assert (len(d['gpus']) > 0) == (len(d['why']) < 4), d  # every source that found no GPU says why
 
 @pytest.mark.skipif(nvml_works(), reason='a real GPU answers here')
 def test_info_on_cpu_says_no_gpu(cpu_env):
     r = run(['info'], cpu_env)
-    assert r.returncode == 0 and 'No NVIDIA GPU found' in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert 'No NVIDIA GPU found (nvml: NVML Shared Library Not Found; torch: ' in r.stdout, r.stdout
+    assert 'nvidia-smi: not on the PATH). In Colab: Runtime > Change runtime type > T4 GPU' in r.stdout, r.stdout
     assert json.loads(run(['info', '--json'], cpu_env).stdout)['gpus'] == []
 
 @pytest.mark.skipif(nvml_works(), reason='a real GPU answers here')
 def test_info_falls_back_to_nvidia_smi(cpu_env, tmp_path):
     "No NVML, no CUDA in torch: the recorded Colab T4 printed by a stand-in `nvidia-smi` is found and matched."
-    table = (ROOT/'nbs'/'files'/'gpu'/'t4_colab_nvidia-smi_2023.txt').read_text()
+    table = reading('t4_colab_nvidia-smi_2023.txt')
     (tmp_path/'table.txt').write_text(table)
     smi = tmp_path/'nvidia-smi'
     smi.write_text(f'#!/bin/sh\ncase "$*" in *--query-gpu*) echo \'Field "compute_cap" is not a valid field to query.\'; exit 2;; esac\ncat {tmp_path}/table.txt\n')
@@ -44,6 +48,26 @@ def test_ensure_refuses_unknown_and_missing_cards(cpu_env):
         r = run(['ensure', '--want', 'T4'], cpu_env)
         assert r.returncode == 1 and 'Wanted T4, but this local machine has no GPU' in r.stderr, r.stderr
     assert 'Traceback' not in r.stderr
+
+@pytest.mark.skipif(nvml_works(), reason='a real GPU answers here')
+def test_ensure_names_the_cards_once_and_the_option(cpu_env, tmp_path):
+    "A recorded Colab K80 printed by a stand-in `nvidia-smi`: the way out is the command's option, not Python."
+    (tmp_path/'table.txt').write_text(reading('k80_colab_nvidia-smi_2022.txt'))
+    smi = tmp_path/'nvidia-smi'
+    smi.write_text(f'#!/bin/sh\ncase "$*" in *--query-gpu*) exit 2;; esac\ncat {tmp_path}/table.txt\n')
+    smi.chmod(0o755)
+    env = {**cpu_env, 'PATH': f"{tmp_path}{os.pathsep}{cpu_env['PATH']}", 'TF_CPP_MIN_LOG_LEVEL': '3'}
+    r = run(['ensure', '--want', 'T4', 'A100'], env)
+    assert r.returncode == 1 and r.stderr == ('colab-t4 ensure: Wanted T4 or A100, '
+                                              'but this local machine has Tesla K80 (11 GiB). '
+                                              'Run this where T4 or A100 is available, or accept the card you have: '
+                                              'colab-t4 ensure --want K80.\n'), r.stderr
+    assert run(['ensure', '--want', 'K80'], env).returncode == 0
+
+def test_version(cpu_env):
+    from colab_t4_nb import __version__
+    r = run(['--version'], cpu_env)
+    assert r.returncode == 0 and r.stdout == f'colab-t4 {__version__}\n', r.stdout + r.stderr
 
 def test_help_lists_the_subcommands(cpu_env):
     r = run(['--help'], cpu_env)

@@ -1,11 +1,12 @@
 """`colab-t4 monitor`, end to end, as a user runs it: without a GPU, and with NVML missing but a
 stand-in `nvidia-smi` on the PATH that prints the recorded H200 query CSV."""
 import json, os, shutil, subprocess, sys
+from pathlib import Path
 import pytest
 from conftest import ROOT, nvml_works
+from colab_t4_nb.allocation import reading
 
 EXE = shutil.which('colab-t4')
-GPU_FILES = ROOT/'nbs'/'files'/'gpu'
 no_real_gpu = pytest.mark.skipif(nvml_works(), reason='a real GPU answers here')
 
 def run(args, env, timeout=120):
@@ -17,8 +18,8 @@ def run(args, env, timeout=120):
 def smi_env(cpu_env, tmp_path):
     "NVML missing (the real library finds no driver here), a stand-in nvidia-smi printing the recorded busy H200."
     d = tmp_path/'bin'; d.mkdir()
-    (d/'query.csv').write_text((GPU_FILES/'h200_query_busy.csv').read_text())
-    (d/'table.txt').write_text((GPU_FILES/'h200_nvidia-smi_busy.txt').read_text())
+    (d/'query.csv').write_text(reading('h200_query_busy.csv'))
+    (d/'table.txt').write_text(reading('h200_nvidia-smi_busy.txt'))
     smi = d/'nvidia-smi'
     smi.write_text(f'#!/bin/sh\ncase "$*" in *--query-gpu*) cat {d}/query.csv;; *) cat {d}/table.txt;; esac\n')
     smi.chmod(0o755)
@@ -69,6 +70,41 @@ def test_monitor_refuses_bad_input(smi_env, tmp_path):
         r = run(['monitor', '--duration', '5', *args], smi_env)
         assert r.returncode == 1 and r.stderr.startswith(msg), (args, r.stdout, r.stderr)
         assert 'Traceback' not in r.stderr
+
+@no_real_gpu
+@pytest.mark.parametrize('args, msg', [
+    (['--plot', '/proc/x.png'], 'colab-t4 monitor: Cannot write the plot /proc/x.png'),
+    (['--plot', 'm.txt'], 'colab-t4 monitor: Cannot save the plot as m.txt: name a file ending in one of'),
+    (['--csv', '/proc/x/gpu.csv'], 'colab-t4 monitor: Cannot write the monitor CSV /proc/x/gpu.csv'),
+    (['--ledger', '/proc/ledger.jsonl'], 'colab-t4 monitor: Cannot write the usage ledger /proc/ledger.jsonl'),
+    (['--every', '-1'], 'colab-t4 monitor: every=-1.0: print the latest sample every so many seconds')])
+def test_bad_outputs_refused_before_looking_for_a_gpu(cpu_env, tmp_path, args, msg):
+    "On a machine without a GPU too: bad settings are an error (status 1), not 'No NVIDIA GPU found' and status 0."
+    r = run(['monitor', '--duration', '5', *args], cpu_env)
+    assert r.returncode == 1 and r.stderr.startswith(msg) and r.stdout == '', (r.stdout, r.stderr)
+
+@no_real_gpu
+def test_negative_every_prints_nothing(smi_env):
+    r = run(['monitor', '--interval', '0.2', '--duration', '1', '--every', '-1'], smi_env)
+    assert r.returncode == 1 and r.stdout == '' and 'every=-1.0' in r.stderr, (r.stdout, r.stderr)
+
+@no_real_gpu
+def test_samples_saved_elsewhere_when_the_plot_cannot_be_written(smi_env, tmp_path):
+    "The plot's folder disappears while sampling: the samples are saved in the state folder, the message says where."
+    import time
+    out = tmp_path/'out'; out.mkdir()
+    env = {**smi_env, 'PYTHONPATH': str(ROOT), 'MPLBACKEND': 'Agg'}
+    args = ['monitor', '--interval', '0.2', '--duration', '3', '--every', '0', '--plot', str(out/'gpu.png')]
+    p = subprocess.Popen([EXE, *args],
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.stdout.readline().startswith('Monitoring NVIDIA H200'), p.stderr.read()
+    shutil.rmtree(out)
+    stdout, stderr = p.communicate(timeout=120)
+    assert p.returncode == 1 and 'Traceback' not in stderr, stdout + stderr
+    assert stderr.startswith(f"Could not write the plot {out/'gpu.png'} ("), stderr
+    saved = Path(stderr.split(' samples are saved in ')[1].rstrip('.\n'))
+    from colab_t4_nb.monitoring import read_csv
+    assert saved.parent == Path(smi_env['COLAB_T4_HOME'])/'monitor' and len(read_csv(saved)) >= 3, stderr
 
 def test_help_lists_monitor(cpu_env):
     r = run(['monitor', '--help'], cpu_env)

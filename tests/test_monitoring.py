@@ -1,6 +1,7 @@
 """GPUMonitor and UsageLedger where a notebook cell cannot look: interpreter exit with the
 thread still running, kill -9 in the middle of a run, several processes writing one ledger."""
 import json, os, signal, subprocess, sys, textwrap, time
+from pathlib import Path
 import pytest
 from conftest import ROOT
 
@@ -80,3 +81,30 @@ def test_ledger_concurrent_processes(cpu_env, tmp_path):
     from colab_t4_nb.monitoring import UsageLedger
     s = UsageLedger(path).sessions()
     assert len(s) == 4 and (s.hours.round(4) == round(49 / 60, 4)).all()
+
+def test_module_functions_keep_their_names():
+    "`summary`, `throttle_share` and `plot` of the module take a table of samples; the monitor's methods of the same names exist."
+    from colab_t4_nb.monitoring import GPUMonitor, plot, samples_df, summary, throttle_share
+    rows = [(1.8e9 + k, 0, 100.0, 23.0, 1500.0, 143771.0, 59.0, 688.0, 700.0, 1500.0, 3201.0, 4, float('nan'), float('nan'))
+            for k in range(3)]
+    df = samples_df(rows, {0: 'NVIDIA H200'})
+    assert summary(df).loc[(0, 'NVIDIA H200', 'power_w'), 'max'] == 688.0
+    assert throttle_share(df).loc[0].to_dict() == {'SwPowerCap': 1.0}
+    assert plot(df).axes[0].get_ylabel() == 'utilization, %'
+    assert all(callable(getattr(GPUMonitor, m)) for m in ('summary', 'throttle_share', 'plot'))
+
+def test_show_doc_in_page_order(tmp_path, nb=ROOT/'nbs'/'06_monitoring.ipynb'):
+    """The docs build runs the page's cells in order and documents each definition where it stands: `GPUMonitor`'s
+    signature must resolve with only what is defined above it."""
+    import runpy
+    from nbdev.showdoc import show_doc
+    code = []
+    for c in json.loads(Path(nb).read_text())['cells']:
+        s = ''.join(c['source'])
+        if c['cell_type'] != 'code' or not s.startswith('#| export'): continue
+        code.append(s)
+        if 'class GPUMonitor' in s: break
+    (tmp_path/'upto_monitor.py').write_text('\n'.join(code))
+    ns = runpy.run_path(str(tmp_path/'upto_monitor.py'))
+    assert 'UsageLedger' not in ns
+    assert 'ledger:' in str(show_doc(ns['GPUMonitor']))

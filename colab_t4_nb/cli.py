@@ -4,10 +4,12 @@
 
 # %% ../nbs/07_cli.ipynb #594ce915
 from __future__ import annotations
-import argparse, json, sys
+import argparse, dataclasses, json, sys
 
 from . import __version__
 from .allocation import ColabT4Error, GPU, NoGPUError, WrongGPUError, ensure_gpu, gpu_search, runtime
+from .benchmarks import bench_command
+from .kernels import CudaCompat, cuda_compat
 from .monitoring import run_monitor
 
 # %% auto #0
@@ -16,10 +18,13 @@ __all__ = ['info_dict', 'info_text', 'main']
 # %% ../nbs/07_cli.ipynb #44ce6001
 def info_dict(gpus:list[GPU]|None=None, # default: `gpu_search()`
               why:dict|None=None, # source -> why it found no GPU; default: from `gpu_search()`
+              compat:CudaCompat|None=None, # PyTorch's CUDA build against the driver; default: `cuda_compat()`
              )->dict:
-    "What `colab-t4 info --json` prints: the runtime, the GPUs here, and why each source passed over found none."
+    "What `colab-t4 info --json` prints: the runtime, the GPUs, why each source passed over found none, the CUDA match."
     if gpus is None: gpus, why = gpu_search()
-    return {'runtime': runtime(), 'gpus': [g.as_dict() for g in gpus], 'why': dict(why or {})}
+    compat = cuda_compat() if compat is None else compat
+    return {'runtime': runtime(), 'gpus': [g.as_dict() for g in gpus], 'why': dict(why or {}),
+            'cuda_compat': dataclasses.asdict(compat)}
 
 # %% ../nbs/07_cli.ipynb #07f8295c
 def _fmt(v, unit=''): return '-' if v is None else f'{v:g}{unit}'
@@ -44,6 +49,7 @@ def info_text(d:dict # an `info_dict`
         else: out.append(f"  spec      {s['key']}: {s['arch']}, {s['sms']} SMs, {_fmt(s['mem_gb'])} GB {s['mem_type']} at "
                          f"{_fmt(s['bandwidth_gbs'])} GB/s; TFLOP/s fp32 {_fmt(s['fp32_tflops'])}, fp16 {_fmt(s['fp16_tflops'])}, "
                          f"bf16 {_fmt(s['bf16_tflops'])}; int8 {_fmt(s['int8_tops'])} TOP/s; {s['tdp_w']} W")
+    if d.get('cuda_compat'): out += ['CUDA build', *('  ' + l for l in str(CudaCompat(**d['cuda_compat'])).splitlines())]
     return '\n'.join(out)
 
 # %% ../nbs/07_cli.ipynb #7986281a
@@ -57,6 +63,8 @@ def _parser()->argparse.ArgumentParser:
     e.add_argument('--want', nargs='+', default=['T4'], help='accepted cards: keys or families (default: T4)')
     e.add_argument('--budget', type=int, default=5, help='runtime re-assignments allowed per day (default: 5)')
     e.add_argument('--budget-path', default=None, help='budget file (default: in the state folder)')
+    sub.add_parser('bench', add_help=False, help='measure training speed, memory and the guide\'s table on this card '
+                   '(colab-t4 bench --help for its options)')
     m = sub.add_parser('monitor', help='sample the GPUs in the background: status lines, summary, CSV, plot')
     m.add_argument('--interval', type=float, default=1.0, help='seconds between samples (default: 1)')
     m.add_argument('--duration', type=float, default=None, help='seconds to run (default: until Ctrl-C)')
@@ -76,6 +84,8 @@ def _shell_hint(e:ColabT4Error)->str:
 def main(argv:list|None=None # arguments; default `sys.argv[1:]`
         )->int:
     "Run `colab-t4`; returns the exit status."
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ['bench']: return bench_command(argv[1:])
     args = _parser().parse_args(argv)
     try:
         if args.cmd == 'info':

@@ -11,7 +11,8 @@ def test_two_setup_commands_and_ci_runs_the_test_one():
     cmds = [l for l in readme.splitlines() if l.startswith('python3 -m venv')]
     assert len(cmds) == 2, cmds
     use, test = cmds
-    assert use.endswith('colab-t4 info') and '[dev]' not in use
+    assert use.endswith('colab-t4 bench --quick') and '[dev]' not in use
+    assert 'torch==2.13.0' in use and 'torch==2.13.0' in test, 'both commands install the same PyTorch'
     assert '[dev]' in test and re.search(r'&& nbdev_test && pytest tests$', test)
     ci = (ROOT/'.ci'/'run').read_text()
     pattern = re.search(r"grep -E '([^']+)' README.md", ci).group(1)

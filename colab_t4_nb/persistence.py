@@ -4,13 +4,13 @@
 
 # %% ../nbs/05_persistence.ipynb #420f6f86
 from __future__ import annotations
-import atexit, copy, errno, gc, hashlib, json, os, pickle, random, re, shutil, struct, subprocess, sys, tempfile, threading
-import time, warnings, weakref, zlib
+import atexit, copy, errno, gc, hashlib, json, math, numbers, operator, os, pickle, random, re, shutil, struct, subprocess, sys, tempfile, threading
+import time, warnings, weakref, zipfile, zlib
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import Callable, Mapping, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -20,11 +20,11 @@ from fastcore.basics import patch, store_attr
 from .allocation import ColabT4Error, atomic_write, oom_kind, runtime, state_dir
 
 # %% auto #0
-__all__ = ['CheckpointError', 'CheckpointCorrupt', 'NoCheckpoint', 'CheckpointMismatch', 'CheckpointWriteError',
-           'CheckpointWarning', 'new_hash', 'crc32_combine', 'Checkpoint', 'read_trailer', 'verify_file',
-           'write_checkpoint', 'rng_state', 'set_rng_state', 'training_state', 'CheckpointDir', 'Resumed',
-           'CheckpointManager', 'drive_checkpoints', 'flush_drive', 'SessionEnding', 'SessionClock', 'is_oom',
-           'is_context_lost', 'CudaContextLost', 'RunReport', 'run_resumable', 'RestartLimit', 'Attempt',
+__all__ = ['DEFAULT_EVERY_MINUTES', 'CheckpointError', 'CheckpointCorrupt', 'NoCheckpoint', 'CheckpointMismatch',
+           'CheckpointWriteError', 'CheckpointWarning', 'new_hash', 'crc32_combine', 'Checkpoint', 'read_trailer',
+           'verify_file', 'write_checkpoint', 'rng_state', 'set_rng_state', 'training_state', 'CheckpointDir',
+           'Resumed', 'CheckpointManager', 'drive_checkpoints', 'flush_drive', 'SessionEnding', 'SessionClock',
+           'is_oom', 'is_context_lost', 'CudaContextLost', 'RunReport', 'run_resumable', 'RestartLimit', 'Attempt',
            'run_with_restarts']
 
 # %% ../nbs/05_persistence.ipynb #a1f11d12
@@ -47,6 +47,46 @@ class CheckpointWriteError(CheckpointError, OSError):
 class CheckpointWarning(UserWarning):
     "Something was wrong with a checkpoint folder and was worked around (file skipped, manifest rebuilt)."
 
+# %% ../nbs/05_persistence.ipynb #379631c7
+def _int(name:str, v, lo:int=0, none:bool=False)->int|None:
+    "`v` as an int >= `lo` (None allowed when `none`); otherwise an error naming `name`."
+    if v is None and none: return None
+    want = f'an int >= {lo}' + (' or None' if none else '')
+    if isinstance(v, bool) or not hasattr(type(v), '__index__'):
+        raise TypeError(f'{name} must be {want}, got {v!r} ({type(v).__name__}): pass a whole number such as {max(lo, 1)}.')
+    v = operator.index(v)
+    if v < lo: raise ValueError(f'{name} must be {want}, got {v}.')
+    return v
+
+def _num(name:str, v, lo:float=0, none:bool=False, eq:bool=False)->float|None:
+    "`v` as a float > `lo` (>= with `eq`; None allowed when `none`); otherwise an error naming `name`."
+    if v is None and none: return None
+    want = f'a number {">=" if eq else ">"} {lo:g}' + (' or None' if none else '')
+    if isinstance(v, bool) or not isinstance(v, numbers.Real): raise TypeError(f'{name} must be {want}, got {v!r} ({type(v).__name__}).')
+    if math.isnan(v) or v < lo or (v == lo and not eq): raise ValueError(f'{name} must be {want}, got {v!r}.')
+    return float(v)
+
+# %% ../nbs/05_persistence.ipynb #5264b448
+def _path(name:str, v, none:bool=False)->Path|None:
+    "`v` as a `Path` (None allowed when `none`); otherwise an error naming `name`."
+    if v is None and none: return None
+    if not isinstance(v, (str, os.PathLike)) or isinstance(v, bytes):
+        raise TypeError(f'{name} must be a path (str or Path), got {v!r} ({type(v).__name__}).')
+    s = os.fspath(v)
+    if not isinstance(s, str) or not s or '\0' in s: raise ValueError(f'{name} must be a non-empty path without NUL characters, got {v!r}.')
+    return Path(s)
+
+def _flag(name:str, v)->bool:
+    if not isinstance(v, bool): raise TypeError(f'{name} must be True or False, got {v!r} ({type(v).__name__}).')
+    return v
+
+def _stateful(name:str, o):
+    "`o` if it is None or has `state_dict` and `load_state_dict`; otherwise an error naming `name`."
+    if o is not None and not (callable(getattr(o, 'state_dict', None)) and callable(getattr(o, 'load_state_dict', None))):
+        raise TypeError(f'{name} must be an object with state_dict() and load_state_dict() (a module, optimizer, scaler or '
+                        f'scheduler) or None, got {type(o).__name__}.')
+    return o
+
 # %% ../nbs/05_persistence.ipynb #f2ec2edc
 class _Crc32:
     "`zlib.crc32` with the `hashlib` interface."
@@ -60,7 +100,8 @@ _ALGOS = {'crc32'} | {a for a in hashlib.algorithms_guaranteed if not a.startswi
 def new_hash(algo:str='crc32' # 'crc32' or a `hashlib` algorithm such as 'sha256'
             ):
     "A hash object for `algo` with `update(bytes)` and `hexdigest()`."
-    if algo not in _ALGOS: raise CheckpointError(f'Unknown checksum {algo!r}: use one of {sorted(_ALGOS)}.')
+    if not isinstance(algo, str) or algo not in _ALGOS:
+        raise CheckpointError(f'Unknown checksum {algo!r}: use one of {sorted(_ALGOS)}.')
     return _Crc32() if algo == 'crc32' else hashlib.new(algo)
 
 # %% ../nbs/05_persistence.ipynb #5ac7a329
@@ -88,7 +129,9 @@ def crc32_combine(crc1:int, # CRC-32 of A
                   len2:int, # length of B in bytes
                  )->int:
     "The CRC-32 of A + B, from the CRC-32s of A and B (zlib's `crc32_combine`)."
-    k = 0
+    for name, v in (('crc1', crc1), ('crc2', crc2)):
+        if _int(name, v) >> 32: raise ValueError(f'{name} must be a CRC-32, an int below 2**32, got {v}.')
+    len2, k = _int('len2', len2), 0
     while len2:
         if len2 & 1: crc1 = _gf2_times(_zeros_op(k), crc1)
         len2 >>= 1; k += 1
@@ -185,6 +228,13 @@ class Checkpoint:
     size:int      # bytes before the trailer
     checksum:str  # 'algo:hexdigest' of those bytes
 
+    def __post_init__(self):
+        object.__setattr__(self, 'path', _path('path', self.path))
+        for k in ('step', 'seq', 'size'): object.__setattr__(self, k, _int(k, getattr(self, k)))
+        algo, sep, digest = self.checksum.partition(':') if isinstance(self.checksum, str) else ('', '', '')
+        if not sep or not digest: raise ValueError(f"checksum must be 'algo:hexdigest', got {self.checksum!r}.")
+        new_hash(algo)
+
     def as_dict(self)->dict: return {'file': self.path.name, 'step': self.step, 'seq': self.seq, 'size': self.size, 'checksum': self.checksum}
 
 def _trailer(c:Checkpoint)->bytes:
@@ -194,7 +244,7 @@ def _trailer(c:Checkpoint)->bytes:
 # %% ../nbs/05_persistence.ipynb #12c86878
 def read_trailer(path:str|Path)->Checkpoint|None:
     "The `Checkpoint` the trailer of `path` describes; None if it has none (truncated, damaged, foreign, unreadable)."
-    path = Path(path)
+    path = _path('path', path)
     try:
         with open(path, 'rb') as f:
             n = f.seek(0, os.SEEK_END)
@@ -202,10 +252,13 @@ def read_trailer(path:str|Path)->Checkpoint|None:
             f.seek(n - _TRAILER); m = _TRAILER_RE.fullmatch(f.read())
     except OSError: return None
     if not m or int(m[1]) != n - _TRAILER: return None
-    return Checkpoint(path, int(m[2]), int(m[3]), int(m[1]), m[4].decode())
+    try: return Checkpoint(path, int(m[2]), int(m[3]), int(m[1]), m[4].decode())
+    except CheckpointError: return None  # a checksum this Python does not know
 
 def verify_file(c:Checkpoint, chunk:int=16 << 20)->str|None:
     "None when `c.path` has the size and checksum `c` records; otherwise what is wrong."
+    if not isinstance(c, Checkpoint): raise TypeError(f'c must be a Checkpoint (from read_trailer or checkpoints()), got {type(c).__name__}.')
+    chunk = _int('chunk', chunk, 1)
     algo, want = c.checksum.split(':', 1)
     h, left, buf = new_hash(algo), c.size, memoryview(bytearray(chunk))
     try:
@@ -219,6 +272,28 @@ def verify_file(c:Checkpoint, chunk:int=16 << 20)->str|None:
     except OSError as e: return f'it cannot be read ({e.strerror or e})'
     return None if h.hexdigest() == want else f'its checksum is {algo}:{h.hexdigest()}, not {c.checksum}'
 
+# %% ../nbs/05_persistence.ipynb #a7c21e05
+_HINTS = {errno.ENOSPC: 'the disk is full: free space, lower `keep`, or save to another disk',
+          getattr(errno, 'EDQUOT', -1): 'the disk quota is used up: free space or save elsewhere',
+          errno.EACCES: 'the folder is not writable: choose another folder', errno.EPERM: 'the folder is not writable: choose another folder',
+          errno.EROFS: 'the file system is read-only: choose another folder',
+          errno.ENOTCONN: 'the mount is gone ("Transport endpoint is not connected"): mount it again',
+          errno.EIO: 'the device reported an I/O error', errno.ENOTDIR: 'a file is in the way of the folder: choose another folder',
+          errno.EEXIST: 'a file is in the way of the folder: choose another folder'}
+
+def _write_error(e:OSError, where:Path, target:Path|None=None)->CheckpointWriteError:
+    "A `CheckpointWriteError` for `e`, raised writing into the folder `where` (the file `target`), saying what to do."
+    hint = _HINTS.get(e.errno)
+    if e.errno == errno.ENOENT:
+        hint = (f'the folder {where} is not writable: choose another folder' if where.is_dir() else
+                f'the folder {where} does not exist (removed, or a mount lost?): create it or choose another folder')
+    if hint is None:
+        hint = (f'{type(e).__name__} {errno.errorcode.get(e.errno, e.errno)}' + (f' on {e.filename}' if e.filename else '')
+                + f': check that {where} is a folder this process can write, or choose another')
+    what = f'the checkpoint {target}' if target is not None else f'a checkpoint in {where}'
+    return CheckpointWriteError(e.errno, f'Could not write {what}: {e.strerror or e} ({hint}). '
+                                'Earlier checkpoints there are untouched and still load.')
+
 # %% ../nbs/05_persistence.ipynb #829a7fc2
 def write_checkpoint(path:str|Path, # the final file name
                      obj, # anything `torch.save` takes
@@ -227,15 +302,21 @@ def write_checkpoint(path:str|Path, # the final file name
                      writeback:int|None=64 << 20, # start the disk write-back every this many bytes; None: all at the final fsync
                     )->Checkpoint:
     "Save `obj` to `path` atomically, followed by a trailer recording its size and checksum."
-    path = Path(path)
-    with atomic_write(path) as f:
-        w = _HashingWriter(f, checksum, comment=_TRAILER, writeback=writeback)
-        try: torch.save(obj, w); w.close()
-        except Exception as e:
-            if w.error is not None and w.error is not e: raise w.error from e  # the real cause, e.g. a full disk
-            raise
-        c = Checkpoint(path, step, seq, w.size, f'{checksum}:{w.hexdigest()}')
-        f.write(_trailer(c))
+    path, step, seq = _path('path', path), _int('step', step), _int('seq', seq)
+    new_hash(checksum); writeback = _int('writeback', writeback, 1, none=True)
+    try:
+        with atomic_write(path) as f:
+            w = _HashingWriter(f, checksum, comment=_TRAILER, writeback=writeback)
+            try: torch.save(obj, w); w.close()
+            except Exception as e:
+                if w.error is not None and w.error is not e: raise w.error from e  # the real cause, e.g. a full disk
+                if isinstance(e, (pickle.PicklingError, TypeError, AttributeError)):
+                    raise CheckpointError(f'Could not save {type(obj).__name__} obj to {path}: torch.save cannot pickle it ({e}). '
+                                          'Save tensors, numbers, strings and state dicts.') from e
+                raise
+            c = Checkpoint(path, step, seq, w.size, f'{checksum}:{w.hexdigest()}')
+            f.write(_trailer(c))
+    except OSError as e: raise _write_error(e, path.parent, path) from e
     return c
 
 # %% ../nbs/05_persistence.ipynb #9bc3a51b
@@ -251,10 +332,18 @@ def rng_state()->dict:
 def set_rng_state(st:dict # from `rng_state`
                  ):
     "Restore the generators `rng_state` captured; CUDA's where there is a GPU, with a warning where there is none."
-    random.setstate(st['python'])
-    n = st['numpy']
-    np.random.set_state((n['kind'], n['keys'].numpy().astype(np.uint32), n['pos'], n['has_gauss'], n['gauss']))
-    torch.set_rng_state(st['torch'])
+    if not isinstance(st, Mapping) or not {'python', 'numpy', 'torch'} <= st.keys():
+        raise TypeError(f'st must be the dict rng_state() returns (keys python, numpy, torch), got {type(st).__name__}'
+                        + (f' with keys {sorted(map(str, st))}' if isinstance(st, Mapping) else '') + '.')
+    before = rng_state()
+    try:
+        random.setstate(st['python'])
+        n = st['numpy']
+        np.random.set_state((n['kind'], n['keys'].numpy().astype(np.uint32), n['pos'], n['has_gauss'], n['gauss']))
+        torch.set_rng_state(st['torch'])
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError, RuntimeError) as e:
+        set_rng_state(before)
+        raise ValueError(f'st is not a state rng_state() returned ({type(e).__name__}: {e}); no generator was changed.') from e
     if st.get('cuda'):
         if not torch.cuda.is_available():
             warnings.warn('The checkpoint holds CUDA random states but there is no GPU here; they were not restored.', CheckpointWarning)
@@ -269,8 +358,11 @@ def training_state(step:int, # steps done: the step to continue from
                    extras:dict|None=None, # the caller's own values
                   )->dict:
     "Everything needed to continue training exactly: state dicts, RNG states and `extras`."
+    step = _int('step', step)
+    for k, o in dict(model=model, optimizer=optimizer, scaler=scaler, scheduler=scheduler).items(): _stateful(k, o)
+    if extras is not None and not isinstance(extras, Mapping): raise TypeError(f'extras must be a dict or None, got {type(extras).__name__}.')
     sd = lambda o: None if o is None else o.state_dict()
-    return {'step': int(step), 'model': sd(None if model is None else _unwrap(model)), 'optimizer': sd(optimizer),
+    return {'step': step, 'model': sd(None if model is None else _unwrap(model)), 'optimizer': sd(optimizer),
             'scaler': sd(scaler), 'scheduler': sd(scheduler), 'rng': rng_state(), 'extras': dict(extras or {}),
             'torch': str(torch.__version__)}
 
@@ -284,13 +376,13 @@ class CheckpointDir:
                  keep:int=3, # checkpoints kept; older ones are deleted once a new one is written and checked
                  checksum:str='crc32', # 'crc32' or a `hashlib` algorithm
                 ):
-        if not isinstance(keep, int) or keep < 1: raise ValueError(f'keep must be an int >= 1, got {keep!r}')
+        keep = _int('keep', keep, 1)
         new_hash(checksum)
-        self.path, self.keep, self.checksum, self._verified, self._deleting = Path(path), keep, checksum, {}, None
+        self.path, self.keep, self.checksum, self._verified, self._deleting = _path('path', path), keep, checksum, {}, None
 
     @property
     def manifest(self)->Path: return self.path/'manifest.json'
-    def file_for(self, step:int)->Path: return self.path/f'ckpt-{step:09d}.pt'
+    def file_for(self, step:int)->Path: return self.path/f'ckpt-{_int("step", step):09d}.pt'
     def __repr__(self): return f'CheckpointDir({str(self.path)!r}, keep={self.keep})'
 
 # %% ../nbs/05_persistence.ipynb #3905d889
@@ -305,6 +397,9 @@ def _read_manifest(self:CheckpointDir)->tuple:
     ok = isinstance(data, dict) and data.get('format') == _FORMAT and isinstance(data.get('checkpoints'), list)
     ok = ok and all(isinstance(e, dict) and all(isinstance(e.get(k), t) for k, t in _ENTRY.items())
                     and _NAME_RE.fullmatch(e['file']) for e in data['checkpoints'])
+    if ok:
+        try: [Checkpoint(self.path/e['file'], e['step'], e['seq'], e['size'], e['checksum']) for e in data['checkpoints']]
+        except (TypeError, ValueError, CheckpointError): ok = False  # negative numbers, an unknown checksum...
     return (data['checkpoints'], None) if ok else (None, 'has unexpected contents')
 
 @patch
@@ -360,6 +455,7 @@ def _try_write_manifest(self:CheckpointDir, cks:list):
 @patch
 def verify(self:CheckpointDir, c:Checkpoint)->str|None:
     "None when `c` is intact, else what is wrong with it."
+    if not isinstance(c, Checkpoint): raise TypeError(f'c must be a Checkpoint (from checkpoints() or latest()), got {type(c).__name__}.')
     try: st = os.stat(c.path)
     except OSError as e: return f'it cannot be read ({e.strerror})'
     key = (str(c.path), st.st_ino, st.st_size, st.st_mtime_ns, c.checksum)
@@ -382,16 +478,6 @@ def latest(self:CheckpointDir)->Checkpoint|None:
     return _newest([(c, self) for c in self.checkpoints()])
 
 # %% ../nbs/05_persistence.ipynb #bd2abe4f
-def _write_error(e:OSError, where:Path)->CheckpointWriteError:
-    hints = {errno.ENOSPC: 'the disk is full: free space, lower `keep`, or save to another disk',
-             getattr(errno, 'EDQUOT', -1): 'the disk quota is used up: free space or save elsewhere',
-             errno.EACCES: 'the folder is not writable: choose another folder', errno.EPERM: 'the folder is not writable: choose another folder',
-             errno.EROFS: 'the file system is read-only: choose another folder',
-             errno.ENOTCONN: 'the mount is gone ("Transport endpoint is not connected"): mount it again',
-             errno.EIO: 'the device reported an I/O error'}
-    return CheckpointWriteError(e.errno, f'Could not write a checkpoint in {where}: {e.strerror or e} '
-                                f'({hints.get(e.errno, "see the error above")}). Earlier checkpoints there are untouched and still load.')
-
 @patch
 def _clean_tmp(self:CheckpointDir):
     for p in self.path.glob('.*.tmp'):
@@ -408,13 +494,32 @@ def settle(self:CheckpointDir):
     if self._deleting is not None: self._deleting.join(); self._deleting = None
 
 @patch
+def _set_aside(self:CheckpointDir, p:Path, why:str):
+    "Rename the damaged checkpoint `p` to `damaged-<name>` (out of rotation's reach), with a warning."
+    dst, n = p.with_name(f'damaged-{p.name}'), 1
+    while dst.exists(): dst, n = p.with_name(f'damaged-{n}-{p.name}'), n + 1
+    try: os.rename(p, dst)
+    except OSError as e: _warn(f'Checkpoint {p} is damaged ({why}) and could not be set aside ({e}).'); return
+    _warn(f'Checkpoint {p} is damaged ({why}): moved to {dst.name}, out of the rotation. Delete it when you no longer need it.')
+
+@patch
 def _commit(self:CheckpointDir, c:Checkpoint, old:list):
-    "Check `c` on disk, list it in the manifest with the newest `keep - 1` others, delete the rest (in the background)."
+    "Check `c` on disk, list it in the manifest with the newest `keep - 1` others that verify, delete the rest (in the background)."
     if read_trailer(c.path) != c: raise CheckpointCorrupt(f'{c.path} does not read back as written: the file system lost data.')
-    kept = [c] + [o for o in old if o.path != c.path and read_trailer(o.path) is not None][:self.keep - 1]
+    kept = [c]
+    for o in old:
+        if len(kept) == self.keep: break
+        if o.path == c.path: continue
+        why = self.verify(o)
+        if why is None: kept.append(o)
+        elif o.path.exists(): self._set_aside(o.path, why)
     self._write_manifest(kept)
     names = {k.path.name for k in kept}
-    doomed = [p for p in self.path.glob('ckpt-*.pt') if p.name not in names and _NAME_RE.fullmatch(p.name)]
+    doomed = []
+    for p in self.path.glob('ckpt-*.pt'):
+        if p.name in names or not _NAME_RE.fullmatch(p.name): continue
+        if read_trailer(p) is None: self._set_aside(p, 'it has no valid trailer')  # damaged, never a rotated-out checkpoint
+        else: doomed.append(p)
     if doomed:
         self._deleting = threading.Thread(target=_unlink_all, args=(doomed,), name='checkpoint-rotation', daemon=True)
         self._deleting.start()
@@ -454,6 +559,9 @@ class CheckpointManager:
                  checksum:str='crc32', # 'crc32' or a `hashlib` algorithm
                  name:str='run', # subfolder of the default folder
                 ):
+        if not isinstance(name, str) or not name.strip() or name in ('.', '..') or set(name) & {'/', '\\', '\0'}:
+            raise ValueError(f'name must be a folder name (no slashes), such as "run", got {name!r}.')
+        path, mirror = _path('path', path, none=True), _path('mirror', mirror, none=True)
         self.local = CheckpointDir(state_dir()/'checkpoints'/name if path is None else path, keep, checksum)
         self.mirror = None if mirror is None else CheckpointDir(mirror, keep, checksum)
         self._thread = self._error = self._host = None
@@ -480,8 +588,9 @@ def save(self:CheckpointManager, step:int, # steps done so far
          **extras, # the caller's own values, returned by `load`
         )->Checkpoint:
     "Save the full training state of `step` now; returns the new checkpoint."
+    st = training_state(step, model, optimizer, scaler, scheduler, extras)
     self._settle()
-    return self._write(training_state(step, model, optimizer, scaler, scheduler, extras))
+    return self._write(st)
 
 @patch
 def _write(self:CheckpointManager, st:dict)->Checkpoint:
@@ -504,6 +613,19 @@ def latest(self:CheckpointManager)->Checkpoint|None:
     self._settle()
     return _newest([(c, d) for d in self._dirs() for c in self._listing(d)])
 
+def _not_a_checkpoint(p:Path)->CheckpointError:
+    "Why the file `p`, which has no valid trailer, cannot be loaded, in words."
+    if not p.exists(): return NoCheckpoint(f'checkpoint={str(p)!r}: no such file. Pass a file listed by `ckpt.local.checkpoints()`, '
+                                           'or leave checkpoint=None for the newest that verifies.')
+    if not p.is_file(): return CheckpointCorrupt(f'checkpoint={str(p)!r} is not a file: pass a checkpoint file, not a folder.')
+    try:
+        with open(p, 'rb') as f: n = f.seek(0, os.SEEK_END); f.seek(max(0, n - (1 << 16))); tail = f.read()
+    except OSError as e: return CheckpointCorrupt(f'checkpoint={str(p)!r} cannot be read ({e.strerror or e}).')
+    if b'colab_t4_nb checkpoint v1' not in tail and zipfile.is_zipfile(p):
+        return CheckpointCorrupt(f'{p} is not a colab_t4_nb checkpoint (it has no checkpoint trailer): written by torch.save? '
+                                 'load it with torch.load.')
+    return CheckpointCorrupt(f'{p} is not a complete checkpoint (no valid trailer: truncated or damaged).')
+
 @patch
 def _pick(self:CheckpointManager, checkpoint)->Checkpoint:
     if checkpoint is None:
@@ -511,8 +633,8 @@ def _pick(self:CheckpointManager, checkpoint)->Checkpoint:
         if c is None: raise NoCheckpoint(f'No checkpoint that verifies in {self.path}' + (f' or {self.mirror.path}' if self.mirror else '')
                                          + ': start from scratch, or point the manager at the folder the run saved to.')
         return c
-    c = checkpoint if isinstance(checkpoint, Checkpoint) else read_trailer(checkpoint)
-    if c is None: raise CheckpointCorrupt(f'{checkpoint} is not a complete checkpoint (no valid trailer: truncated or damaged).')
+    c = checkpoint if isinstance(checkpoint, Checkpoint) else read_trailer(_path('checkpoint', checkpoint))
+    if c is None: raise _not_a_checkpoint(Path(checkpoint))
     why = self.local.verify(c)
     if why: raise CheckpointCorrupt(f'Checkpoint {c.path} is corrupt: {why}.')
     return c
@@ -546,6 +668,10 @@ def load(self:CheckpointManager, model=None, optimizer=None, scaler=None, schedu
          weights_only:bool=True, # `torch.load`'s safe mode; False only for files you trust
         )->Resumed:
     "Restore the training objects in place from a verified checkpoint; return its step and extras."
+    for k, o in dict(model=model, optimizer=optimizer, scaler=scaler, scheduler=scheduler).items(): _stateful(k, o)
+    for k, v in dict(strict=strict, restore_rng=restore_rng, weights_only=weights_only).items(): _flag(k, v)
+    if not (checkpoint is None or isinstance(checkpoint, (Checkpoint, str, os.PathLike))):
+        raise TypeError(f'checkpoint must be a Checkpoint, a path or None, got {checkpoint!r} ({type(checkpoint).__name__}).')
     self._settle()
     c = self._pick(checkpoint)
     try: st = torch.load(c.path, map_location='cpu', weights_only=weights_only)
@@ -615,9 +741,10 @@ def _background(self:CheckpointManager, st:dict):
 @patch
 def save_async(self:CheckpointManager, step:int, model=None, optimizer=None, scaler=None, scheduler=None, **extras):
     "Copy the training state to host memory now and write it on a background thread."
+    st = training_state(step, model, optimizer, scaler, scheduler, extras)
     self._settle()
     if self._host is None: self._host = _HostCopy()
-    st = self._host(training_state(step, model, optimizer, scaler, scheduler, extras))
+    st = self._host(st)
     self._thread = threading.Thread(target=self._background, args=(st,), name=f'checkpoint-{step}')
     self._thread.start()
 
@@ -672,6 +799,8 @@ def _copy_to_mirror(self:CheckpointManager, c:Checkpoint):
         _warn(f'Copying {c.path.name} to {self.mirror.path} failed: {e} The local checkpoint {c.path} is good; the next save tries the copy again.')
 
 # %% ../nbs/05_persistence.ipynb #9b198367
+_TOLD = set()  # local folders drive_checkpoints has named outside Colab
+
 def drive_checkpoints(name:str='run', # the run's folder name
                       keep:int=3, # checkpoints kept, locally and on Drive
                       mountpoint:str|Path='/content/drive', # where Colab mounts Drive
@@ -680,18 +809,26 @@ def drive_checkpoints(name:str='run', # the run's folder name
                       **kwargs, # passed to `CheckpointManager`
                      )->CheckpointManager:
     "A `CheckpointManager` that in Colab keeps a verified copy of each checkpoint on Google Drive (mounting it if needed)."
-    if runtime() != 'colab': return CheckpointManager(state_dir()/'checkpoints'/name if local is None else local, keep, **kwargs)
-    my_drive = Path(mountpoint)/'MyDrive'
+    mountpoint, local = _path('mountpoint', mountpoint), _path('local', local, none=True)
+    if not isinstance(folder, str) or not folder.strip('/') or '\0' in folder or '..' in Path(folder).parts:
+        raise ValueError(f'folder must be a folder path under MyDrive such as "colab_t4_nb/checkpoints", got {folder!r}.')
+    if runtime() != 'colab':
+        ckpt = CheckpointManager(None if local is None else local, keep, name=name, **kwargs)
+        if ckpt.path not in _TOLD:
+            _TOLD.add(ckpt.path)
+            print(f'Not in Colab: no Google Drive here; checkpoints go to {ckpt.path} only.')
+        return ckpt
+    my_drive = mountpoint/'MyDrive'
     if not my_drive.is_dir():
         from google.colab import drive
         drive.mount(str(mountpoint))
-    return CheckpointManager(Path.cwd()/'checkpoints'/name if local is None else local, keep, mirror=my_drive/folder/name, **kwargs)
+    return CheckpointManager(Path.cwd()/'checkpoints'/name if local is None else local, keep, mirror=my_drive/folder/name, name=name, **kwargs)
 
 # %% ../nbs/05_persistence.ipynb #15581054
 def flush_drive(mountpoint:str|Path='/content/drive' # where Drive is mounted
                )->bool:
     "In Colab, upload pending writes and unmount Drive (`drive.flush_and_unmount()`); elsewhere say there is nothing to do."
-    if runtime() != 'colab' or not (Path(mountpoint)/'MyDrive').is_dir():
+    if runtime() != 'colab' or not (_path('mountpoint', mountpoint)/'MyDrive').is_dir():
         print('Google Drive is not mounted here: nothing to flush.'); return False
     from google.colab import drive
     drive.flush_and_unmount()
@@ -710,6 +847,11 @@ class SessionClock:
                  used_min:float=0, # minutes the runtime had already run when the clock was made
                  clock:Callable=time.monotonic, # seconds; replaceable in tests
                 ):
+        session_h, margin_min = _num('session_h', session_h), _num('margin_min', margin_min, eq=True)
+        idle_min, used_min = _num('idle_min', idle_min, none=True), _num('used_min', used_min, eq=True)
+        if not isinstance(warn_min, (tuple, list)): raise TypeError(f'warn_min must be a tuple of minutes such as (60, 30, 10), got {warn_min!r}.')
+        warn_min = tuple(_num('warn_min', w, eq=True) for w in warn_min)
+        if not callable(clock): raise TypeError(f'clock must be a function returning seconds, such as time.monotonic, got {clock!r}.')
         store_attr()
         now = clock()
         self.started, self.active, self._said = now - used_min * 60, now, set()
@@ -771,6 +913,18 @@ class RunReport:
     oom_recoveries:int = 0   # reloads after out-of-memory errors
     reason:str = 'done'      # 'done' or 'session limit'
 
+DEFAULT_EVERY_MINUTES = 10  # run_resumable's schedule when none is given: a crash loses at most this much work
+
+def _check_run(step_fn, ckpt, steps, every_steps, steps_per_epoch, every_minutes, session, max_oom, on_oom, background, clock):
+    "Check `run_resumable`'s arguments, naming the first that is wrong."
+    for k, f in dict(step_fn=step_fn, clock=clock).items():
+        if not callable(f): raise TypeError(f'{k} must be a function, got {f!r} ({type(f).__name__}).')
+    if on_oom is not None and not callable(on_oom): raise TypeError(f'on_oom must be a function or None, got {on_oom!r}.')
+    if not isinstance(ckpt, CheckpointManager): raise TypeError(f'ckpt must be a CheckpointManager, got {type(ckpt).__name__}.')
+    if session is not None and not isinstance(session, SessionClock): raise TypeError(f'session must be a SessionClock or None, got {type(session).__name__}.')
+    _int('steps', steps); _int('every_steps', every_steps, 1, none=True); _int('steps_per_epoch', steps_per_epoch, 1, none=True)
+    _num('every_minutes', every_minutes, none=True); _int('max_oom', max_oom); _flag('background', background)
+
 def _free_memory(optimizer):
     if optimizer is not None: optimizer.zero_grad(set_to_none=True)
     gc.collect()
@@ -783,7 +937,7 @@ def run_resumable(step_fn:Callable, # step_fn(step) runs one training step; its 
                   model=None, optimizer=None, scaler=None, scheduler=None, # saved and restored
                   every_steps:int|None=None, # save every N steps
                   steps_per_epoch:int|None=None, # save at the end of each epoch of this many steps
-                  every_minutes:float|None=None, # save when this long has passed since the last save
+                  every_minutes:float|None=None, # save when this long has passed since the last save; default 10 without another schedule
                   session:SessionClock|None=None, # save before Colab's cuts; stop before the session's end
                   max_oom:int=2, # out-of-memory errors allowed at one step
                   on_oom:Callable|None=None, # on_oom(step, message) after each reload
@@ -791,7 +945,10 @@ def run_resumable(step_fn:Callable, # step_fn(step) runs one training step; its 
                   clock:Callable=time.monotonic,
                  )->RunReport:
     "Train from the latest checkpoint to `steps`, saving as asked; recover from out-of-memory errors by reloading."
+    _check_run(step_fn, ckpt, steps, every_steps, steps_per_epoch, every_minutes, session, max_oom, on_oom, background, clock)
+    if every_steps is None and steps_per_epoch is None and every_minutes is None: every_minutes = DEFAULT_EVERY_MINUTES
     objs = dict(model=model, optimizer=optimizer, scaler=scaler, scheduler=scheduler)
+    for k, o in objs.items(): _stateful(k, o)
     if ckpt.latest() is None: ckpt.save(0, **objs); start = 0
     else: start = ckpt.load(**objs).step
     rep, step, last, tries = RunReport(start), start, clock(), {}
@@ -832,6 +989,15 @@ class Attempt:
     seconds:float
     tail:list = field(default_factory=list, repr=False)  # its last lines of output
 
+def _check_cmd(cmd)->list[str]:
+    "`cmd` as a list of strings; an error naming `cmd` if it is not a non-empty list of strings and paths."
+    if isinstance(cmd, (str, bytes)): raise TypeError(f'cmd must be a list such as [sys.executable, "train.py"], got the string {cmd!r}: split it with shlex.split.')
+    if not isinstance(cmd, (list, tuple)) or not cmd or not all(isinstance(c, (str, os.PathLike)) for c in cmd):
+        raise TypeError(f'cmd must be a non-empty list of strings and paths such as [sys.executable, "train.py"], got {cmd!r}.')
+    cmd = [os.fspath(c) for c in cmd]
+    if not all(isinstance(c, str) and c and '\0' not in c for c in cmd): raise ValueError(f'cmd must hold non-empty strings without NUL characters, got {cmd!r}.')
+    return cmd
+
 def _child_env(env:dict|None, attempt:int)->dict:
     env = dict(os.environ if env is None else env)
     paths = [p for p in sys.path if p] + [p for p in env.get('PYTHONPATH', '').split(os.pathsep) if p]
@@ -846,11 +1012,18 @@ def run_with_restarts(cmd:list, # the command, e.g. [sys.executable, 'train.py']
                       tail:int=20, # lines of output kept per attempt for the report
                      )->list[Attempt]:
     "Run `cmd` until it exits with status 0, restarting it after a crash, at most `max_restarts` times."
+    cmd = _check_cmd(cmd)
+    max_restarts, tail, echo, cwd = _int('max_restarts', max_restarts), _int('tail', tail, 1), _flag('echo', echo), _path('cwd', cwd, none=True)
+    if cwd is not None and not cwd.is_dir(): raise ValueError(f'cwd must be an existing folder, got {str(cwd)!r}.')
+    if env is not None and not (isinstance(env, Mapping) and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())):
+        raise TypeError(f'env must be a dict of str to str (like os.environ) or None, got {type(env).__name__}.')
     attempts = []
     while True:
         t0, lines = time.monotonic(), deque(maxlen=tail)
-        p = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             env=_child_env(env, len(attempts) + 1), cwd=cwd, bufsize=1)
+        try: p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                  env=_child_env(env, len(attempts) + 1), cwd=cwd, bufsize=1)
+        except (FileNotFoundError, PermissionError, NotADirectoryError) as e:
+            raise ValueError(f'cmd[0]={cmd[0]!r} cannot be run ({e.strerror}): give the program\'s full path, e.g. sys.executable.') from e
         try:
             for line in p.stdout:
                 lines.append(line)

@@ -4,7 +4,7 @@
 
 # %% ../nbs/05_persistence.ipynb #420f6f86
 from __future__ import annotations
-import atexit, copy, errno, gc, hashlib, json, math, numbers, operator, os, pickle, random, re, shutil, struct, subprocess, sys, tempfile, threading
+import atexit, copy, errno, gc, hashlib, json, math, numbers, os, pickle, random, re, shutil, struct, subprocess, sys, tempfile, threading
 import time, warnings, weakref, zipfile, zlib
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
@@ -52,9 +52,9 @@ def _int(name:str, v, lo:int=0, none:bool=False)->int|None:
     "`v` as an int >= `lo` (None allowed when `none`); otherwise an error naming `name`."
     if v is None and none: return None
     want = f'an int >= {lo}' + (' or None' if none else '')
-    if isinstance(v, bool) or not hasattr(type(v), '__index__'):
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
         raise TypeError(f'{name} must be {want}, got {v!r} ({type(v).__name__}): pass a whole number such as {max(lo, 1)}.')
-    v = operator.index(v)
+    v = int(v)
     if v < lo: raise ValueError(f'{name} must be {want}, got {v}.')
     return v
 
@@ -260,7 +260,7 @@ def verify_file(c:Checkpoint, chunk:int=16 << 20)->str|None:
     if not isinstance(c, Checkpoint): raise TypeError(f'c must be a Checkpoint (from read_trailer or checkpoints()), got {type(c).__name__}.')
     chunk = _int('chunk', chunk, 1)
     algo, want = c.checksum.split(':', 1)
-    h, left, buf = new_hash(algo), c.size, memoryview(bytearray(chunk))
+    h, left, buf = new_hash(algo), c.size, memoryview(bytearray(max(1, min(chunk, c.size))))
     try:
         with open(c.path, 'rb', buffering=0) as f:
             n = os.fstat(f.fileno()).st_size
@@ -311,8 +311,8 @@ def write_checkpoint(path:str|Path, # the final file name
             except Exception as e:
                 if w.error is not None and w.error is not e: raise w.error from e  # the real cause, e.g. a full disk
                 if isinstance(e, (pickle.PicklingError, TypeError, AttributeError)):
-                    raise CheckpointError(f'Could not save {type(obj).__name__} obj to {path}: torch.save cannot pickle it ({e}). '
-                                          'Save tensors, numbers, strings and state dicts.') from e
+                    raise CheckpointError(f'Could not save obj ({type(obj).__name__}) to {path}: torch.save cannot pickle something in it ({e}). '
+                                          'Save tensors, numbers, strings and state dicts (extras given to CheckpointManager.save included).') from e
                 raise
             c = Checkpoint(path, step, seq, w.size, f'{checksum}:{w.hexdigest()}')
             f.write(_trailer(c))
@@ -531,7 +531,7 @@ def save(self:CheckpointDir, obj, # what to save (see `training_state`)
          seq:int|None=None, # save number; default one more than the newest here
         )->Checkpoint:
     "Write `obj` as the checkpoint of `step` atomically, record it in the manifest, then rotate."
-    if not isinstance(step, int) or step < 0: raise ValueError(f'step must be an int >= 0, got {step!r}')
+    step, seq = _int('step', step), _int('seq', seq, none=True)
     self.settle()
     try:
         self.path.mkdir(parents=True, exist_ok=True)
@@ -744,7 +744,10 @@ def save_async(self:CheckpointManager, step:int, model=None, optimizer=None, sca
     st = training_state(step, model, optimizer, scaler, scheduler, extras)
     self._settle()
     if self._host is None: self._host = _HostCopy()
-    st = self._host(st)
+    try: st = self._host(st)
+    except (TypeError, AttributeError, pickle.PicklingError, copy.Error) as e:
+        raise CheckpointError(f'save_async could not copy the state of step {step} ({type(e).__name__}: {e}): the extras given '
+                              'must be tensors, numbers, strings, state dicts or other values that can be copied.') from e
     self._thread = threading.Thread(target=self._background, args=(st,), name=f'checkpoint-{step}')
     self._thread.start()
 
@@ -854,6 +857,7 @@ class SessionClock:
         if not callable(clock): raise TypeError(f'clock must be a function returning seconds, such as time.monotonic, got {clock!r}.')
         store_attr()
         now = clock()
+        if isinstance(now, bool) or not isinstance(now, numbers.Real): raise TypeError(f'clock must return seconds as a number, got {now!r}.')
         self.started, self.active, self._said = now - used_min * 60, now, set()
 
     def touch(self):

@@ -4,8 +4,8 @@
 
 # %% ../nbs/05_persistence.ipynb #420f6f86
 from __future__ import annotations
-import atexit, copy, errno, gc, hashlib, json, math, numbers, os, pickle, random, re, shutil, struct, subprocess, sys, tempfile, threading
-import time, warnings, weakref, zipfile, zlib
+import atexit, copy, errno, gc, hashlib, json, math, numbers, os, pickle, random, re, shutil, struct, subprocess, sys
+import tempfile, threading, time, warnings, weakref, zipfile, zlib
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -53,7 +53,8 @@ def _int(name:str, v, lo:int=0, none:bool=False)->int|None:
     if v is None and none: return None
     want = f'an int >= {lo}' + (' or None' if none else '')
     if isinstance(v, bool) or not isinstance(v, numbers.Integral):
-        raise TypeError(f'{name} must be {want}, got {v!r} ({type(v).__name__}): pass a whole number such as {max(lo, 1)}.')
+        raise TypeError(f'{name} must be {want}, got {v!r} ({type(v).__name__}): pass a whole number such as '
+                        f'{max(lo, 1)}.')
     v = int(v)
     if v < lo: raise ValueError(f'{name} must be {want}, got {v}.')
     return v
@@ -62,7 +63,8 @@ def _num(name:str, v, lo:float=0, none:bool=False, eq:bool=False)->float|None:
     "`v` as a float > `lo` (>= with `eq`; None allowed when `none`); otherwise an error naming `name`."
     if v is None and none: return None
     want = f'a number {">=" if eq else ">"} {lo:g}' + (' or None' if none else '')
-    if isinstance(v, bool) or not isinstance(v, numbers.Real): raise TypeError(f'{name} must be {want}, got {v!r} ({type(v).__name__}).')
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        raise TypeError(f'{name} must be {want}, got {v!r} ({type(v).__name__}).')
     if math.isnan(v) or v < lo or (v == lo and not eq): raise ValueError(f'{name} must be {want}, got {v!r}.')
     return float(v)
 
@@ -73,7 +75,8 @@ def _path(name:str, v, none:bool=False)->Path|None:
     if not isinstance(v, (str, os.PathLike)) or isinstance(v, bytes):
         raise TypeError(f'{name} must be a path (str or Path), got {v!r} ({type(v).__name__}).')
     s = os.fspath(v)
-    if not isinstance(s, str) or not s or '\0' in s: raise ValueError(f'{name} must be a non-empty path without NUL characters, got {v!r}.')
+    if not isinstance(s, str) or not s or '\0' in s:
+        raise ValueError(f'{name} must be a non-empty path without NUL characters, got {v!r}.')
     return Path(s)
 
 def _flag(name:str, v)->bool:
@@ -82,9 +85,9 @@ def _flag(name:str, v)->bool:
 
 def _stateful(name:str, o):
     "`o` if it is None or has `state_dict` and `load_state_dict`; otherwise an error naming `name`."
-    if o is not None and not (callable(getattr(o, 'state_dict', None)) and callable(getattr(o, 'load_state_dict', None))):
-        raise TypeError(f'{name} must be an object with state_dict() and load_state_dict() (a module, optimizer, scaler or '
-                        f'scheduler) or None, got {type(o).__name__}.')
+    if o is not None and not all(callable(getattr(o, m, None)) for m in ('state_dict', 'load_state_dict')):
+        raise TypeError(f'{name} must be an object with state_dict() and load_state_dict() (a module, optimizer, '
+                        f'scaler or scheduler) or None, got {type(o).__name__}.')
     return o
 
 # %% ../nbs/05_persistence.ipynb #f2ec2edc
@@ -257,7 +260,8 @@ def read_trailer(path:str|Path)->Checkpoint|None:
 
 def verify_file(c:Checkpoint, chunk:int=16 << 20)->str|None:
     "None when `c.path` has the size and checksum `c` records; otherwise what is wrong."
-    if not isinstance(c, Checkpoint): raise TypeError(f'c must be a Checkpoint (from read_trailer or checkpoints()), got {type(c).__name__}.')
+    if not isinstance(c, Checkpoint):
+        raise TypeError(f'c must be a Checkpoint (from read_trailer or checkpoints()), got {type(c).__name__}.')
     chunk = _int('chunk', chunk, 1)
     algo, want = c.checksum.split(':', 1)
     h, left, buf = new_hash(algo), c.size, memoryview(bytearray(max(1, min(chunk, c.size))))
@@ -275,10 +279,12 @@ def verify_file(c:Checkpoint, chunk:int=16 << 20)->str|None:
 # %% ../nbs/05_persistence.ipynb #a7c21e05
 _HINTS = {errno.ENOSPC: 'the disk is full: free space, lower `keep`, or save to another disk',
           getattr(errno, 'EDQUOT', -1): 'the disk quota is used up: free space or save elsewhere',
-          errno.EACCES: 'the folder is not writable: choose another folder', errno.EPERM: 'the folder is not writable: choose another folder',
+          errno.EACCES: 'the folder is not writable: choose another folder',
+          errno.EPERM: 'the folder is not writable: choose another folder',
           errno.EROFS: 'the file system is read-only: choose another folder',
           errno.ENOTCONN: 'the mount is gone ("Transport endpoint is not connected"): mount it again',
-          errno.EIO: 'the device reported an I/O error', errno.ENOTDIR: 'a file is in the way of the folder: choose another folder',
+          errno.EIO: 'the device reported an I/O error',
+          errno.ENOTDIR: 'a file is in the way of the folder: choose another folder',
           errno.EEXIST: 'a file is in the way of the folder: choose another folder'}
 
 def _write_error(e:OSError, where:Path, target:Path|None=None)->CheckpointWriteError:
@@ -288,7 +294,8 @@ def _write_error(e:OSError, where:Path, target:Path|None=None)->CheckpointWriteE
         hint = (f'the folder {where} is not writable: choose another folder' if where.is_dir() else
                 f'the folder {where} does not exist (removed, or a mount lost?): create it or choose another folder')
     if hint is None:
-        hint = (f'{type(e).__name__} {errno.errorcode.get(e.errno, e.errno)}' + (f' on {e.filename}' if e.filename else '')
+        hint = (f'{type(e).__name__} {errno.errorcode.get(e.errno, e.errno)}'
+                + (f' on {e.filename}' if e.filename else '')
                 + f': check that {where} is a folder this process can write, or choose another')
     what = f'the checkpoint {target}' if target is not None else f'a checkpoint in {where}'
     return CheckpointWriteError(e.errno, f'Could not write {what}: {e.strerror or e} ({hint}). '
@@ -311,8 +318,9 @@ def write_checkpoint(path:str|Path, # the final file name
             except Exception as e:
                 if w.error is not None and w.error is not e: raise w.error from e  # the real cause, e.g. a full disk
                 if isinstance(e, (pickle.PicklingError, TypeError, AttributeError)):
-                    raise CheckpointError(f'Could not save obj ({type(obj).__name__}) to {path}: torch.save cannot pickle something in it ({e}). '
-                                          'Save tensors, numbers, strings and state dicts (extras given to CheckpointManager.save included).') from e
+                    raise CheckpointError(f'Could not save obj ({type(obj).__name__}) to {path}: torch.save cannot '
+                                          f'pickle something in it ({e}). Save tensors, numbers, strings and state dicts '
+                                          '(extras given to CheckpointManager.save included).') from e
                 raise
             c = Checkpoint(path, step, seq, w.size, f'{checksum}:{w.hexdigest()}')
             f.write(_trailer(c))
@@ -343,7 +351,8 @@ def set_rng_state(st:dict # from `rng_state`
         torch.set_rng_state(st['torch'])
     except (TypeError, ValueError, KeyError, IndexError, AttributeError, RuntimeError) as e:
         set_rng_state(before)
-        raise ValueError(f'st is not a state rng_state() returned ({type(e).__name__}: {e}); no generator was changed.') from e
+        raise ValueError(f'st is not a state rng_state() returned ({type(e).__name__}: {e}); no generator was '
+                         'changed.') from e
     if st.get('cuda'):
         if not torch.cuda.is_available():
             warnings.warn('The checkpoint holds CUDA random states but there is no GPU here; they were not restored.', CheckpointWarning)
@@ -360,7 +369,8 @@ def training_state(step:int, # steps done: the step to continue from
     "Everything needed to continue training exactly: state dicts, RNG states and `extras`."
     step = _int('step', step)
     for k, o in dict(model=model, optimizer=optimizer, scaler=scaler, scheduler=scheduler).items(): _stateful(k, o)
-    if extras is not None and not isinstance(extras, Mapping): raise TypeError(f'extras must be a dict or None, got {type(extras).__name__}.')
+    if extras is not None and not isinstance(extras, Mapping):
+        raise TypeError(f'extras must be a dict or None, got {type(extras).__name__}.')
     sd = lambda o: None if o is None else o.state_dict()
     return {'step': step, 'model': sd(None if model is None else _unwrap(model)), 'optimizer': sd(optimizer),
             'scaler': sd(scaler), 'scheduler': sd(scheduler), 'rng': rng_state(), 'extras': dict(extras or {}),
@@ -378,7 +388,8 @@ class CheckpointDir:
                 ):
         keep = _int('keep', keep, 1)
         new_hash(checksum)
-        self.path, self.keep, self.checksum, self._verified, self._deleting = _path('path', path), keep, checksum, {}, None
+        self.path, self.keep, self.checksum = _path('path', path), keep, checksum
+        self._verified, self._deleting = {}, None
 
     @property
     def manifest(self)->Path: return self.path/'manifest.json'
@@ -398,7 +409,8 @@ def _read_manifest(self:CheckpointDir)->tuple:
     ok = ok and all(isinstance(e, dict) and all(isinstance(e.get(k), t) for k, t in _ENTRY.items())
                     and _NAME_RE.fullmatch(e['file']) for e in data['checkpoints'])
     if ok:
-        try: [Checkpoint(self.path/e['file'], e['step'], e['seq'], e['size'], e['checksum']) for e in data['checkpoints']]
+        try:
+            for e in data['checkpoints']: Checkpoint(self.path/e['file'], e['step'], e['seq'], e['size'], e['checksum'])
         except (TypeError, ValueError, CheckpointError): ok = False  # negative numbers, an unknown checksum...
     return (data['checkpoints'], None) if ok else (None, 'has unexpected contents')
 
@@ -455,7 +467,8 @@ def _try_write_manifest(self:CheckpointDir, cks:list):
 @patch
 def verify(self:CheckpointDir, c:Checkpoint)->str|None:
     "None when `c` is intact, else what is wrong with it."
-    if not isinstance(c, Checkpoint): raise TypeError(f'c must be a Checkpoint (from checkpoints() or latest()), got {type(c).__name__}.')
+    if not isinstance(c, Checkpoint):
+        raise TypeError(f'c must be a Checkpoint (from checkpoints() or latest()), got {type(c).__name__}.')
     try: st = os.stat(c.path)
     except OSError as e: return f'it cannot be read ({e.strerror})'
     key = (str(c.path), st.st_ino, st.st_size, st.st_mtime_ns, c.checksum)
@@ -500,11 +513,12 @@ def _set_aside(self:CheckpointDir, p:Path, why:str):
     while dst.exists(): dst, n = p.with_name(f'damaged-{n}-{p.name}'), n + 1
     try: os.rename(p, dst)
     except OSError as e: _warn(f'Checkpoint {p} is damaged ({why}) and could not be set aside ({e}).'); return
-    _warn(f'Checkpoint {p} is damaged ({why}): moved to {dst.name}, out of the rotation. Delete it when you no longer need it.')
+    _warn(f'Checkpoint {p} is damaged ({why}): moved to {dst.name}, out of the rotation. Delete it when you no '
+          'longer need it.')
 
 @patch
 def _commit(self:CheckpointDir, c:Checkpoint, old:list):
-    "Check `c` on disk, list it in the manifest with the newest `keep - 1` others that verify, delete the rest (in the background)."
+    "Check `c` on disk, list it in the manifest with the newest `keep - 1` others that verify, delete the rest."
     if read_trailer(c.path) != c: raise CheckpointCorrupt(f'{c.path} does not read back as written: the file system lost data.')
     kept = [c]
     for o in old:
@@ -518,7 +532,7 @@ def _commit(self:CheckpointDir, c:Checkpoint, old:list):
     doomed = []
     for p in self.path.glob('ckpt-*.pt'):
         if p.name in names or not _NAME_RE.fullmatch(p.name): continue
-        if read_trailer(p) is None: self._set_aside(p, 'it has no valid trailer')  # damaged, never a rotated-out checkpoint
+        if read_trailer(p) is None: self._set_aside(p, 'it has no valid trailer')  # damaged, not a rotated-out one
         else: doomed.append(p)
     if doomed:
         self._deleting = threading.Thread(target=_unlink_all, args=(doomed,), name='checkpoint-rotation', daemon=True)
@@ -615,15 +629,17 @@ def latest(self:CheckpointManager)->Checkpoint|None:
 
 def _not_a_checkpoint(p:Path)->CheckpointError:
     "Why the file `p`, which has no valid trailer, cannot be loaded, in words."
-    if not p.exists(): return NoCheckpoint(f'checkpoint={str(p)!r}: no such file. Pass a file listed by `ckpt.local.checkpoints()`, '
+    if not p.exists():
+        return NoCheckpoint(f'checkpoint={str(p)!r}: no such file. Pass a file listed by `ckpt.local.checkpoints()`, '
                                            'or leave checkpoint=None for the newest that verifies.')
-    if not p.is_file(): return CheckpointCorrupt(f'checkpoint={str(p)!r} is not a file: pass a checkpoint file, not a folder.')
+    if not p.is_file():
+        return CheckpointCorrupt(f'checkpoint={str(p)!r} is not a file: pass a checkpoint file, not a folder.')
     try:
         with open(p, 'rb') as f: n = f.seek(0, os.SEEK_END); f.seek(max(0, n - (1 << 16))); tail = f.read()
     except OSError as e: return CheckpointCorrupt(f'checkpoint={str(p)!r} cannot be read ({e.strerror or e}).')
     if b'colab_t4_nb checkpoint v1' not in tail and zipfile.is_zipfile(p):
-        return CheckpointCorrupt(f'{p} is not a colab_t4_nb checkpoint (it has no checkpoint trailer): written by torch.save? '
-                                 'load it with torch.load.')
+        return CheckpointCorrupt(f'{p} is not a colab_t4_nb checkpoint (it has no checkpoint trailer): '
+                                 'written by torch.save? load it with torch.load.')
     return CheckpointCorrupt(f'{p} is not a complete checkpoint (no valid trailer: truncated or damaged).')
 
 @patch
@@ -671,7 +687,8 @@ def load(self:CheckpointManager, model=None, optimizer=None, scaler=None, schedu
     for k, o in dict(model=model, optimizer=optimizer, scaler=scaler, scheduler=scheduler).items(): _stateful(k, o)
     for k, v in dict(strict=strict, restore_rng=restore_rng, weights_only=weights_only).items(): _flag(k, v)
     if not (checkpoint is None or isinstance(checkpoint, (Checkpoint, str, os.PathLike))):
-        raise TypeError(f'checkpoint must be a Checkpoint, a path or None, got {checkpoint!r} ({type(checkpoint).__name__}).')
+        raise TypeError(f'checkpoint must be a Checkpoint, a path or None, got {checkpoint!r} '
+                        f'({type(checkpoint).__name__}).')
     self._settle()
     c = self._pick(checkpoint)
     try: st = torch.load(c.path, map_location='cpu', weights_only=weights_only)
@@ -746,8 +763,9 @@ def save_async(self:CheckpointManager, step:int, model=None, optimizer=None, sca
     if self._host is None: self._host = _HostCopy()
     try: st = self._host(st)
     except (TypeError, AttributeError, pickle.PicklingError, copy.Error) as e:
-        raise CheckpointError(f'save_async could not copy the state of step {step} ({type(e).__name__}: {e}): the extras given '
-                              'must be tensors, numbers, strings, state dicts or other values that can be copied.') from e
+        raise CheckpointError(f'save_async could not copy the state of step {step} ({type(e).__name__}: {e}): '
+                              'the extras given must be tensors, numbers, strings, state dicts or other values '
+                              'that can be copied.') from e
     self._thread = threading.Thread(target=self._background, args=(st,), name=f'checkpoint-{step}')
     self._thread.start()
 
@@ -814,7 +832,8 @@ def drive_checkpoints(name:str='run', # the run's folder name
     "A `CheckpointManager` that in Colab keeps a verified copy of each checkpoint on Google Drive (mounting it if needed)."
     mountpoint, local = _path('mountpoint', mountpoint), _path('local', local, none=True)
     if not isinstance(folder, str) or not folder.strip('/') or '\0' in folder or '..' in Path(folder).parts:
-        raise ValueError(f'folder must be a folder path under MyDrive such as "colab_t4_nb/checkpoints", got {folder!r}.')
+        raise ValueError('folder must be a folder path under MyDrive such as "colab_t4_nb/checkpoints", got '
+                         f'{folder!r}.')
     if runtime() != 'colab':
         ckpt = CheckpointManager(None if local is None else local, keep, name=name, **kwargs)
         if ckpt.path not in _TOLD:
@@ -825,7 +844,8 @@ def drive_checkpoints(name:str='run', # the run's folder name
     if not my_drive.is_dir():
         from google.colab import drive
         drive.mount(str(mountpoint))
-    return CheckpointManager(Path.cwd()/'checkpoints'/name if local is None else local, keep, mirror=my_drive/folder/name, name=name, **kwargs)
+    local = Path.cwd()/'checkpoints'/name if local is None else local
+    return CheckpointManager(local, keep, mirror=my_drive/folder/name, name=name, **kwargs)
 
 # %% ../nbs/05_persistence.ipynb #15581054
 def flush_drive(mountpoint:str|Path='/content/drive' # where Drive is mounted
@@ -852,12 +872,15 @@ class SessionClock:
                 ):
         session_h, margin_min = _num('session_h', session_h), _num('margin_min', margin_min, eq=True)
         idle_min, used_min = _num('idle_min', idle_min, none=True), _num('used_min', used_min, eq=True)
-        if not isinstance(warn_min, (tuple, list)): raise TypeError(f'warn_min must be a tuple of minutes such as (60, 30, 10), got {warn_min!r}.')
+        if not isinstance(warn_min, (tuple, list)):
+            raise TypeError(f'warn_min must be a tuple of minutes such as (60, 30, 10), got {warn_min!r}.')
         warn_min = tuple(_num('warn_min', w, eq=True) for w in warn_min)
-        if not callable(clock): raise TypeError(f'clock must be a function returning seconds, such as time.monotonic, got {clock!r}.')
+        if not callable(clock):
+            raise TypeError(f'clock must be a function returning seconds, such as time.monotonic, got {clock!r}.')
         store_attr()
         now = clock()
-        if isinstance(now, bool) or not isinstance(now, numbers.Real): raise TypeError(f'clock must return seconds as a number, got {now!r}.')
+        if isinstance(now, bool) or not isinstance(now, numbers.Real):
+            raise TypeError(f'clock must return seconds as a number, got {now!r}.')
         self.started, self.active, self._said = now - used_min * 60, now, set()
 
     def touch(self):
@@ -919,14 +942,19 @@ class RunReport:
 
 DEFAULT_EVERY_MINUTES = 10  # run_resumable's schedule when none is given: a crash loses at most this much work
 
-def _check_run(step_fn, ckpt, steps, every_steps, steps_per_epoch, every_minutes, session, max_oom, on_oom, background, clock):
+def _check_run(step_fn, ckpt, steps, every_steps, steps_per_epoch, every_minutes, session, max_oom, on_oom, background,
+               clock):
     "Check `run_resumable`'s arguments, naming the first that is wrong."
     for k, f in dict(step_fn=step_fn, clock=clock).items():
         if not callable(f): raise TypeError(f'{k} must be a function, got {f!r} ({type(f).__name__}).')
-    if on_oom is not None and not callable(on_oom): raise TypeError(f'on_oom must be a function or None, got {on_oom!r}.')
-    if not isinstance(ckpt, CheckpointManager): raise TypeError(f'ckpt must be a CheckpointManager, got {type(ckpt).__name__}.')
-    if session is not None and not isinstance(session, SessionClock): raise TypeError(f'session must be a SessionClock or None, got {type(session).__name__}.')
-    _int('steps', steps); _int('every_steps', every_steps, 1, none=True); _int('steps_per_epoch', steps_per_epoch, 1, none=True)
+    if on_oom is not None and not callable(on_oom):
+        raise TypeError(f'on_oom must be a function or None, got {on_oom!r}.')
+    if not isinstance(ckpt, CheckpointManager):
+        raise TypeError(f'ckpt must be a CheckpointManager, got {type(ckpt).__name__}.')
+    if session is not None and not isinstance(session, SessionClock):
+        raise TypeError(f'session must be a SessionClock or None, got {type(session).__name__}.')
+    _int('steps', steps); _int('every_steps', every_steps, 1, none=True)
+    _int('steps_per_epoch', steps_per_epoch, 1, none=True)
     _num('every_minutes', every_minutes, none=True); _int('max_oom', max_oom); _flag('background', background)
 
 def _free_memory(optimizer):
@@ -941,7 +969,7 @@ def run_resumable(step_fn:Callable, # step_fn(step) runs one training step; its 
                   model=None, optimizer=None, scaler=None, scheduler=None, # saved and restored
                   every_steps:int|None=None, # save every N steps
                   steps_per_epoch:int|None=None, # save at the end of each epoch of this many steps
-                  every_minutes:float|None=None, # save when this long has passed since the last save; default 10 without another schedule
+                  every_minutes:float|None=None, # save when this long has passed since the last save (default below)
                   session:SessionClock|None=None, # save before Colab's cuts; stop before the session's end
                   max_oom:int=2, # out-of-memory errors allowed at one step
                   on_oom:Callable|None=None, # on_oom(step, message) after each reload
@@ -949,7 +977,8 @@ def run_resumable(step_fn:Callable, # step_fn(step) runs one training step; its 
                   clock:Callable=time.monotonic,
                  )->RunReport:
     "Train from the latest checkpoint to `steps`, saving as asked; recover from out-of-memory errors by reloading."
-    _check_run(step_fn, ckpt, steps, every_steps, steps_per_epoch, every_minutes, session, max_oom, on_oom, background, clock)
+    _check_run(step_fn, ckpt, steps, every_steps, steps_per_epoch, every_minutes, session, max_oom, on_oom, background,
+               clock)
     if every_steps is None and steps_per_epoch is None and every_minutes is None: every_minutes = DEFAULT_EVERY_MINUTES
     objs = dict(model=model, optimizer=optimizer, scaler=scaler, scheduler=scheduler)
     for k, o in objs.items(): _stateful(k, o)
@@ -995,11 +1024,15 @@ class Attempt:
 
 def _check_cmd(cmd)->list[str]:
     "`cmd` as a list of strings; an error naming `cmd` if it is not a non-empty list of strings and paths."
-    if isinstance(cmd, (str, bytes)): raise TypeError(f'cmd must be a list such as [sys.executable, "train.py"], got the string {cmd!r}: split it with shlex.split.')
+    if isinstance(cmd, (str, bytes)):
+        raise TypeError(f'cmd must be a list such as [sys.executable, "train.py"], got the string {cmd!r}: split it '
+                        'with shlex.split.')
     if not isinstance(cmd, (list, tuple)) or not cmd or not all(isinstance(c, (str, os.PathLike)) for c in cmd):
-        raise TypeError(f'cmd must be a non-empty list of strings and paths such as [sys.executable, "train.py"], got {cmd!r}.')
+        raise TypeError('cmd must be a non-empty list of strings and paths such as [sys.executable, "train.py"], '
+                        f'got {cmd!r}.')
     cmd = [os.fspath(c) for c in cmd]
-    if not all(isinstance(c, str) and c and '\0' not in c for c in cmd): raise ValueError(f'cmd must hold non-empty strings without NUL characters, got {cmd!r}.')
+    if not all(isinstance(c, str) and c and '\0' not in c for c in cmd):
+        raise ValueError(f'cmd must hold non-empty strings without NUL characters, got {cmd!r}.')
     return cmd
 
 def _child_env(env:dict|None, attempt:int)->dict:
@@ -1017,9 +1050,10 @@ def run_with_restarts(cmd:list, # the command, e.g. [sys.executable, 'train.py']
                      )->list[Attempt]:
     "Run `cmd` until it exits with status 0, restarting it after a crash, at most `max_restarts` times."
     cmd = _check_cmd(cmd)
-    max_restarts, tail, echo, cwd = _int('max_restarts', max_restarts), _int('tail', tail, 1), _flag('echo', echo), _path('cwd', cwd, none=True)
+    max_restarts, tail, echo = _int('max_restarts', max_restarts), _int('tail', tail, 1), _flag('echo', echo)
+    cwd = _path('cwd', cwd, none=True)
     if cwd is not None and not cwd.is_dir(): raise ValueError(f'cwd must be an existing folder, got {str(cwd)!r}.')
-    if env is not None and not (isinstance(env, Mapping) and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())):
+    if env is not None and not (isinstance(env, Mapping) and all(isinstance(x, str) for kv in env.items() for x in kv)):
         raise TypeError(f'env must be a dict of str to str (like os.environ) or None, got {type(env).__name__}.')
     attempts = []
     while True:
@@ -1027,7 +1061,8 @@ def run_with_restarts(cmd:list, # the command, e.g. [sys.executable, 'train.py']
         try: p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                   env=_child_env(env, len(attempts) + 1), cwd=cwd, bufsize=1)
         except (FileNotFoundError, PermissionError, NotADirectoryError) as e:
-            raise ValueError(f'cmd[0]={cmd[0]!r} cannot be run ({e.strerror}): give the program\'s full path, e.g. sys.executable.') from e
+            raise ValueError(f'cmd[0]={cmd[0]!r} cannot be run ({e.strerror}): give the program\'s full path, e.g. '
+                             'sys.executable.') from e
         try:
             for line in p.stdout:
                 lines.append(line)

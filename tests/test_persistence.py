@@ -391,7 +391,8 @@ def test_rotation_never_counts_a_damaged_checkpoint(tmp_path):
     ckpt = P.CheckpointManager(tmp_path, keep=2)
     for s in (1, 2): ckpt.save(s, model=torch.nn.Linear(8, 8))
     flip_bit(ckpt.local.file_for(2))
-    with pytest.warns(P.CheckpointWarning, match=r'ckpt-000000002.pt is damaged \(its checksum is crc32:.*moved to damaged-ckpt-000000002.pt'):
+    said = r'ckpt-000000002.pt is damaged \(its checksum is crc32:.*moved to damaged-ckpt-000000002.pt'
+    with pytest.warns(P.CheckpointWarning, match=said):
         ckpt.save(3, model=torch.nn.Linear(8, 8))
     ckpt.wait()
     assert ckpt.local.file_for(1).exists() and (tmp_path/'damaged-ckpt-000000002.pt').exists()
@@ -401,7 +402,8 @@ def test_rotation_never_counts_a_damaged_checkpoint(tmp_path):
         warnings.simplefilter('ignore', P.CheckpointWarning)
         assert P.CheckpointManager(tmp_path, keep=2).load(model=torch.nn.Linear(8, 8)).step == 1
 
-@pytest.mark.parametrize('how', ['truncate by one byte', 'flip one bit', 'zero a 4 KiB block', 'same size, random bytes', 'empty file'])
+@pytest.mark.parametrize('how', ['truncate by one byte', 'flip one bit', 'zero a 4 KiB block', 'same size, random bytes',
+                                 'empty file'])
 def test_rotation_keeps_the_newest_that_verifies_and_sets_damage_aside(tmp_path, how):
     "keep=1: the newest good checkpoint survives any damage to the others; damaged files are renamed, never deleted."
     ckpt = P.CheckpointManager(tmp_path, keep=3)
@@ -426,13 +428,14 @@ def test_manifest_lists_only_verified_after_rotation(tmp_path):
 
 # ---------------------------------------------------------------- run_resumable's default schedule
 def test_run_resumable_without_schedule_bounds_the_loss(tmp_path):
-    "No every_steps / steps_per_epoch / every_minutes: a crash at step 7 of 10 (3 min per step) resumes from step 4, not 0."
+    "No every_steps / steps_per_epoch / every_minutes: a crash at step 7 of 10 (3 min a step) resumes from step 4, not 0."
     now, model = [0.0], torch.nn.Linear(2, 2)
     class Crash(Exception): pass
     def step(s):
         if s == 7: raise Crash()
         now[0] += 180
-    with pytest.raises(Crash): P.run_resumable(step, P.CheckpointManager(tmp_path), 10, model=model, clock=lambda: now[0])
+    with pytest.raises(Crash):
+        P.run_resumable(step, P.CheckpointManager(tmp_path), 10, model=model, clock=lambda: now[0])
     assert [c.step for c in P.CheckpointDir(tmp_path).checkpoints()] == [4, 0]
     assert P.DEFAULT_EVERY_MINUTES == 10
 
@@ -443,15 +446,20 @@ def test_run_resumable_saves_before_the_session_cut(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter('ignore', P.SessionEnding)
         rep = P.run_resumable(step, P.CheckpointManager(tmp_path, keep=100), 1000, model=torch.nn.Linear(2, 2),
-                              session=P.SessionClock(idle_min=None, clock=lambda: now[0]), every_minutes=math.inf, clock=lambda: now[0])
-    assert rep.reason == 'session limit' and P.CheckpointDir(tmp_path).latest().step == rep.stop == 72  # 12 h minus 5 min, 10 min a step
+                              session=P.SessionClock(idle_min=None, clock=lambda: now[0]), every_minutes=math.inf,
+                              clock=lambda: now[0])
+    # 10 min a step: step 72 is the first within 5 min of the 12 h cut
+    assert rep.reason == 'session limit' and P.CheckpointDir(tmp_path).latest().step == rep.stop == 72
 
 # ---------------------------------------------------------------- bad input
 @pytest.mark.parametrize('call, match', [
     (lambda d: P.run_resumable(lambda s: None, P.CheckpointManager(d), -3), 'steps must be an int >= 0, got -3'),
-    (lambda d: P.run_resumable(lambda s: None, P.CheckpointManager(d), 5, every_steps=-2), 'every_steps must be an int >= 1 or None, got -2'),
-    (lambda d: P.run_resumable(lambda s: None, P.CheckpointManager(d), 5, steps_per_epoch=0), 'steps_per_epoch must be an int >= 1 or None, got 0'),
-    (lambda d: P.run_resumable(lambda s: None, P.CheckpointManager(d), 5, every_minutes=-1), 'every_minutes must be a number > 0 or None, got -1'),
+    (lambda d: P.run_resumable(lambda s: None, P.CheckpointManager(d), 5, every_steps=-2),
+     'every_steps must be an int >= 1 or None, got -2'),
+    (lambda d: P.run_resumable(lambda s: None, P.CheckpointManager(d), 5, steps_per_epoch=0),
+     'steps_per_epoch must be an int >= 1 or None, got 0'),
+    (lambda d: P.run_resumable(lambda s: None, P.CheckpointManager(d), 5, every_minutes=-1),
+     'every_minutes must be a number > 0 or None, got -1'),
     (lambda d: P.run_resumable(None, P.CheckpointManager(d), 5), 'step_fn must be a function, got None'),
     (lambda d: P.CheckpointManager(d).save('5'), "step must be an int >= 0, got '5' (str)"),
     (lambda d: P.CheckpointManager(d).save(1.0), 'step must be an int >= 0, got 1.0 (float)'),
@@ -473,17 +481,21 @@ def test_load_names_a_missing_file_and_a_plain_torch_save_file(tmp_path):
     ckpt = P.CheckpointManager(tmp_path/'ck')
     with pytest.raises(P.NoCheckpoint, match='no such file'): ckpt.load(checkpoint=tmp_path/'nope.pt')
     torch.save({'w': torch.zeros(3)}, tmp_path/'plain.pt')
-    with pytest.raises(P.CheckpointCorrupt, match=r'not a colab_t4_nb checkpoint .*written by torch.save\? load it with torch.load'):
+    said = r'not a colab_t4_nb checkpoint .*written by torch.save\? load it with torch.load'
+    with pytest.raises(P.CheckpointCorrupt, match=said):
         ckpt.load(checkpoint=tmp_path/'plain.pt')
     (tmp_path/'junk.pt').write_bytes(os.urandom(1000))
-    with pytest.raises(P.CheckpointCorrupt, match=r'no valid trailer: truncated or damaged'): ckpt.load(checkpoint=tmp_path/'junk.pt')
+    with pytest.raises(P.CheckpointCorrupt, match=r'no valid trailer: truncated or damaged'):
+        ckpt.load(checkpoint=tmp_path/'junk.pt')
 
 def test_write_into_a_folder_that_takes_no_files_names_the_target(tmp_path):
     if not Path('/proc').is_dir(): pytest.skip('needs /proc')
     with pytest.raises(P.CheckpointWriteError) as e: P.write_checkpoint('/proc/x.pt', {'a': 1})
     msg = str(e.value)
-    assert 'Could not write the checkpoint /proc/x.pt' in msg and 'the folder /proc is not writable' in msg and '.tmp' not in msg, msg
-    with pytest.raises(P.CheckpointWriteError, match=f'the folder {tmp_path}/no does not exist'): P.write_checkpoint(tmp_path/'no'/'x.pt', {'a': 1})
+    assert 'Could not write the checkpoint /proc/x.pt' in msg and 'the folder /proc is not writable' in msg, msg
+    assert '.tmp' not in msg, msg  # no hidden temporary file named
+    with pytest.raises(P.CheckpointWriteError, match=f'the folder {tmp_path}/no does not exist'):
+        P.write_checkpoint(tmp_path/'no'/'x.pt', {'a': 1})
 
 def test_write_error_messages_carry_their_cause():
     e = P._write_error(OSError(errno.ELOOP, 'Too many levels of symbolic links', '/d/x'), Path('/d'))

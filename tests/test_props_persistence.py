@@ -23,7 +23,8 @@ junk = st.one_of(
     st.text(max_size=6), st.just(''), st.just('\x00'), st.binary(max_size=4), names,
     st.lists(st.integers(-3, 3), max_size=3), st.tuples(st.integers(), st.text(max_size=2)),
     st.dictionaries(st.text(max_size=3), st.integers(), max_size=2), st.just(object()), st.just(lambda: 0),
-    st.just(threading.Lock()), st.just({'lock': threading.Lock()}), st.just(Path('no/such/folder')), st.just(torch.zeros(2)))
+    st.just(threading.Lock()), st.just({'lock': threading.Lock()}), st.just(Path('no/such/folder')),
+    st.just(torch.zeros(2)))
 not_callable = junk.filter(lambda v: not callable(v))
 
 @contextlib.contextmanager
@@ -32,7 +33,8 @@ def sandbox():
     old = os.getcwd()
     with tempfile.TemporaryDirectory() as tmp:
         env = {k: v for k, v in os.environ.items() if k not in ('COLAB_RELEASE_TAG', 'COLAB_GPU')}
-        with mock.patch.dict(os.environ, {**env, 'COLAB_T4_HOME': str(Path(tmp)/'home')}, clear=True), warnings.catch_warnings():
+        env['COLAB_T4_HOME'] = str(Path(tmp)/'home')
+        with mock.patch.dict(os.environ, env, clear=True), warnings.catch_warnings():
             warnings.simplefilter('ignore')  # CheckpointWarning, SessionEnding: survived problems are not errors
             os.chdir(tmp)
             try: yield Path(tmp)
@@ -84,7 +86,8 @@ def test_checkpoint_and_verify_file(arg, v):
 @given(st.sampled_from(['path', 'obj', 'step', 'seq', 'checksum', 'writeback']), junk)
 def test_write_checkpoint(arg, v):
     with sandbox():
-        kw = {'path': 'x.pt', 'obj': {'w': torch.ones(3)}, 'step': 1, 'seq': 1, 'checksum': 'crc32', 'writeback': None, arg: v}
+        kw = {'path': 'x.pt', 'obj': {'w': torch.ones(3)}, 'step': 1, 'seq': 1, 'checksum': 'crc32', 'writeback': None,
+              arg: v}
         c = works_or_names(lambda: P.write_checkpoint(**kw), arg, v)
         if isinstance(c, P.Checkpoint): assert P.verify_file(c) is None
 
@@ -143,8 +146,10 @@ def test_manager_save(arg, v, background):
         r = works_or_names(lambda: (m.save_async if background else m.save)(**kw), arg, v, 'extra')
         if not isinstance(r, Exception): works_or_names(m.wait, arg, v, 'extra')  # a background save's error comes here
 
+LOAD_ARGS = ['model', 'optimizer', 'scaler', 'scheduler', 'checkpoint', 'strict', 'restore_rng', 'weights_only']
+
 @FAST
-@given(st.sampled_from(['model', 'optimizer', 'scaler', 'scheduler', 'checkpoint', 'strict', 'restore_rng', 'weights_only']), junk)
+@given(st.sampled_from(LOAD_ARGS), junk)
 def test_manager_load(arg, v):
     with sandbox():
         m = P.CheckpointManager('ck')
@@ -175,8 +180,8 @@ def test_session_clock(arg, v):
             warnings.simplefilter('ignore', P.SessionEnding)
             for t in (0, 3600, 13 * 3600): now[0] = t; sc.due(); sc.left(); repr(sc)
 
-RUN_ARGS = ['step_fn', 'ckpt', 'steps', 'every_steps', 'steps_per_epoch', 'every_minutes', 'session', 'max_oom', 'on_oom',
-            'background', 'clock', 'model', 'optimizer']
+RUN_ARGS = ['step_fn', 'ckpt', 'steps', 'every_steps', 'steps_per_epoch', 'every_minutes', 'session', 'max_oom',
+            'on_oom', 'background', 'clock', 'model', 'optimizer']
 
 @FAST
 @given(st.sampled_from(RUN_ARGS), st.one_of(junk, st.integers(-3, 6)))

@@ -287,12 +287,13 @@ _HINTS = {errno.ENOSPC: 'the disk is full: free space, lower `keep`, or save to 
           errno.ENOTDIR: 'a file is in the way of the folder: choose another folder',
           errno.EEXIST: 'a file is in the way of the folder: choose another folder'}
 
-def _write_error(e:OSError, where:Path, target:Path|None=None)->CheckpointWriteError:
-    "A `CheckpointWriteError` for `e`, raised writing into the folder `where` (the file `target`), saying what to do."
+def _write_error(e:OSError, where:Path, target:Path|None=None, making:bool=False)->CheckpointWriteError:
+    "A `CheckpointWriteError` for `e` in the folder `where` (writing `target`, or `making` the folder), with a way out."
     hint = _HINTS.get(e.errno)
     if e.errno == errno.ENOENT:
-        hint = (f'the folder {where} is not writable: choose another folder' if where.is_dir() else
-                f'the folder {where} does not exist (removed, or a mount lost?): create it or choose another folder')
+        if where.is_dir(): hint = f'the folder {where} is not writable: choose another folder'
+        elif making: hint = f'the folder {where} cannot be created there: choose another folder'
+        else: hint = f'the folder {where} does not exist (removed, or a mount lost?): create it or choose another one'
     if hint is None:
         hint = (f'{type(e).__name__} {errno.errorcode.get(e.errno, e.errno)}'
                 + (f' on {e.filename}' if e.filename else '')
@@ -319,8 +320,8 @@ def write_checkpoint(path:str|Path, # the final file name
                 if w.error is not None and w.error is not e: raise w.error from e  # the real cause, e.g. a full disk
                 if isinstance(e, (pickle.PicklingError, TypeError, AttributeError)):
                     raise CheckpointError(f'Could not save obj ({type(obj).__name__}) to {path}: torch.save cannot '
-                                          f'pickle something in it ({e}). Save tensors, numbers, strings and state dicts '
-                                          '(extras given to CheckpointManager.save included).') from e
+                                          f'pickle something in it ({e}). Save tensors, numbers, strings and state '
+                                          'dicts (extras given to CheckpointManager.save included).') from e
                 raise
             c = Checkpoint(path, step, seq, w.size, f'{checksum}:{w.hexdigest()}')
             f.write(_trailer(c))
@@ -492,6 +493,11 @@ def latest(self:CheckpointDir)->Checkpoint|None:
 
 # %% ../nbs/05_persistence.ipynb #bd2abe4f
 @patch
+def _mkdir(self:CheckpointDir):
+    try: self.path.mkdir(parents=True, exist_ok=True)
+    except OSError as e: raise _write_error(e, self.path, making=True) from e
+
+@patch
 def _clean_tmp(self:CheckpointDir):
     for p in self.path.glob('.*.tmp'):
         if p.name.startswith(('.ckpt-', '.manifest.json.')): p.unlink(missing_ok=True)
@@ -547,13 +553,14 @@ def save(self:CheckpointDir, obj, # what to save (see `training_state`)
     "Write `obj` as the checkpoint of `step` atomically, record it in the manifest, then rotate."
     step, seq = _int('step', step), _int('seq', seq, none=True)
     self.settle()
+    self._mkdir()
     try:
-        self.path.mkdir(parents=True, exist_ok=True)
         self._clean_tmp()
         old = self.checkpoints()
         if seq is None: seq = 1 + max((o.seq for o in old), default=0)
         c = write_checkpoint(self.file_for(step), obj, step, seq, self.checksum)
         self._commit(c, old)
+    except CheckpointWriteError: raise  # already says which file and why
     except OSError as e: raise _write_error(e, self.path) from e
     return c
 
@@ -802,8 +809,8 @@ def copy_in(self:CheckpointDir, c:Checkpoint)->Checkpoint:
         why = 'its trailer differs' if read_trailer(tmp) != copy else verify_file(copy)
         if why: raise CheckpointCorrupt(f'The copy of {c.path.name} in {self.path} does not verify: {why}.')
     self.settle()
+    self._mkdir()
     try:
-        self.path.mkdir(parents=True, exist_ok=True)
         self._clean_tmp()
         old = self.checkpoints()
         with open(c.path, 'rb') as src, atomic_write(dst, check) as f: shutil.copyfileobj(src, f, 16 << 20)

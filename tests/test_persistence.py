@@ -496,6 +496,10 @@ def test_write_into_a_folder_that_takes_no_files_names_the_target(tmp_path):
     assert '.tmp' not in msg, msg  # no hidden temporary file named
     with pytest.raises(P.CheckpointWriteError, match=f'the folder {tmp_path}/no does not exist'):
         P.write_checkpoint(tmp_path/'no'/'x.pt', {'a': 1})
+    with pytest.raises(P.CheckpointWriteError) as e: P.CheckpointManager('/proc').save(1, model=torch.nn.Linear(2, 2))
+    assert str(e.value).count('Could not write') == 1 and 'ckpt-000000001.pt' in str(e.value), str(e.value)
+    with pytest.raises(P.CheckpointWriteError, match='the folder /proc/x cannot be created there: choose another'):
+        P.CheckpointManager('/proc/x').save(1, model=torch.nn.Linear(2, 2))
 
 def test_write_error_messages_carry_their_cause():
     e = P._write_error(OSError(errno.ELOOP, 'Too many levels of symbolic links', '/d/x'), Path('/d'))

@@ -4,8 +4,8 @@
 
 # %% ../nbs/05_persistence.ipynb #420f6f86
 from __future__ import annotations
-import atexit, copy, errno, gc, hashlib, json, math, numbers, os, pickle, random, re, shutil, struct, subprocess, sys
-import tempfile, threading, time, warnings, weakref, zipfile, zlib
+import atexit, copy, gc, json, numbers, os, pickle, random, re, shutil, subprocess, sys, threading, time, warnings
+import weakref, zipfile
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -13,320 +13,17 @@ from pathlib import Path
 from typing import Callable, Mapping, NamedTuple
 
 import numpy as np
-import pandas as pd
 import torch
 from fastcore.basics import patch, store_attr
 
 from .allocation import ColabT4Error, atomic_write, oom_kind, runtime, state_dir
+from .checkpoint_format import *
 
 # %% auto #0
-__all__ = ['DEFAULT_EVERY_MINUTES', 'CheckpointError', 'CheckpointCorrupt', 'NoCheckpoint', 'CheckpointMismatch',
-           'CheckpointWriteError', 'CheckpointWarning', 'new_hash', 'crc32_combine', 'Checkpoint', 'read_trailer',
-           'verify_file', 'write_checkpoint', 'rng_state', 'set_rng_state', 'training_state', 'CheckpointDir',
-           'Resumed', 'CheckpointManager', 'drive_checkpoints', 'flush_drive', 'SessionEnding', 'SessionClock',
-           'is_oom', 'is_context_lost', 'CudaContextLost', 'RunReport', 'run_resumable', 'RestartLimit', 'Attempt',
+__all__ = ['DEFAULT_EVERY_MINUTES', 'rng_state', 'set_rng_state', 'training_state', 'CheckpointDir', 'Resumed',
+           'CheckpointManager', 'drive_checkpoints', 'flush_drive', 'SessionEnding', 'SessionClock', 'is_oom',
+           'is_context_lost', 'CudaContextLost', 'RunReport', 'run_resumable', 'RestartLimit', 'Attempt',
            'run_with_restarts']
-
-# %% ../nbs/05_persistence.ipynb #a1f11d12
-class CheckpointError(ColabT4Error):
-    "A checkpoint could not be written, read or applied."
-
-class CheckpointCorrupt(CheckpointError):
-    "A checkpoint file that fails its own check: truncated, damaged, or not a checkpoint."
-
-class NoCheckpoint(CheckpointError, FileNotFoundError):
-    "There is no checkpoint that verifies."
-
-class CheckpointMismatch(CheckpointError, KeyError):
-    "A checkpoint whose tensors do not fit the model or optimizer it is loaded into."
-    def __str__(self): return str(self.args[0]) if self.args else ''
-
-class CheckpointWriteError(CheckpointError, OSError):
-    "A checkpoint could not be written (disk full, folder not writable...); earlier ones are untouched."
-
-class CheckpointWarning(UserWarning):
-    "Something was wrong with a checkpoint folder and was worked around (file skipped, manifest rebuilt)."
-
-# %% ../nbs/05_persistence.ipynb #379631c7
-def _int(name:str, v, lo:int=0, none:bool=False)->int|None:
-    "`v` as an int >= `lo` (None allowed when `none`); otherwise an error naming `name`."
-    if v is None and none: return None
-    want = f'an int >= {lo}' + (' or None' if none else '')
-    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
-        raise TypeError(f'{name} must be {want}, got {v!r} ({type(v).__name__}): pass a whole number such as '
-                        f'{max(lo, 1)}.')
-    v = int(v)
-    if v < lo: raise ValueError(f'{name} must be {want}, got {v}.')
-    return v
-
-def _num(name:str, v, lo:float=0, none:bool=False, eq:bool=False)->float|None:
-    "`v` as a float > `lo` (>= with `eq`; None allowed when `none`); otherwise an error naming `name`."
-    if v is None and none: return None
-    want = f'a number {">=" if eq else ">"} {lo:g}' + (' or None' if none else '')
-    if isinstance(v, bool) or not isinstance(v, numbers.Real):
-        raise TypeError(f'{name} must be {want}, got {v!r} ({type(v).__name__}).')
-    if math.isnan(v) or v < lo or (v == lo and not eq): raise ValueError(f'{name} must be {want}, got {v!r}.')
-    return float(v)
-
-# %% ../nbs/05_persistence.ipynb #5264b448
-def _path(name:str, v, none:bool=False)->Path|None:
-    "`v` as a `Path` (None allowed when `none`); otherwise an error naming `name`."
-    if v is None and none: return None
-    if not isinstance(v, (str, os.PathLike)) or isinstance(v, bytes):
-        raise TypeError(f'{name} must be a path (str or Path), got {v!r} ({type(v).__name__}).')
-    s = os.fspath(v)
-    if not isinstance(s, str) or not s or '\0' in s:
-        raise ValueError(f'{name} must be a non-empty path without NUL characters, got {v!r}.')
-    return Path(s)
-
-def _flag(name:str, v)->bool:
-    if not isinstance(v, bool): raise TypeError(f'{name} must be True or False, got {v!r} ({type(v).__name__}).')
-    return v
-
-def _stateful(name:str, o):
-    "`o` if it is None or has `state_dict` and `load_state_dict`; otherwise an error naming `name`."
-    if o is not None and not all(callable(getattr(o, m, None)) for m in ('state_dict', 'load_state_dict')):
-        raise TypeError(f'{name} must be an object with state_dict() and load_state_dict() (a module, optimizer, '
-                        f'scaler or scheduler) or None, got {type(o).__name__}.')
-    return o
-
-# %% ../nbs/05_persistence.ipynb #f2ec2edc
-class _Crc32:
-    "`zlib.crc32` with the `hashlib` interface."
-    name = 'crc32'
-    def __init__(self): self.value = 0
-    def update(self, b): self.value = zlib.crc32(b, self.value)
-    def hexdigest(self)->str: return f'{self.value:08x}'
-
-_ALGOS = {'crc32'} | {a for a in hashlib.algorithms_guaranteed if not a.startswith('shake')}
-
-def new_hash(algo:str='crc32' # 'crc32' or a `hashlib` algorithm such as 'sha256'
-            ):
-    "A hash object for `algo` with `update(bytes)` and `hexdigest()`."
-    if not isinstance(algo, str) or algo not in _ALGOS:
-        raise CheckpointError(f'Unknown checksum {algo!r}: use one of {sorted(_ALGOS)}.')
-    return _Crc32() if algo == 'crc32' else hashlib.new(algo)
-
-# %% ../nbs/05_persistence.ipynb #5ac7a329
-def _gf2_times(mat:list, vec:int)->int:
-    s, i = 0, 0
-    while vec:
-        if vec & 1: s ^= mat[i]
-        vec >>= 1; i += 1
-    return s
-
-_ZEROS, _ZEROS_LOCK = [], threading.Lock()  # _ZEROS[k]: the GF(2) operator feeding 2**k zero bytes through a CRC-32
-
-def _zeros_op(k:int)->list:
-    if len(_ZEROS) <= k:
-        with _ZEROS_LOCK:  # saves may run on several threads
-            if not _ZEROS:
-                op = [0xEDB88320] + [1 << n for n in range(31)]  # one zero bit
-                for _ in range(3): op = [_gf2_times(op, op[n]) for n in range(32)]  # squared three times: one zero byte
-                _ZEROS.append(op)
-            while len(_ZEROS) <= k: _ZEROS.append([_gf2_times(_ZEROS[-1], v) for v in _ZEROS[-1]])
-    return _ZEROS[k]
-
-def crc32_combine(crc1:int, # CRC-32 of A
-                  crc2:int, # CRC-32 of B
-                  len2:int, # length of B in bytes
-                 )->int:
-    "The CRC-32 of A + B, from the CRC-32s of A and B (zlib's `crc32_combine`)."
-    for name, v in (('crc1', crc1), ('crc2', crc2)):
-        if _int(name, v) >> 32: raise ValueError(f'{name} must be a CRC-32, an int below 2**32, got {v}.')
-    len2, k = _int('len2', len2), 0
-    while len2:
-        if len2 & 1: crc1 = _gf2_times(_zeros_op(k), crc1)
-        len2 >>= 1; k += 1
-    return crc1 ^ crc2
-
-# %% ../nbs/05_persistence.ipynb #6c635dba
-_EOCD, _DESC = b'PK\x05\x06', b'PK\x07\x08'  # zip end-of-archive record (ends with the comment length); data descriptor
-_BIG = 1 << 16  # writes at least this large are record data whose CRC torch reports
-
-class _HashingWriter:
-    "The file object `torch.save` writes into: passes each chunk to `f`, working out the checksum of everything written."
-    def __init__(self, f, algo:str='crc32', comment:int=0, writeback:int|None=None):
-        self.f, self.comment, self.size, self._end, self.error = f, comment, 0, None, None
-        self.writeback, self._started = writeback, 0  # bytes between starts of the disk write-back; bytes started
-        self.h = None if algo == 'crc32' else new_hash(algo)
-        self.pieces, self._run, self._hole = [], None, None  # pieces: [offset, length, crc or None], in file order
-
-    def write(self, b)->int:
-        try:
-            if self._end is not None: self._put(self._end); self._end = None
-            if len(b) == 22 and bytes(b[:4]) == _EOCD: self._end = bytearray(b)  # held until we know it is the last
-            else: self._put(b)
-        except BaseException as e: self.error = e; raise  # torch.save reports it as a RuntimeError of its own
-        return len(b)
-
-    def flush(self): pass
-
-# %% ../nbs/05_persistence.ipynb #95ba7af7
-@patch
-def _put(self:_HashingWriter, b):
-    n = len(b)
-    if self.h is not None: self.h.update(b)
-    elif n >= _BIG:
-        self._run = None
-        if self._hole is None: self._hole = [self.size, 0, None]; self.pieces.append(self._hole)
-        self._hole[1] += n
-    else:
-        if self._hole is not None: self._descriptor(b)
-        if self._run is None: self._run = [self.size, 0, 0]; self.pieces.append(self._run)
-        self._run[1] += n; self._run[2] = zlib.crc32(b, self._run[2])
-    self.f.write(b); self.size += n
-    if self.writeback and self.size - self._started >= self.writeback: self._start_writeback()
-
-@patch
-def _start_writeback(self:_HashingWriter):
-    "Ask the kernel to start writing the bytes written since the last call to the disk, without waiting for it."
-    fadvise = getattr(os, 'posix_fadvise', None)
-    if fadvise is None: self.writeback = None; return  # not on this system (macOS, Windows): stop asking
-    try:
-        self.f.flush()
-        fadvise(self.f.fileno(), self._started, self.size - self._started, os.POSIX_FADV_DONTNEED)
-    except (OSError, ValueError): self.writeback = None  # not a real file: stop asking
-    self._started = self.size
-
-@patch
-def _descriptor(self:_HashingWriter, b):
-    "Take the CRC of the record data just written from the data descriptor `b`, if that is what `b` is."
-    hole, self._hole = self._hole, None
-    if bytes(b[:4]) != _DESC or len(b) not in (16, 24): return
-    crc, size = struct.unpack('<IIQQ' if len(b) == 24 else '<IIII', bytes(b))[1::2]
-    if size == hole[1] and crc: hole[2] = crc
-
-# %% ../nbs/05_persistence.ipynb #0e6b8238
-@patch
-def close(self:_HashingWriter):
-    "Write the held-back end record, its comment length set to `comment`."
-    if self._end is None: return
-    if self._end[20:22] == b'\0\0': self._end[20:22] = self.comment.to_bytes(2, 'little')
-    self._put(self._end); self._end = None
-
-@patch
-def hexdigest(self:_HashingWriter, chunk:int=16 << 20)->str:
-    "The checksum of all bytes written; pieces whose CRC torch did not report are read back from the file."
-    if self.h is not None: return self.h.hexdigest()
-    crc = 0
-    for off, n, c in self.pieces:
-        if c is None:
-            self.f.flush(); self.f.seek(off); c, left = 0, n
-            while left: data = self.f.read(min(chunk, left)); c = zlib.crc32(data, c); left -= len(data)
-            self.f.seek(0, os.SEEK_END)
-        crc = crc32_combine(crc, c, n)
-    return f'{crc:08x}'
-
-# %% ../nbs/05_persistence.ipynb #b719278e
-_TRAILER = 256
-_TRAILER_RE = re.compile(rb'colab_t4_nb checkpoint v1 size=(\d+) step=(\d+) seq=(\d+) checksum=(\w+:[0-9a-f]+) *\n')
-
-@dataclass(frozen=True)
-class Checkpoint:
-    "One checkpoint file, as its trailer describes it."
-    path:Path     # the file
-    step:int      # training step it was saved at (the next step to run)
-    seq:int       # save number: the newest checkpoint has the highest
-    size:int      # bytes before the trailer
-    checksum:str  # 'algo:hexdigest' of those bytes
-
-    def __post_init__(self):
-        object.__setattr__(self, 'path', _path('path', self.path))
-        for k in ('step', 'seq', 'size'): object.__setattr__(self, k, _int(k, getattr(self, k)))
-        algo, sep, digest = self.checksum.partition(':') if isinstance(self.checksum, str) else ('', '', '')
-        if not sep or not digest: raise ValueError(f"checksum must be 'algo:hexdigest', got {self.checksum!r}.")
-        new_hash(algo)
-
-    def as_dict(self)->dict: return {'file': self.path.name, 'step': self.step, 'seq': self.seq, 'size': self.size, 'checksum': self.checksum}
-
-def _trailer(c:Checkpoint)->bytes:
-    t = f'colab_t4_nb checkpoint v1 size={c.size} step={c.step} seq={c.seq} checksum={c.checksum}'.encode()
-    return t.ljust(_TRAILER - 1) + b'\n'
-
-# %% ../nbs/05_persistence.ipynb #12c86878
-def read_trailer(path:str|Path)->Checkpoint|None:
-    "The `Checkpoint` the trailer of `path` describes; None if it has none (truncated, damaged, foreign, unreadable)."
-    path = _path('path', path)
-    try:
-        with open(path, 'rb') as f:
-            n = f.seek(0, os.SEEK_END)
-            if n < _TRAILER: return None
-            f.seek(n - _TRAILER); m = _TRAILER_RE.fullmatch(f.read())
-    except OSError: return None
-    if not m or int(m[1]) != n - _TRAILER: return None
-    try: return Checkpoint(path, int(m[2]), int(m[3]), int(m[1]), m[4].decode())
-    except CheckpointError: return None  # a checksum this Python does not know
-
-def verify_file(c:Checkpoint, chunk:int=16 << 20)->str|None:
-    "None when `c.path` has the size and checksum `c` records; otherwise what is wrong."
-    if not isinstance(c, Checkpoint):
-        raise TypeError(f'c must be a Checkpoint (from read_trailer or checkpoints()), got {type(c).__name__}.')
-    chunk = _int('chunk', chunk, 1)
-    algo, want = c.checksum.split(':', 1)
-    h, left, buf = new_hash(algo), c.size, memoryview(bytearray(max(1, min(chunk, c.size))))
-    try:
-        with open(c.path, 'rb', buffering=0) as f:
-            n = os.fstat(f.fileno()).st_size
-            if n != c.size + _TRAILER: return f'it has {n} bytes, not {c.size + _TRAILER}'
-            while left:
-                got = f.readinto(buf[:min(chunk, left)])
-                if not got: return 'it ends early'
-                h.update(buf[:got]); left -= got
-    except OSError as e: return f'it cannot be read ({e.strerror or e})'
-    return None if h.hexdigest() == want else f'its checksum is {algo}:{h.hexdigest()}, not {c.checksum}'
-
-# %% ../nbs/05_persistence.ipynb #a7c21e05
-_HINTS = {errno.ENOSPC: 'the disk is full: free space, lower `keep`, or save to another disk',
-          getattr(errno, 'EDQUOT', -1): 'the disk quota is used up: free space or save elsewhere',
-          errno.EACCES: 'the folder is not writable: choose another folder',
-          errno.EPERM: 'the folder is not writable: choose another folder',
-          errno.EROFS: 'the file system is read-only: choose another folder',
-          errno.ENOTCONN: 'the mount is gone ("Transport endpoint is not connected"): mount it again',
-          errno.EIO: 'the device reported an I/O error',
-          errno.ENOTDIR: 'a file is in the way of the folder: choose another folder',
-          errno.EEXIST: 'a file is in the way of the folder: choose another folder'}
-
-def _write_error(e:OSError, where:Path, target:Path|None=None, making:bool=False)->CheckpointWriteError:
-    "A `CheckpointWriteError` for `e` in the folder `where` (writing `target`, or `making` the folder), with a way out."
-    hint = _HINTS.get(e.errno)
-    if e.errno == errno.ENOENT:
-        if where.is_dir(): hint = f'the folder {where} is not writable: choose another folder'
-        elif making: hint = f'the folder {where} cannot be created there: choose another folder'
-        else: hint = f'the folder {where} does not exist (removed, or a mount lost?): create it or choose another one'
-    if hint is None:
-        hint = (f'{type(e).__name__} {errno.errorcode.get(e.errno, e.errno)}'
-                + (f' on {e.filename}' if e.filename else '')
-                + f': check that {where} is a folder this process can write, or choose another')
-    what = f'the checkpoint {target}' if target is not None else f'a checkpoint in {where}'
-    return CheckpointWriteError(e.errno, f'Could not write {what}: {e.strerror or e} ({hint}). '
-                                'Earlier checkpoints there are untouched and still load.')
-
-# %% ../nbs/05_persistence.ipynb #829a7fc2
-def write_checkpoint(path:str|Path, # the final file name
-                     obj, # anything `torch.save` takes
-                     step:int=0, seq:int=0, # recorded in the trailer
-                     checksum:str='crc32', # 'crc32' or a `hashlib` algorithm
-                     writeback:int|None=64 << 20, # start the disk write-back every this many bytes; None: all at the final fsync
-                    )->Checkpoint:
-    "Save `obj` to `path` atomically, followed by a trailer recording its size and checksum."
-    path, step, seq = _path('path', path), _int('step', step), _int('seq', seq)
-    new_hash(checksum); writeback = _int('writeback', writeback, 1, none=True)
-    try:
-        with atomic_write(path) as f:
-            w = _HashingWriter(f, checksum, comment=_TRAILER, writeback=writeback)
-            try: torch.save(obj, w); w.close()
-            except Exception as e:
-                if w.error is not None and w.error is not e: raise w.error from e  # the real cause, e.g. a full disk
-                if isinstance(e, (pickle.PicklingError, TypeError, AttributeError)):
-                    raise CheckpointError(f'Could not save obj ({type(obj).__name__}) to {path}: torch.save cannot '
-                                          f'pickle something in it ({e}). Save tensors, numbers, strings and state '
-                                          'dicts (extras given to CheckpointManager.save included).') from e
-                raise
-            c = Checkpoint(path, step, seq, w.size, f'{checksum}:{w.hexdigest()}')
-            f.write(_trailer(c))
-    except OSError as e: raise _write_error(e, path.parent, path) from e
-    return c
 
 # %% ../nbs/05_persistence.ipynb #9bc3a51b
 def rng_state()->dict:
@@ -368,8 +65,8 @@ def training_state(step:int, # steps done: the step to continue from
                    extras:dict|None=None, # the caller's own values
                   )->dict:
     "Everything needed to continue training exactly: state dicts, RNG states and `extras`."
-    step = _int('step', step)
-    for k, o in dict(model=model, optimizer=optimizer, scaler=scaler, scheduler=scheduler).items(): _stateful(k, o)
+    step = check_int('step', step)
+    for k, o in dict(model=model, optimizer=optimizer, scaler=scaler, scheduler=scheduler).items(): check_stateful(k, o)
     if extras is not None and not isinstance(extras, Mapping):
         raise TypeError(f'extras must be a dict or None, got {type(extras).__name__}.')
     sd = lambda o: None if o is None else o.state_dict()
@@ -387,14 +84,14 @@ class CheckpointDir:
                  keep:int=3, # checkpoints kept; older ones are deleted once a new one is written and checked
                  checksum:str='crc32', # 'crc32' or a `hashlib` algorithm
                 ):
-        keep = _int('keep', keep, 1)
+        keep = check_int('keep', keep, 1)
         new_hash(checksum)
-        self.path, self.keep, self.checksum = _path('path', path), keep, checksum
+        self.path, self.keep, self.checksum = check_path('path', path), keep, checksum
         self._verified, self._deleting = {}, None
 
     @property
     def manifest(self)->Path: return self.path/'manifest.json'
-    def file_for(self, step:int)->Path: return self.path/f'ckpt-{_int("step", step):09d}.pt'
+    def file_for(self, step:int)->Path: return self.path/f'ckpt-{check_int("step", step):09d}.pt'
     def __repr__(self): return f'CheckpointDir({str(self.path)!r}, keep={self.keep})'
 
 # %% ../nbs/05_persistence.ipynb #3905d889
@@ -495,7 +192,7 @@ def latest(self:CheckpointDir)->Checkpoint|None:
 @patch
 def _mkdir(self:CheckpointDir):
     try: self.path.mkdir(parents=True, exist_ok=True)
-    except OSError as e: raise _write_error(e, self.path, making=True) from e
+    except OSError as e: raise write_error(e, self.path, making=True) from e
 
 @patch
 def _clean_tmp(self:CheckpointDir):
@@ -551,7 +248,7 @@ def save(self:CheckpointDir, obj, # what to save (see `training_state`)
          seq:int|None=None, # save number; default one more than the newest here
         )->Checkpoint:
     "Write `obj` as the checkpoint of `step` atomically, record it in the manifest, then rotate."
-    step, seq = _int('step', step), _int('seq', seq, none=True)
+    step, seq = check_int('step', step), check_int('seq', seq, none=True)
     self.settle()
     self._mkdir()
     try:
@@ -561,7 +258,7 @@ def save(self:CheckpointDir, obj, # what to save (see `training_state`)
         c = write_checkpoint(self.file_for(step), obj, step, seq, self.checksum)
         self._commit(c, old)
     except CheckpointWriteError: raise  # already says which file and why
-    except OSError as e: raise _write_error(e, self.path) from e
+    except OSError as e: raise write_error(e, self.path) from e
     return c
 
 # %% ../nbs/05_persistence.ipynb #f2219491
@@ -582,7 +279,7 @@ class CheckpointManager:
                 ):
         if not isinstance(name, str) or not name.strip() or name in ('.', '..') or set(name) & {'/', '\\', '\0'}:
             raise ValueError(f'name must be a folder name (no slashes), such as "run", got {name!r}.')
-        path, mirror = _path('path', path, none=True), _path('mirror', mirror, none=True)
+        path, mirror = check_path('path', path, none=True), check_path('mirror', mirror, none=True)
         self.local = CheckpointDir(state_dir()/'checkpoints'/name if path is None else path, keep, checksum)
         self.mirror = None if mirror is None else CheckpointDir(mirror, keep, checksum)
         self._thread = self._error = self._host = None
@@ -656,7 +353,7 @@ def _pick(self:CheckpointManager, checkpoint)->Checkpoint:
         if c is None: raise NoCheckpoint(f'No checkpoint that verifies in {self.path}' + (f' or {self.mirror.path}' if self.mirror else '')
                                          + ': start from scratch, or point the manager at the folder the run saved to.')
         return c
-    c = checkpoint if isinstance(checkpoint, Checkpoint) else read_trailer(_path('checkpoint', checkpoint))
+    c = checkpoint if isinstance(checkpoint, Checkpoint) else read_trailer(check_path('checkpoint', checkpoint))
     if c is None: raise _not_a_checkpoint(Path(checkpoint))
     why = self.local.verify(c)
     if why: raise CheckpointCorrupt(f'Checkpoint {c.path} is corrupt: {why}.')
@@ -691,8 +388,8 @@ def load(self:CheckpointManager, model=None, optimizer=None, scaler=None, schedu
          weights_only:bool=True, # `torch.load`'s safe mode; False only for files you trust
         )->Resumed:
     "Restore the training objects in place from a verified checkpoint; return its step and extras."
-    for k, o in dict(model=model, optimizer=optimizer, scaler=scaler, scheduler=scheduler).items(): _stateful(k, o)
-    for k, v in dict(strict=strict, restore_rng=restore_rng, weights_only=weights_only).items(): _flag(k, v)
+    for k, o in dict(model=model, optimizer=optimizer, scaler=scaler, scheduler=scheduler).items(): check_stateful(k, o)
+    for k, v in dict(strict=strict, restore_rng=restore_rng, weights_only=weights_only).items(): check_flag(k, v)
     if not (checkpoint is None or isinstance(checkpoint, (Checkpoint, str, os.PathLike))):
         raise TypeError(f'checkpoint must be a Checkpoint, a path or None, got {checkpoint!r} '
                         f'({type(checkpoint).__name__}).')
@@ -816,7 +513,7 @@ def copy_in(self:CheckpointDir, c:Checkpoint)->Checkpoint:
         with open(c.path, 'rb') as src, atomic_write(dst, check) as f: shutil.copyfileobj(src, f, 16 << 20)
         new = Checkpoint(dst, c.step, c.seq, c.size, c.checksum)
         self._commit(new, old)
-    except OSError as e: raise _write_error(e, self.path) from e
+    except OSError as e: raise write_error(e, self.path) from e
     return new
 
 @patch
@@ -837,7 +534,7 @@ def drive_checkpoints(name:str='run', # the run's folder name
                       **kwargs, # passed to `CheckpointManager`
                      )->CheckpointManager:
     "A `CheckpointManager` that in Colab keeps a verified copy of each checkpoint on Google Drive (mounting it if needed)."
-    mountpoint, local = _path('mountpoint', mountpoint), _path('local', local, none=True)
+    mountpoint, local = check_path('mountpoint', mountpoint), check_path('local', local, none=True)
     if not isinstance(folder, str) or not folder.strip('/') or '\0' in folder or '..' in Path(folder).parts:
         raise ValueError('folder must be a folder path under MyDrive such as "colab_t4_nb/checkpoints", got '
                          f'{folder!r}.')
@@ -858,7 +555,7 @@ def drive_checkpoints(name:str='run', # the run's folder name
 def flush_drive(mountpoint:str|Path='/content/drive' # where Drive is mounted
                )->bool:
     "In Colab, upload pending writes and unmount Drive (`drive.flush_and_unmount()`); elsewhere say there is nothing to do."
-    if runtime() != 'colab' or not (_path('mountpoint', mountpoint)/'MyDrive').is_dir():
+    if runtime() != 'colab' or not (check_path('mountpoint', mountpoint)/'MyDrive').is_dir():
         print('Google Drive is not mounted here: nothing to flush.'); return False
     from google.colab import drive
     drive.flush_and_unmount()
@@ -877,11 +574,11 @@ class SessionClock:
                  used_min:float=0, # minutes the runtime had already run when the clock was made
                  clock:Callable=time.monotonic, # seconds; replaceable in tests
                 ):
-        session_h, margin_min = _num('session_h', session_h), _num('margin_min', margin_min, eq=True)
-        idle_min, used_min = _num('idle_min', idle_min, none=True), _num('used_min', used_min, eq=True)
+        session_h, margin_min = check_num('session_h', session_h), check_num('margin_min', margin_min, eq=True)
+        idle_min, used_min = check_num('idle_min', idle_min, none=True), check_num('used_min', used_min, eq=True)
         if not isinstance(warn_min, (tuple, list)):
             raise TypeError(f'warn_min must be a tuple of minutes such as (60, 30, 10), got {warn_min!r}.')
-        warn_min = tuple(_num('warn_min', w, eq=True) for w in warn_min)
+        warn_min = tuple(check_num('warn_min', w, eq=True) for w in warn_min)
         if not callable(clock):
             raise TypeError(f'clock must be a function returning seconds, such as time.monotonic, got {clock!r}.')
         store_attr()
@@ -960,9 +657,10 @@ def _check_run(step_fn, ckpt, steps, every_steps, steps_per_epoch, every_minutes
         raise TypeError(f'ckpt must be a CheckpointManager, got {type(ckpt).__name__}.')
     if session is not None and not isinstance(session, SessionClock):
         raise TypeError(f'session must be a SessionClock or None, got {type(session).__name__}.')
-    _int('steps', steps); _int('every_steps', every_steps, 1, none=True)
-    _int('steps_per_epoch', steps_per_epoch, 1, none=True)
-    _num('every_minutes', every_minutes, none=True); _int('max_oom', max_oom); _flag('background', background)
+    check_int('steps', steps); check_int('every_steps', every_steps, 1, none=True)
+    check_int('steps_per_epoch', steps_per_epoch, 1, none=True)
+    check_num('every_minutes', every_minutes, none=True); check_int('max_oom', max_oom)
+    check_flag('background', background)
 
 def _free_memory(optimizer):
     if optimizer is not None: optimizer.zero_grad(set_to_none=True)
@@ -988,7 +686,7 @@ def run_resumable(step_fn:Callable, # step_fn(step) runs one training step; its 
                clock)
     if every_steps is None and steps_per_epoch is None and every_minutes is None: every_minutes = DEFAULT_EVERY_MINUTES
     objs = dict(model=model, optimizer=optimizer, scaler=scaler, scheduler=scheduler)
-    for k, o in objs.items(): _stateful(k, o)
+    for k, o in objs.items(): check_stateful(k, o)
     if ckpt.latest() is None: ckpt.save(0, **objs); start = 0
     else: start = ckpt.load(**objs).step
     rep, step, last, tries = RunReport(start), start, clock(), {}
@@ -1057,8 +755,9 @@ def run_with_restarts(cmd:list, # the command, e.g. [sys.executable, 'train.py']
                      )->list[Attempt]:
     "Run `cmd` until it exits with status 0, restarting it after a crash, at most `max_restarts` times."
     cmd = _check_cmd(cmd)
-    max_restarts, tail, echo = _int('max_restarts', max_restarts), _int('tail', tail, 1), _flag('echo', echo)
-    cwd = _path('cwd', cwd, none=True)
+    max_restarts, tail = check_int('max_restarts', max_restarts), check_int('tail', tail, 1)
+    echo = check_flag('echo', echo)
+    cwd = check_path('cwd', cwd, none=True)
     if cwd is not None and not cwd.is_dir(): raise ValueError(f'cwd must be an existing folder, got {str(cwd)!r}.')
     if env is not None and not (isinstance(env, Mapping) and all(isinstance(x, str) for kv in env.items() for x in kv)):
         raise TypeError(f'env must be a dict of str to str (like os.environ) or None, got {type(env).__name__}.')

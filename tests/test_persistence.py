@@ -7,13 +7,13 @@ import pytest
 import torch
 from conftest import ROOT
 
-from colab_t4_nb import persistence as P
+from colab_t4_nb import checkpoint_format as F, persistence as P
 
 # ---------------------------------------------------------------- the training run under test
 TRAIN = r'''
-import json, os, random, signal, sys, time
+import json, os, random, signal, sys, tempfile, time
 import numpy as np, torch
-from colab_t4_nb import persistence as P
+from colab_t4_nb import checkpoint_format as F, persistence as P
 
 STEPS = 12
 
@@ -44,7 +44,7 @@ def instrument(kill_at, slow):
             if slow and name == '_put': time.sleep(slow)
             return orig(*a, **k)
         setattr(owner, name, f)
-    for owner, name in [(P._HashingWriter, '_put'), (P.tempfile, 'mkstemp'), (os, 'fsync'), (os, 'replace'), (os, 'unlink')]:
+    for owner, name in [(F._HashingWriter, '_put'), (tempfile, 'mkstemp'), (os, 'fsync'), (os, 'replace'), (os, 'unlink')]:
         wrap(owner, name)
 
 def train(folder, kill_at=None, slow=0.0):
@@ -279,8 +279,8 @@ def test_full_disk_is_a_clear_error_and_earlier_checkpoints_load(tmp_path, monke
     ckpt = saved(tmp_path)
     full = OSError(errno.ENOSPC, 'No space left on device')
     if where in ('first write', 'mid-file'):
-        orig, hook = P._HashingWriter._put, fail_after(0 if where == 'first write' else 20, full)
-        monkeypatch.setattr(P._HashingWriter, '_put', lambda self, b: (hook(), orig(self, b)))
+        orig, hook = F._HashingWriter._put, fail_after(0 if where == 'first write' else 20, full)
+        monkeypatch.setattr(F._HashingWriter, '_put', lambda self, b: (hook(), orig(self, b)))
     elif where == 'fsync': monkeypatch.setattr(os, 'fsync', lambda fd: (_ for _ in ()).throw(full))
     elif where == 'rename': monkeypatch.setattr(os, 'replace', lambda a, b: (_ for _ in ()).throw(full))
     else: monkeypatch.setattr(P.CheckpointDir, '_write_manifest', lambda self, cks: (_ for _ in ()).throw(full))
@@ -307,7 +307,7 @@ def test_unwritable_folder(tmp_path, monkeypatch):
 
 def test_background_save_error_is_raised_once(tmp_path, monkeypatch):
     ckpt = saved(tmp_path)
-    monkeypatch.setattr(P._HashingWriter, '_put', lambda self, b: (_ for _ in ()).throw(OSError(errno.ENOSPC, 'No space left on device')))
+    monkeypatch.setattr(F._HashingWriter, '_put', lambda self, b: (_ for _ in ()).throw(OSError(errno.ENOSPC, 'No space left on device')))
     ckpt.save_async(4, model=torch.nn.Linear(64, 64))
     with pytest.raises(P.CheckpointWriteError, match='No space left on device'): ckpt.latest()
     monkeypatch.undo()
@@ -319,9 +319,9 @@ def test_background_save_error_is_printed_at_exit(tmp_path, cpu_env):
     script = tmp_path/'s.py'
     script.write_text(textwrap.dedent(f'''
         import errno, torch
-        from colab_t4_nb import persistence as P
+        from colab_t4_nb import checkpoint_format as F, persistence as P
         ckpt = P.CheckpointManager({str(tmp_path/"ck")!r})
-        P._HashingWriter._put = lambda self, b: (_ for _ in ()).throw(OSError(errno.ENOSPC, 'No space left on device'))
+        F._HashingWriter._put = lambda self, b: (_ for _ in ()).throw(OSError(errno.ENOSPC, 'No space left on device'))
         ckpt.save_async(1, model=torch.nn.Linear(2, 2))
     '''))
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
@@ -502,7 +502,7 @@ def test_write_into_a_folder_that_takes_no_files_names_the_target(tmp_path):
         P.CheckpointManager('/proc/x').save(1, model=torch.nn.Linear(2, 2))
 
 def test_write_error_messages_carry_their_cause():
-    e = P._write_error(OSError(errno.ELOOP, 'Too many levels of symbolic links', '/d/x'), Path('/d'))
+    e = P.write_error(OSError(errno.ELOOP, 'Too many levels of symbolic links', '/d/x'), Path('/d'))
     assert 'see the error above' not in str(e) and 'ELOOP on /d/x' in str(e), str(e)
 
 def test_drive_checkpoints_outside_colab_says_where_once(tmp_path, monkeypatch, capsys):

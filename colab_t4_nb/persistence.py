@@ -4,239 +4,26 @@
 
 # %% ../nbs/05_persistence.ipynb #420f6f86
 from __future__ import annotations
-import atexit, copy, errno, gc, hashlib, json, os, pickle, random, re, shutil, struct, subprocess, sys, tempfile, threading
-import time, warnings, weakref, zlib
+import atexit, copy, gc, json, numbers, os, pickle, random, re, shutil, subprocess, sys, threading, time, warnings
+import weakref, zipfile
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import Callable, Mapping, NamedTuple
 
 import numpy as np
-import pandas as pd
 import torch
 from fastcore.basics import patch, store_attr
 
 from .allocation import ColabT4Error, atomic_write, oom_kind, runtime, state_dir
+from .checkpoint_format import *
 
 # %% auto #0
-__all__ = ['CheckpointError', 'CheckpointCorrupt', 'NoCheckpoint', 'CheckpointMismatch', 'CheckpointWriteError',
-           'CheckpointWarning', 'new_hash', 'crc32_combine', 'Checkpoint', 'read_trailer', 'verify_file',
-           'write_checkpoint', 'rng_state', 'set_rng_state', 'training_state', 'CheckpointDir', 'Resumed',
+__all__ = ['DEFAULT_EVERY_MINUTES', 'rng_state', 'set_rng_state', 'training_state', 'CheckpointDir', 'Resumed',
            'CheckpointManager', 'drive_checkpoints', 'flush_drive', 'SessionEnding', 'SessionClock', 'is_oom',
            'is_context_lost', 'CudaContextLost', 'RunReport', 'run_resumable', 'RestartLimit', 'Attempt',
            'run_with_restarts']
-
-# %% ../nbs/05_persistence.ipynb #a1f11d12
-class CheckpointError(ColabT4Error):
-    "A checkpoint could not be written, read or applied."
-
-class CheckpointCorrupt(CheckpointError):
-    "A checkpoint file that fails its own check: truncated, damaged, or not a checkpoint."
-
-class NoCheckpoint(CheckpointError, FileNotFoundError):
-    "There is no checkpoint that verifies."
-
-class CheckpointMismatch(CheckpointError, KeyError):
-    "A checkpoint whose tensors do not fit the model or optimizer it is loaded into."
-    def __str__(self): return str(self.args[0]) if self.args else ''
-
-class CheckpointWriteError(CheckpointError, OSError):
-    "A checkpoint could not be written (disk full, folder not writable...); earlier ones are untouched."
-
-class CheckpointWarning(UserWarning):
-    "Something was wrong with a checkpoint folder and was worked around (file skipped, manifest rebuilt)."
-
-# %% ../nbs/05_persistence.ipynb #f2ec2edc
-class _Crc32:
-    "`zlib.crc32` with the `hashlib` interface."
-    name = 'crc32'
-    def __init__(self): self.value = 0
-    def update(self, b): self.value = zlib.crc32(b, self.value)
-    def hexdigest(self)->str: return f'{self.value:08x}'
-
-_ALGOS = {'crc32'} | {a for a in hashlib.algorithms_guaranteed if not a.startswith('shake')}
-
-def new_hash(algo:str='crc32' # 'crc32' or a `hashlib` algorithm such as 'sha256'
-            ):
-    "A hash object for `algo` with `update(bytes)` and `hexdigest()`."
-    if algo not in _ALGOS: raise CheckpointError(f'Unknown checksum {algo!r}: use one of {sorted(_ALGOS)}.')
-    return _Crc32() if algo == 'crc32' else hashlib.new(algo)
-
-# %% ../nbs/05_persistence.ipynb #5ac7a329
-def _gf2_times(mat:list, vec:int)->int:
-    s, i = 0, 0
-    while vec:
-        if vec & 1: s ^= mat[i]
-        vec >>= 1; i += 1
-    return s
-
-_ZEROS, _ZEROS_LOCK = [], threading.Lock()  # _ZEROS[k]: the GF(2) operator feeding 2**k zero bytes through a CRC-32
-
-def _zeros_op(k:int)->list:
-    if len(_ZEROS) <= k:
-        with _ZEROS_LOCK:  # saves may run on several threads
-            if not _ZEROS:
-                op = [0xEDB88320] + [1 << n for n in range(31)]  # one zero bit
-                for _ in range(3): op = [_gf2_times(op, op[n]) for n in range(32)]  # squared three times: one zero byte
-                _ZEROS.append(op)
-            while len(_ZEROS) <= k: _ZEROS.append([_gf2_times(_ZEROS[-1], v) for v in _ZEROS[-1]])
-    return _ZEROS[k]
-
-def crc32_combine(crc1:int, # CRC-32 of A
-                  crc2:int, # CRC-32 of B
-                  len2:int, # length of B in bytes
-                 )->int:
-    "The CRC-32 of A + B, from the CRC-32s of A and B (zlib's `crc32_combine`)."
-    k = 0
-    while len2:
-        if len2 & 1: crc1 = _gf2_times(_zeros_op(k), crc1)
-        len2 >>= 1; k += 1
-    return crc1 ^ crc2
-
-# %% ../nbs/05_persistence.ipynb #6c635dba
-_EOCD, _DESC = b'PK\x05\x06', b'PK\x07\x08'  # zip end-of-archive record (ends with the comment length); data descriptor
-_BIG = 1 << 16  # writes at least this large are record data whose CRC torch reports
-
-class _HashingWriter:
-    "The file object `torch.save` writes into: passes each chunk to `f`, working out the checksum of everything written."
-    def __init__(self, f, algo:str='crc32', comment:int=0, writeback:int|None=None):
-        self.f, self.comment, self.size, self._end, self.error = f, comment, 0, None, None
-        self.writeback, self._started = writeback, 0  # bytes between starts of the disk write-back; bytes started
-        self.h = None if algo == 'crc32' else new_hash(algo)
-        self.pieces, self._run, self._hole = [], None, None  # pieces: [offset, length, crc or None], in file order
-
-    def write(self, b)->int:
-        try:
-            if self._end is not None: self._put(self._end); self._end = None
-            if len(b) == 22 and bytes(b[:4]) == _EOCD: self._end = bytearray(b)  # held until we know it is the last
-            else: self._put(b)
-        except BaseException as e: self.error = e; raise  # torch.save reports it as a RuntimeError of its own
-        return len(b)
-
-    def flush(self): pass
-
-# %% ../nbs/05_persistence.ipynb #95ba7af7
-@patch
-def _put(self:_HashingWriter, b):
-    n = len(b)
-    if self.h is not None: self.h.update(b)
-    elif n >= _BIG:
-        self._run = None
-        if self._hole is None: self._hole = [self.size, 0, None]; self.pieces.append(self._hole)
-        self._hole[1] += n
-    else:
-        if self._hole is not None: self._descriptor(b)
-        if self._run is None: self._run = [self.size, 0, 0]; self.pieces.append(self._run)
-        self._run[1] += n; self._run[2] = zlib.crc32(b, self._run[2])
-    self.f.write(b); self.size += n
-    if self.writeback and self.size - self._started >= self.writeback: self._start_writeback()
-
-@patch
-def _start_writeback(self:_HashingWriter):
-    "Ask the kernel to start writing the bytes written since the last call to the disk, without waiting for it."
-    fadvise = getattr(os, 'posix_fadvise', None)
-    if fadvise is None: self.writeback = None; return  # not on this system (macOS, Windows): stop asking
-    try:
-        self.f.flush()
-        fadvise(self.f.fileno(), self._started, self.size - self._started, os.POSIX_FADV_DONTNEED)
-    except (OSError, ValueError): self.writeback = None  # not a real file: stop asking
-    self._started = self.size
-
-@patch
-def _descriptor(self:_HashingWriter, b):
-    "Take the CRC of the record data just written from the data descriptor `b`, if that is what `b` is."
-    hole, self._hole = self._hole, None
-    if bytes(b[:4]) != _DESC or len(b) not in (16, 24): return
-    crc, size = struct.unpack('<IIQQ' if len(b) == 24 else '<IIII', bytes(b))[1::2]
-    if size == hole[1] and crc: hole[2] = crc
-
-# %% ../nbs/05_persistence.ipynb #0e6b8238
-@patch
-def close(self:_HashingWriter):
-    "Write the held-back end record, its comment length set to `comment`."
-    if self._end is None: return
-    if self._end[20:22] == b'\0\0': self._end[20:22] = self.comment.to_bytes(2, 'little')
-    self._put(self._end); self._end = None
-
-@patch
-def hexdigest(self:_HashingWriter, chunk:int=16 << 20)->str:
-    "The checksum of all bytes written; pieces whose CRC torch did not report are read back from the file."
-    if self.h is not None: return self.h.hexdigest()
-    crc = 0
-    for off, n, c in self.pieces:
-        if c is None:
-            self.f.flush(); self.f.seek(off); c, left = 0, n
-            while left: data = self.f.read(min(chunk, left)); c = zlib.crc32(data, c); left -= len(data)
-            self.f.seek(0, os.SEEK_END)
-        crc = crc32_combine(crc, c, n)
-    return f'{crc:08x}'
-
-# %% ../nbs/05_persistence.ipynb #b719278e
-_TRAILER = 256
-_TRAILER_RE = re.compile(rb'colab_t4_nb checkpoint v1 size=(\d+) step=(\d+) seq=(\d+) checksum=(\w+:[0-9a-f]+) *\n')
-
-@dataclass(frozen=True)
-class Checkpoint:
-    "One checkpoint file, as its trailer describes it."
-    path:Path     # the file
-    step:int      # training step it was saved at (the next step to run)
-    seq:int       # save number: the newest checkpoint has the highest
-    size:int      # bytes before the trailer
-    checksum:str  # 'algo:hexdigest' of those bytes
-
-    def as_dict(self)->dict: return {'file': self.path.name, 'step': self.step, 'seq': self.seq, 'size': self.size, 'checksum': self.checksum}
-
-def _trailer(c:Checkpoint)->bytes:
-    t = f'colab_t4_nb checkpoint v1 size={c.size} step={c.step} seq={c.seq} checksum={c.checksum}'.encode()
-    return t.ljust(_TRAILER - 1) + b'\n'
-
-# %% ../nbs/05_persistence.ipynb #12c86878
-def read_trailer(path:str|Path)->Checkpoint|None:
-    "The `Checkpoint` the trailer of `path` describes; None if it has none (truncated, damaged, foreign, unreadable)."
-    path = Path(path)
-    try:
-        with open(path, 'rb') as f:
-            n = f.seek(0, os.SEEK_END)
-            if n < _TRAILER: return None
-            f.seek(n - _TRAILER); m = _TRAILER_RE.fullmatch(f.read())
-    except OSError: return None
-    if not m or int(m[1]) != n - _TRAILER: return None
-    return Checkpoint(path, int(m[2]), int(m[3]), int(m[1]), m[4].decode())
-
-def verify_file(c:Checkpoint, chunk:int=16 << 20)->str|None:
-    "None when `c.path` has the size and checksum `c` records; otherwise what is wrong."
-    algo, want = c.checksum.split(':', 1)
-    h, left, buf = new_hash(algo), c.size, memoryview(bytearray(chunk))
-    try:
-        with open(c.path, 'rb', buffering=0) as f:
-            n = os.fstat(f.fileno()).st_size
-            if n != c.size + _TRAILER: return f'it has {n} bytes, not {c.size + _TRAILER}'
-            while left:
-                got = f.readinto(buf[:min(chunk, left)])
-                if not got: return 'it ends early'
-                h.update(buf[:got]); left -= got
-    except OSError as e: return f'it cannot be read ({e.strerror or e})'
-    return None if h.hexdigest() == want else f'its checksum is {algo}:{h.hexdigest()}, not {c.checksum}'
-
-# %% ../nbs/05_persistence.ipynb #829a7fc2
-def write_checkpoint(path:str|Path, # the final file name
-                     obj, # anything `torch.save` takes
-                     step:int=0, seq:int=0, # recorded in the trailer
-                     checksum:str='crc32', # 'crc32' or a `hashlib` algorithm
-                     writeback:int|None=64 << 20, # start the disk write-back every this many bytes; None: all at the final fsync
-                    )->Checkpoint:
-    "Save `obj` to `path` atomically, followed by a trailer recording its size and checksum."
-    path = Path(path)
-    with atomic_write(path) as f:
-        w = _HashingWriter(f, checksum, comment=_TRAILER, writeback=writeback)
-        try: torch.save(obj, w); w.close()
-        except Exception as e:
-            if w.error is not None and w.error is not e: raise w.error from e  # the real cause, e.g. a full disk
-            raise
-        c = Checkpoint(path, step, seq, w.size, f'{checksum}:{w.hexdigest()}')
-        f.write(_trailer(c))
-    return c
 
 # %% ../nbs/05_persistence.ipynb #9bc3a51b
 def rng_state()->dict:
@@ -251,10 +38,19 @@ def rng_state()->dict:
 def set_rng_state(st:dict # from `rng_state`
                  ):
     "Restore the generators `rng_state` captured; CUDA's where there is a GPU, with a warning where there is none."
-    random.setstate(st['python'])
-    n = st['numpy']
-    np.random.set_state((n['kind'], n['keys'].numpy().astype(np.uint32), n['pos'], n['has_gauss'], n['gauss']))
-    torch.set_rng_state(st['torch'])
+    if not isinstance(st, Mapping) or not {'python', 'numpy', 'torch'} <= st.keys():
+        raise TypeError(f'st must be the dict rng_state() returns (keys python, numpy, torch), got {type(st).__name__}'
+                        + (f' with keys {sorted(map(str, st))}' if isinstance(st, Mapping) else '') + '.')
+    before = rng_state()
+    try:
+        random.setstate(st['python'])
+        n = st['numpy']
+        np.random.set_state((n['kind'], n['keys'].numpy().astype(np.uint32), n['pos'], n['has_gauss'], n['gauss']))
+        torch.set_rng_state(st['torch'])
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError, RuntimeError) as e:
+        set_rng_state(before)
+        raise ValueError(f'st is not a state rng_state() returned ({type(e).__name__}: {e}); no generator was '
+                         'changed.') from e
     if st.get('cuda'):
         if not torch.cuda.is_available():
             warnings.warn('The checkpoint holds CUDA random states but there is no GPU here; they were not restored.', CheckpointWarning)
@@ -269,8 +65,12 @@ def training_state(step:int, # steps done: the step to continue from
                    extras:dict|None=None, # the caller's own values
                   )->dict:
     "Everything needed to continue training exactly: state dicts, RNG states and `extras`."
+    step = check_int('step', step)
+    for k, o in dict(model=model, optimizer=optimizer, scaler=scaler, scheduler=scheduler).items(): check_stateful(k, o)
+    if extras is not None and not isinstance(extras, Mapping):
+        raise TypeError(f'extras must be a dict or None, got {type(extras).__name__}.')
     sd = lambda o: None if o is None else o.state_dict()
-    return {'step': int(step), 'model': sd(None if model is None else _unwrap(model)), 'optimizer': sd(optimizer),
+    return {'step': step, 'model': sd(None if model is None else _unwrap(model)), 'optimizer': sd(optimizer),
             'scaler': sd(scaler), 'scheduler': sd(scheduler), 'rng': rng_state(), 'extras': dict(extras or {}),
             'torch': str(torch.__version__)}
 
@@ -284,13 +84,14 @@ class CheckpointDir:
                  keep:int=3, # checkpoints kept; older ones are deleted once a new one is written and checked
                  checksum:str='crc32', # 'crc32' or a `hashlib` algorithm
                 ):
-        if not isinstance(keep, int) or keep < 1: raise ValueError(f'keep must be an int >= 1, got {keep!r}')
+        keep = check_int('keep', keep, 1)
         new_hash(checksum)
-        self.path, self.keep, self.checksum, self._verified, self._deleting = Path(path), keep, checksum, {}, None
+        self.path, self.keep, self.checksum = check_path('path', path), keep, checksum
+        self._verified, self._deleting = {}, None
 
     @property
     def manifest(self)->Path: return self.path/'manifest.json'
-    def file_for(self, step:int)->Path: return self.path/f'ckpt-{step:09d}.pt'
+    def file_for(self, step:int)->Path: return self.path/f'ckpt-{check_int("step", step):09d}.pt'
     def __repr__(self): return f'CheckpointDir({str(self.path)!r}, keep={self.keep})'
 
 # %% ../nbs/05_persistence.ipynb #3905d889
@@ -305,6 +106,10 @@ def _read_manifest(self:CheckpointDir)->tuple:
     ok = isinstance(data, dict) and data.get('format') == _FORMAT and isinstance(data.get('checkpoints'), list)
     ok = ok and all(isinstance(e, dict) and all(isinstance(e.get(k), t) for k, t in _ENTRY.items())
                     and _NAME_RE.fullmatch(e['file']) for e in data['checkpoints'])
+    if ok:
+        try:
+            for e in data['checkpoints']: Checkpoint(self.path/e['file'], e['step'], e['seq'], e['size'], e['checksum'])
+        except (TypeError, ValueError, CheckpointError): ok = False  # negative numbers, an unknown checksum...
     return (data['checkpoints'], None) if ok else (None, 'has unexpected contents')
 
 @patch
@@ -360,6 +165,8 @@ def _try_write_manifest(self:CheckpointDir, cks:list):
 @patch
 def verify(self:CheckpointDir, c:Checkpoint)->str|None:
     "None when `c` is intact, else what is wrong with it."
+    if not isinstance(c, Checkpoint):
+        raise TypeError(f'c must be a Checkpoint (from checkpoints() or latest()), got {type(c).__name__}.')
     try: st = os.stat(c.path)
     except OSError as e: return f'it cannot be read ({e.strerror})'
     key = (str(c.path), st.st_ino, st.st_size, st.st_mtime_ns, c.checksum)
@@ -382,15 +189,10 @@ def latest(self:CheckpointDir)->Checkpoint|None:
     return _newest([(c, self) for c in self.checkpoints()])
 
 # %% ../nbs/05_persistence.ipynb #bd2abe4f
-def _write_error(e:OSError, where:Path)->CheckpointWriteError:
-    hints = {errno.ENOSPC: 'the disk is full: free space, lower `keep`, or save to another disk',
-             getattr(errno, 'EDQUOT', -1): 'the disk quota is used up: free space or save elsewhere',
-             errno.EACCES: 'the folder is not writable: choose another folder', errno.EPERM: 'the folder is not writable: choose another folder',
-             errno.EROFS: 'the file system is read-only: choose another folder',
-             errno.ENOTCONN: 'the mount is gone ("Transport endpoint is not connected"): mount it again',
-             errno.EIO: 'the device reported an I/O error'}
-    return CheckpointWriteError(e.errno, f'Could not write a checkpoint in {where}: {e.strerror or e} '
-                                f'({hints.get(e.errno, "see the error above")}). Earlier checkpoints there are untouched and still load.')
+@patch
+def _mkdir(self:CheckpointDir):
+    try: self.path.mkdir(parents=True, exist_ok=True)
+    except OSError as e: raise write_error(e, self.path, making=True) from e
 
 @patch
 def _clean_tmp(self:CheckpointDir):
@@ -408,13 +210,33 @@ def settle(self:CheckpointDir):
     if self._deleting is not None: self._deleting.join(); self._deleting = None
 
 @patch
+def _set_aside(self:CheckpointDir, p:Path, why:str):
+    "Rename the damaged checkpoint `p` to `damaged-<name>` (out of rotation's reach), with a warning."
+    dst, n = p.with_name(f'damaged-{p.name}'), 1
+    while dst.exists(): dst, n = p.with_name(f'damaged-{n}-{p.name}'), n + 1
+    try: os.rename(p, dst)
+    except OSError as e: _warn(f'Checkpoint {p} is damaged ({why}) and could not be set aside ({e}).'); return
+    _warn(f'Checkpoint {p} is damaged ({why}): moved to {dst.name}, out of the rotation. Delete it when you no '
+          'longer need it.')
+
+@patch
 def _commit(self:CheckpointDir, c:Checkpoint, old:list):
-    "Check `c` on disk, list it in the manifest with the newest `keep - 1` others, delete the rest (in the background)."
+    "Check `c` on disk, list it in the manifest with the newest `keep - 1` others that verify, delete the rest."
     if read_trailer(c.path) != c: raise CheckpointCorrupt(f'{c.path} does not read back as written: the file system lost data.')
-    kept = [c] + [o for o in old if o.path != c.path and read_trailer(o.path) is not None][:self.keep - 1]
+    kept = [c]
+    for o in old:
+        if len(kept) == self.keep: break
+        if o.path == c.path: continue
+        why = self.verify(o)
+        if why is None: kept.append(o)
+        elif o.path.exists(): self._set_aside(o.path, why)
     self._write_manifest(kept)
     names = {k.path.name for k in kept}
-    doomed = [p for p in self.path.glob('ckpt-*.pt') if p.name not in names and _NAME_RE.fullmatch(p.name)]
+    doomed = []
+    for p in self.path.glob('ckpt-*.pt'):
+        if p.name in names or not _NAME_RE.fullmatch(p.name): continue
+        if read_trailer(p) is None: self._set_aside(p, 'it has no valid trailer')  # damaged, not a rotated-out one
+        else: doomed.append(p)
     if doomed:
         self._deleting = threading.Thread(target=_unlink_all, args=(doomed,), name='checkpoint-rotation', daemon=True)
         self._deleting.start()
@@ -426,16 +248,17 @@ def save(self:CheckpointDir, obj, # what to save (see `training_state`)
          seq:int|None=None, # save number; default one more than the newest here
         )->Checkpoint:
     "Write `obj` as the checkpoint of `step` atomically, record it in the manifest, then rotate."
-    if not isinstance(step, int) or step < 0: raise ValueError(f'step must be an int >= 0, got {step!r}')
+    step, seq = check_int('step', step), check_int('seq', seq, none=True)
     self.settle()
+    self._mkdir()
     try:
-        self.path.mkdir(parents=True, exist_ok=True)
         self._clean_tmp()
         old = self.checkpoints()
         if seq is None: seq = 1 + max((o.seq for o in old), default=0)
         c = write_checkpoint(self.file_for(step), obj, step, seq, self.checksum)
         self._commit(c, old)
-    except OSError as e: raise _write_error(e, self.path) from e
+    except CheckpointWriteError: raise  # already says which file and why
+    except OSError as e: raise write_error(e, self.path) from e
     return c
 
 # %% ../nbs/05_persistence.ipynb #f2219491
@@ -454,6 +277,9 @@ class CheckpointManager:
                  checksum:str='crc32', # 'crc32' or a `hashlib` algorithm
                  name:str='run', # subfolder of the default folder
                 ):
+        if not isinstance(name, str) or not name.strip() or name in ('.', '..') or set(name) & {'/', '\\', '\0'}:
+            raise ValueError(f'name must be a folder name (no slashes), such as "run", got {name!r}.')
+        path, mirror = check_path('path', path, none=True), check_path('mirror', mirror, none=True)
         self.local = CheckpointDir(state_dir()/'checkpoints'/name if path is None else path, keep, checksum)
         self.mirror = None if mirror is None else CheckpointDir(mirror, keep, checksum)
         self._thread = self._error = self._host = None
@@ -480,8 +306,9 @@ def save(self:CheckpointManager, step:int, # steps done so far
          **extras, # the caller's own values, returned by `load`
         )->Checkpoint:
     "Save the full training state of `step` now; returns the new checkpoint."
+    st = training_state(step, model, optimizer, scaler, scheduler, extras)
     self._settle()
-    return self._write(training_state(step, model, optimizer, scaler, scheduler, extras))
+    return self._write(st)
 
 @patch
 def _write(self:CheckpointManager, st:dict)->Checkpoint:
@@ -504,6 +331,21 @@ def latest(self:CheckpointManager)->Checkpoint|None:
     self._settle()
     return _newest([(c, d) for d in self._dirs() for c in self._listing(d)])
 
+def _not_a_checkpoint(p:Path)->CheckpointError:
+    "Why the file `p`, which has no valid trailer, cannot be loaded, in words."
+    if not p.exists():
+        return NoCheckpoint(f'checkpoint={str(p)!r}: no such file. Pass a file listed by `ckpt.local.checkpoints()`, '
+                                           'or leave checkpoint=None for the newest that verifies.')
+    if not p.is_file():
+        return CheckpointCorrupt(f'checkpoint={str(p)!r} is not a file: pass a checkpoint file, not a folder.')
+    try:
+        with open(p, 'rb') as f: n = f.seek(0, os.SEEK_END); f.seek(max(0, n - (1 << 16))); tail = f.read()
+    except OSError as e: return CheckpointCorrupt(f'checkpoint={str(p)!r} cannot be read ({e.strerror or e}).')
+    if b'colab_t4_nb checkpoint v1' not in tail and zipfile.is_zipfile(p):
+        return CheckpointCorrupt(f'{p} is not a colab_t4_nb checkpoint (it has no checkpoint trailer): '
+                                 'written by torch.save? load it with torch.load.')
+    return CheckpointCorrupt(f'{p} is not a complete checkpoint (no valid trailer: truncated or damaged).')
+
 @patch
 def _pick(self:CheckpointManager, checkpoint)->Checkpoint:
     if checkpoint is None:
@@ -511,8 +353,8 @@ def _pick(self:CheckpointManager, checkpoint)->Checkpoint:
         if c is None: raise NoCheckpoint(f'No checkpoint that verifies in {self.path}' + (f' or {self.mirror.path}' if self.mirror else '')
                                          + ': start from scratch, or point the manager at the folder the run saved to.')
         return c
-    c = checkpoint if isinstance(checkpoint, Checkpoint) else read_trailer(checkpoint)
-    if c is None: raise CheckpointCorrupt(f'{checkpoint} is not a complete checkpoint (no valid trailer: truncated or damaged).')
+    c = checkpoint if isinstance(checkpoint, Checkpoint) else read_trailer(check_path('checkpoint', checkpoint))
+    if c is None: raise _not_a_checkpoint(Path(checkpoint))
     why = self.local.verify(c)
     if why: raise CheckpointCorrupt(f'Checkpoint {c.path} is corrupt: {why}.')
     return c
@@ -546,6 +388,11 @@ def load(self:CheckpointManager, model=None, optimizer=None, scaler=None, schedu
          weights_only:bool=True, # `torch.load`'s safe mode; False only for files you trust
         )->Resumed:
     "Restore the training objects in place from a verified checkpoint; return its step and extras."
+    for k, o in dict(model=model, optimizer=optimizer, scaler=scaler, scheduler=scheduler).items(): check_stateful(k, o)
+    for k, v in dict(strict=strict, restore_rng=restore_rng, weights_only=weights_only).items(): check_flag(k, v)
+    if not (checkpoint is None or isinstance(checkpoint, (Checkpoint, str, os.PathLike))):
+        raise TypeError(f'checkpoint must be a Checkpoint, a path or None, got {checkpoint!r} '
+                        f'({type(checkpoint).__name__}).')
     self._settle()
     c = self._pick(checkpoint)
     try: st = torch.load(c.path, map_location='cpu', weights_only=weights_only)
@@ -615,9 +462,14 @@ def _background(self:CheckpointManager, st:dict):
 @patch
 def save_async(self:CheckpointManager, step:int, model=None, optimizer=None, scaler=None, scheduler=None, **extras):
     "Copy the training state to host memory now and write it on a background thread."
+    st = training_state(step, model, optimizer, scaler, scheduler, extras)
     self._settle()
     if self._host is None: self._host = _HostCopy()
-    st = self._host(training_state(step, model, optimizer, scaler, scheduler, extras))
+    try: st = self._host(st)
+    except (TypeError, AttributeError, pickle.PicklingError, copy.Error) as e:
+        raise CheckpointError(f'save_async could not copy the state of step {step} ({type(e).__name__}: {e}): '
+                              'the extras given must be tensors, numbers, strings, state dicts or other values '
+                              'that can be copied.') from e
     self._thread = threading.Thread(target=self._background, args=(st,), name=f'checkpoint-{step}')
     self._thread.start()
 
@@ -654,14 +506,14 @@ def copy_in(self:CheckpointDir, c:Checkpoint)->Checkpoint:
         why = 'its trailer differs' if read_trailer(tmp) != copy else verify_file(copy)
         if why: raise CheckpointCorrupt(f'The copy of {c.path.name} in {self.path} does not verify: {why}.')
     self.settle()
+    self._mkdir()
     try:
-        self.path.mkdir(parents=True, exist_ok=True)
         self._clean_tmp()
         old = self.checkpoints()
         with open(c.path, 'rb') as src, atomic_write(dst, check) as f: shutil.copyfileobj(src, f, 16 << 20)
         new = Checkpoint(dst, c.step, c.seq, c.size, c.checksum)
         self._commit(new, old)
-    except OSError as e: raise _write_error(e, self.path) from e
+    except OSError as e: raise write_error(e, self.path) from e
     return new
 
 @patch
@@ -672,6 +524,8 @@ def _copy_to_mirror(self:CheckpointManager, c:Checkpoint):
         _warn(f'Copying {c.path.name} to {self.mirror.path} failed: {e} The local checkpoint {c.path} is good; the next save tries the copy again.')
 
 # %% ../nbs/05_persistence.ipynb #9b198367
+_TOLD = set()  # local folders drive_checkpoints has named outside Colab
+
 def drive_checkpoints(name:str='run', # the run's folder name
                       keep:int=3, # checkpoints kept, locally and on Drive
                       mountpoint:str|Path='/content/drive', # where Colab mounts Drive
@@ -680,18 +534,28 @@ def drive_checkpoints(name:str='run', # the run's folder name
                       **kwargs, # passed to `CheckpointManager`
                      )->CheckpointManager:
     "A `CheckpointManager` that in Colab keeps a verified copy of each checkpoint on Google Drive (mounting it if needed)."
-    if runtime() != 'colab': return CheckpointManager(state_dir()/'checkpoints'/name if local is None else local, keep, **kwargs)
-    my_drive = Path(mountpoint)/'MyDrive'
+    mountpoint, local = check_path('mountpoint', mountpoint), check_path('local', local, none=True)
+    if not isinstance(folder, str) or not folder.strip('/') or '\0' in folder or '..' in Path(folder).parts:
+        raise ValueError('folder must be a folder path under MyDrive such as "colab_t4_nb/checkpoints", got '
+                         f'{folder!r}.')
+    if runtime() != 'colab':
+        ckpt = CheckpointManager(None if local is None else local, keep, name=name, **kwargs)
+        if ckpt.path not in _TOLD:
+            _TOLD.add(ckpt.path)
+            print(f'Not in Colab: no Google Drive here; checkpoints go to {ckpt.path} only.')
+        return ckpt
+    my_drive = mountpoint/'MyDrive'
     if not my_drive.is_dir():
         from google.colab import drive
         drive.mount(str(mountpoint))
-    return CheckpointManager(Path.cwd()/'checkpoints'/name if local is None else local, keep, mirror=my_drive/folder/name, **kwargs)
+    local = Path.cwd()/'checkpoints'/name if local is None else local
+    return CheckpointManager(local, keep, mirror=my_drive/folder/name, name=name, **kwargs)
 
 # %% ../nbs/05_persistence.ipynb #15581054
 def flush_drive(mountpoint:str|Path='/content/drive' # where Drive is mounted
                )->bool:
     "In Colab, upload pending writes and unmount Drive (`drive.flush_and_unmount()`); elsewhere say there is nothing to do."
-    if runtime() != 'colab' or not (Path(mountpoint)/'MyDrive').is_dir():
+    if runtime() != 'colab' or not (check_path('mountpoint', mountpoint)/'MyDrive').is_dir():
         print('Google Drive is not mounted here: nothing to flush.'); return False
     from google.colab import drive
     drive.flush_and_unmount()
@@ -710,8 +574,17 @@ class SessionClock:
                  used_min:float=0, # minutes the runtime had already run when the clock was made
                  clock:Callable=time.monotonic, # seconds; replaceable in tests
                 ):
+        session_h, margin_min = check_num('session_h', session_h), check_num('margin_min', margin_min, eq=True)
+        idle_min, used_min = check_num('idle_min', idle_min, none=True), check_num('used_min', used_min, eq=True)
+        if not isinstance(warn_min, (tuple, list)):
+            raise TypeError(f'warn_min must be a tuple of minutes such as (60, 30, 10), got {warn_min!r}.')
+        warn_min = tuple(check_num('warn_min', w, eq=True) for w in warn_min)
+        if not callable(clock):
+            raise TypeError(f'clock must be a function returning seconds, such as time.monotonic, got {clock!r}.')
         store_attr()
         now = clock()
+        if isinstance(now, bool) or not isinstance(now, numbers.Real):
+            raise TypeError(f'clock must return seconds as a number, got {now!r}.')
         self.started, self.active, self._said = now - used_min * 60, now, set()
 
     def touch(self):
@@ -771,6 +644,24 @@ class RunReport:
     oom_recoveries:int = 0   # reloads after out-of-memory errors
     reason:str = 'done'      # 'done' or 'session limit'
 
+DEFAULT_EVERY_MINUTES = 10  # run_resumable's schedule when none is given: a crash loses at most this much work
+
+def _check_run(step_fn, ckpt, steps, every_steps, steps_per_epoch, every_minutes, session, max_oom, on_oom, background,
+               clock):
+    "Check `run_resumable`'s arguments, naming the first that is wrong."
+    for k, f in dict(step_fn=step_fn, clock=clock).items():
+        if not callable(f): raise TypeError(f'{k} must be a function, got {f!r} ({type(f).__name__}).')
+    if on_oom is not None and not callable(on_oom):
+        raise TypeError(f'on_oom must be a function or None, got {on_oom!r}.')
+    if not isinstance(ckpt, CheckpointManager):
+        raise TypeError(f'ckpt must be a CheckpointManager, got {type(ckpt).__name__}.')
+    if session is not None and not isinstance(session, SessionClock):
+        raise TypeError(f'session must be a SessionClock or None, got {type(session).__name__}.')
+    check_int('steps', steps); check_int('every_steps', every_steps, 1, none=True)
+    check_int('steps_per_epoch', steps_per_epoch, 1, none=True)
+    check_num('every_minutes', every_minutes, none=True); check_int('max_oom', max_oom)
+    check_flag('background', background)
+
 def _free_memory(optimizer):
     if optimizer is not None: optimizer.zero_grad(set_to_none=True)
     gc.collect()
@@ -783,7 +674,7 @@ def run_resumable(step_fn:Callable, # step_fn(step) runs one training step; its 
                   model=None, optimizer=None, scaler=None, scheduler=None, # saved and restored
                   every_steps:int|None=None, # save every N steps
                   steps_per_epoch:int|None=None, # save at the end of each epoch of this many steps
-                  every_minutes:float|None=None, # save when this long has passed since the last save
+                  every_minutes:float|None=None, # save when this long has passed since the last save (default below)
                   session:SessionClock|None=None, # save before Colab's cuts; stop before the session's end
                   max_oom:int=2, # out-of-memory errors allowed at one step
                   on_oom:Callable|None=None, # on_oom(step, message) after each reload
@@ -791,7 +682,11 @@ def run_resumable(step_fn:Callable, # step_fn(step) runs one training step; its 
                   clock:Callable=time.monotonic,
                  )->RunReport:
     "Train from the latest checkpoint to `steps`, saving as asked; recover from out-of-memory errors by reloading."
+    _check_run(step_fn, ckpt, steps, every_steps, steps_per_epoch, every_minutes, session, max_oom, on_oom, background,
+               clock)
+    if every_steps is None and steps_per_epoch is None and every_minutes is None: every_minutes = DEFAULT_EVERY_MINUTES
     objs = dict(model=model, optimizer=optimizer, scaler=scaler, scheduler=scheduler)
+    for k, o in objs.items(): check_stateful(k, o)
     if ckpt.latest() is None: ckpt.save(0, **objs); start = 0
     else: start = ckpt.load(**objs).step
     rep, step, last, tries = RunReport(start), start, clock(), {}
@@ -832,6 +727,19 @@ class Attempt:
     seconds:float
     tail:list = field(default_factory=list, repr=False)  # its last lines of output
 
+def _check_cmd(cmd)->list[str]:
+    "`cmd` as a list of strings; an error naming `cmd` if it is not a non-empty list of strings and paths."
+    if isinstance(cmd, (str, bytes)):
+        raise TypeError(f'cmd must be a list such as [sys.executable, "train.py"], got the string {cmd!r}: split it '
+                        'with shlex.split.')
+    if not isinstance(cmd, (list, tuple)) or not cmd or not all(isinstance(c, (str, os.PathLike)) for c in cmd):
+        raise TypeError('cmd must be a non-empty list of strings and paths such as [sys.executable, "train.py"], '
+                        f'got {cmd!r}.')
+    cmd = [os.fspath(c) for c in cmd]
+    if not all(isinstance(c, str) and c and '\0' not in c for c in cmd):
+        raise ValueError(f'cmd must hold non-empty strings without NUL characters, got {cmd!r}.')
+    return cmd
+
 def _child_env(env:dict|None, attempt:int)->dict:
     env = dict(os.environ if env is None else env)
     paths = [p for p in sys.path if p] + [p for p in env.get('PYTHONPATH', '').split(os.pathsep) if p]
@@ -846,11 +754,21 @@ def run_with_restarts(cmd:list, # the command, e.g. [sys.executable, 'train.py']
                       tail:int=20, # lines of output kept per attempt for the report
                      )->list[Attempt]:
     "Run `cmd` until it exits with status 0, restarting it after a crash, at most `max_restarts` times."
+    cmd = _check_cmd(cmd)
+    max_restarts, tail = check_int('max_restarts', max_restarts), check_int('tail', tail, 1)
+    echo = check_flag('echo', echo)
+    cwd = check_path('cwd', cwd, none=True)
+    if cwd is not None and not cwd.is_dir(): raise ValueError(f'cwd must be an existing folder, got {str(cwd)!r}.')
+    if env is not None and not (isinstance(env, Mapping) and all(isinstance(x, str) for kv in env.items() for x in kv)):
+        raise TypeError(f'env must be a dict of str to str (like os.environ) or None, got {type(env).__name__}.')
     attempts = []
     while True:
         t0, lines = time.monotonic(), deque(maxlen=tail)
-        p = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             env=_child_env(env, len(attempts) + 1), cwd=cwd, bufsize=1)
+        try: p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                  env=_child_env(env, len(attempts) + 1), cwd=cwd, bufsize=1)
+        except (FileNotFoundError, PermissionError, NotADirectoryError) as e:
+            raise ValueError(f'cmd[0]={cmd[0]!r} cannot be run ({e.strerror}): give the program\'s full path, e.g. '
+                             'sys.executable.') from e
         try:
             for line in p.stdout:
                 lines.append(line)

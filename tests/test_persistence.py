@@ -1,19 +1,19 @@
 """Checkpoints under fire: SIGKILL at random moments (mid-write included), damaged files, full and
 unwritable disks, crashing training scripts, errors of background saves at exit."""
-import errno, json, os, random, signal, subprocess, sys, tempfile, textwrap, time, warnings
+import errno, json, math, os, random, signal, subprocess, sys, tempfile, textwrap, time, warnings
 from pathlib import Path
 
 import pytest
 import torch
 from conftest import ROOT
 
-from colab_t4_nb import persistence as P
+from colab_t4_nb import checkpoint_format as F, persistence as P
 
 # ---------------------------------------------------------------- the training run under test
 TRAIN = r'''
-import json, os, random, signal, sys, time
+import json, os, random, signal, sys, tempfile, time
 import numpy as np, torch
-from colab_t4_nb import persistence as P
+from colab_t4_nb import checkpoint_format as F, persistence as P
 
 STEPS = 12
 
@@ -44,7 +44,7 @@ def instrument(kill_at, slow):
             if slow and name == '_put': time.sleep(slow)
             return orig(*a, **k)
         setattr(owner, name, f)
-    for owner, name in [(P._HashingWriter, '_put'), (P.tempfile, 'mkstemp'), (os, 'fsync'), (os, 'replace'), (os, 'unlink')]:
+    for owner, name in [(F._HashingWriter, '_put'), (tempfile, 'mkstemp'), (os, 'fsync'), (os, 'replace'), (os, 'unlink')]:
         wrap(owner, name)
 
 def train(folder, kill_at=None, slow=0.0):
@@ -279,8 +279,8 @@ def test_full_disk_is_a_clear_error_and_earlier_checkpoints_load(tmp_path, monke
     ckpt = saved(tmp_path)
     full = OSError(errno.ENOSPC, 'No space left on device')
     if where in ('first write', 'mid-file'):
-        orig, hook = P._HashingWriter._put, fail_after(0 if where == 'first write' else 20, full)
-        monkeypatch.setattr(P._HashingWriter, '_put', lambda self, b: (hook(), orig(self, b)))
+        orig, hook = F._HashingWriter._put, fail_after(0 if where == 'first write' else 20, full)
+        monkeypatch.setattr(F._HashingWriter, '_put', lambda self, b: (hook(), orig(self, b)))
     elif where == 'fsync': monkeypatch.setattr(os, 'fsync', lambda fd: (_ for _ in ()).throw(full))
     elif where == 'rename': monkeypatch.setattr(os, 'replace', lambda a, b: (_ for _ in ()).throw(full))
     else: monkeypatch.setattr(P.CheckpointDir, '_write_manifest', lambda self, cks: (_ for _ in ()).throw(full))
@@ -307,7 +307,7 @@ def test_unwritable_folder(tmp_path, monkeypatch):
 
 def test_background_save_error_is_raised_once(tmp_path, monkeypatch):
     ckpt = saved(tmp_path)
-    monkeypatch.setattr(P._HashingWriter, '_put', lambda self, b: (_ for _ in ()).throw(OSError(errno.ENOSPC, 'No space left on device')))
+    monkeypatch.setattr(F._HashingWriter, '_put', lambda self, b: (_ for _ in ()).throw(OSError(errno.ENOSPC, 'No space left on device')))
     ckpt.save_async(4, model=torch.nn.Linear(64, 64))
     with pytest.raises(P.CheckpointWriteError, match='No space left on device'): ckpt.latest()
     monkeypatch.undo()
@@ -319,9 +319,9 @@ def test_background_save_error_is_printed_at_exit(tmp_path, cpu_env):
     script = tmp_path/'s.py'
     script.write_text(textwrap.dedent(f'''
         import errno, torch
-        from colab_t4_nb import persistence as P
+        from colab_t4_nb import checkpoint_format as F, persistence as P
         ckpt = P.CheckpointManager({str(tmp_path/"ck")!r})
-        P._HashingWriter._put = lambda self, b: (_ for _ in ()).throw(OSError(errno.ENOSPC, 'No space left on device'))
+        F._HashingWriter._put = lambda self, b: (_ for _ in ()).throw(OSError(errno.ENOSPC, 'No space left on device'))
         ckpt.save_async(1, model=torch.nn.Linear(2, 2))
     '''))
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
@@ -381,3 +381,133 @@ def test_new_runtime_resumes_from_drive_skipping_a_damaged_copy(tmp_path):
         with pytest.warns(P.CheckpointWarning, match='ckpt-000000003.pt is corrupt'):
             assert fresh.load(model=torch.nn.Linear(64, 64)).step == 2
         assert fresh.last_loaded.path.parent == ckpt.mirror.path
+
+# ---------------------------------------------------------------- rotation and damaged files
+def flip_bit(path:Path):
+    data = bytearray(path.read_bytes()); data[len(data) // 2] ^= 1; path.write_bytes(data)
+
+def test_rotation_never_counts_a_damaged_checkpoint(tmp_path):
+    "keep=2: save 1 and 2, damage 2, save 3 -> 1 is kept (not the damaged 2); with 3 then cut short, 1 still loads."
+    ckpt = P.CheckpointManager(tmp_path, keep=2)
+    for s in (1, 2): ckpt.save(s, model=torch.nn.Linear(8, 8))
+    flip_bit(ckpt.local.file_for(2))
+    said = r'ckpt-000000002.pt is damaged \(its checksum is crc32:.*moved to damaged-ckpt-000000002.pt'
+    with pytest.warns(P.CheckpointWarning, match=said):
+        ckpt.save(3, model=torch.nn.Linear(8, 8))
+    ckpt.wait()
+    assert ckpt.local.file_for(1).exists() and (tmp_path/'damaged-ckpt-000000002.pt').exists()
+    assert [c.step for c in ckpt.local.checkpoints()] == [3, 1]
+    damage(ckpt.local.file_for(3), 'truncate to half')
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', P.CheckpointWarning)
+        assert P.CheckpointManager(tmp_path, keep=2).load(model=torch.nn.Linear(8, 8)).step == 1
+
+@pytest.mark.parametrize('how', ['truncate by one byte', 'flip one bit', 'zero a 4 KiB block', 'same size, random bytes',
+                                 'empty file'])
+def test_rotation_keeps_the_newest_that_verifies_and_sets_damage_aside(tmp_path, how):
+    "keep=1: the newest good checkpoint survives any damage to the others; damaged files are renamed, never deleted."
+    ckpt = P.CheckpointManager(tmp_path, keep=3)
+    for s in (1, 2, 3): ckpt.save(s, model=torch.nn.Linear(8, 8))
+    for s in (2, 3): damage(ckpt.local.file_for(s), how)
+    damaged_bytes = {s: ckpt.local.file_for(s).read_bytes() for s in (2, 3)}
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', P.CheckpointWarning)
+        ckpt.save(4, model=torch.nn.Linear(8, 8)); ckpt.wait()
+        assert [c.step for c in ckpt.local.checkpoints()] == [4, 1]
+        assert ckpt.load(model=torch.nn.Linear(8, 8), checkpoint=ckpt.local.file_for(1)).step == 1
+    for s in (2, 3): assert (tmp_path/f'damaged-ckpt-00000000{s}.pt').read_bytes() == damaged_bytes[s]
+
+def test_manifest_lists_only_verified_after_rotation(tmp_path):
+    "Saving past keep with a good history rotates as before: newest keep files, no damaged-* files."
+    ckpt = P.CheckpointManager(tmp_path, keep=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', P.CheckpointWarning)
+        for s in range(1, 6): ckpt.save(s, model=torch.nn.Linear(8, 8))
+    ckpt.wait()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['ckpt-000000004.pt', 'ckpt-000000005.pt', 'manifest.json']
+
+# ---------------------------------------------------------------- run_resumable's default schedule
+def test_run_resumable_without_schedule_bounds_the_loss(tmp_path):
+    "No every_steps / steps_per_epoch / every_minutes: a crash at step 7 of 10 (3 min a step) resumes from step 4, not 0."
+    now, model = [0.0], torch.nn.Linear(2, 2)
+    class Crash(Exception): pass
+    def step(s):
+        if s == 7: raise Crash()
+        now[0] += 180
+    with pytest.raises(Crash):
+        P.run_resumable(step, P.CheckpointManager(tmp_path), 10, model=model, clock=lambda: now[0])
+    assert [c.step for c in P.CheckpointDir(tmp_path).checkpoints()] == [4, 0]
+    assert P.DEFAULT_EVERY_MINUTES == 10
+
+def test_run_resumable_saves_before_the_session_cut(tmp_path):
+    "With only a SessionClock, the run saves before the cut and stops there."
+    now = [0.0]
+    def step(s): now[0] += 600
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', P.SessionEnding)
+        rep = P.run_resumable(step, P.CheckpointManager(tmp_path, keep=100), 1000, model=torch.nn.Linear(2, 2),
+                              session=P.SessionClock(idle_min=None, clock=lambda: now[0]), every_minutes=math.inf,
+                              clock=lambda: now[0])
+    # 10 min a step: step 72 is the first within 5 min of the 12 h cut
+    assert rep.reason == 'session limit' and P.CheckpointDir(tmp_path).latest().step == rep.stop == 72
+
+# ---------------------------------------------------------------- bad input
+@pytest.mark.parametrize('call, match', [
+    (lambda d: P.run_resumable(lambda s: None, P.CheckpointManager(d), -3), 'steps must be an int >= 0, got -3'),
+    (lambda d: P.run_resumable(lambda s: None, P.CheckpointManager(d), 5, every_steps=-2),
+     'every_steps must be an int >= 1 or None, got -2'),
+    (lambda d: P.run_resumable(lambda s: None, P.CheckpointManager(d), 5, steps_per_epoch=0),
+     'steps_per_epoch must be an int >= 1 or None, got 0'),
+    (lambda d: P.run_resumable(lambda s: None, P.CheckpointManager(d), 5, every_minutes=-1),
+     'every_minutes must be a number > 0 or None, got -1'),
+    (lambda d: P.run_resumable(None, P.CheckpointManager(d), 5), 'step_fn must be a function, got None'),
+    (lambda d: P.CheckpointManager(d).save('5'), "step must be an int >= 0, got '5' (str)"),
+    (lambda d: P.CheckpointManager(d).save(1.0), 'step must be an int >= 0, got 1.0 (float)'),
+    (lambda d: P.CheckpointManager(d).save_async(-1), 'step must be an int >= 0, got -1'),
+    (lambda d: P.CheckpointManager(d, keep=0), 'keep must be an int >= 1, got 0'),
+    (lambda d: P.CheckpointManager(d, checksum='crc64'), "Unknown checksum 'crc64'"),
+    (lambda d: P.CheckpointManager(name='a/b'), "name must be a folder name (no slashes), such as \"run\", got 'a/b'"),
+    (lambda d: P.SessionClock(session_h=0), 'session_h must be a number > 0, got 0'),
+    (lambda d: P.SessionClock(warn_min=30), 'warn_min must be a tuple of minutes such as (60, 30, 10), got 30'),
+    (lambda d: P.run_with_restarts('python x.py'), 'cmd must be a list such as'),
+    (lambda d: P.run_with_restarts([sys.executable], max_restarts=-1), 'max_restarts must be an int >= 0, got -1'),
+])
+def test_bad_arguments_are_named(tmp_path, call, match):
+    with pytest.raises((TypeError, ValueError, P.CheckpointError)) as e: call(tmp_path)
+    assert match in str(e.value), str(e.value)
+    assert not any(tmp_path.iterdir())  # nothing written
+
+def test_load_names_a_missing_file_and_a_plain_torch_save_file(tmp_path):
+    ckpt = P.CheckpointManager(tmp_path/'ck')
+    with pytest.raises(P.NoCheckpoint, match='no such file'): ckpt.load(checkpoint=tmp_path/'nope.pt')
+    torch.save({'w': torch.zeros(3)}, tmp_path/'plain.pt')
+    said = r'not a colab_t4_nb checkpoint .*written by torch.save\? load it with torch.load'
+    with pytest.raises(P.CheckpointCorrupt, match=said):
+        ckpt.load(checkpoint=tmp_path/'plain.pt')
+    (tmp_path/'junk.pt').write_bytes(os.urandom(1000))
+    with pytest.raises(P.CheckpointCorrupt, match=r'no valid trailer: truncated or damaged'):
+        ckpt.load(checkpoint=tmp_path/'junk.pt')
+
+def test_write_into_a_folder_that_takes_no_files_names_the_target(tmp_path):
+    if not Path('/proc').is_dir(): pytest.skip('needs /proc')
+    with pytest.raises(P.CheckpointWriteError) as e: P.write_checkpoint('/proc/x.pt', {'a': 1})
+    msg = str(e.value)
+    assert 'Could not write the checkpoint /proc/x.pt' in msg and 'the folder /proc is not writable' in msg, msg
+    assert '.tmp' not in msg, msg  # no hidden temporary file named
+    with pytest.raises(P.CheckpointWriteError, match=f'the folder {tmp_path}/no does not exist'):
+        P.write_checkpoint(tmp_path/'no'/'x.pt', {'a': 1})
+    with pytest.raises(P.CheckpointWriteError) as e: P.CheckpointManager('/proc').save(1, model=torch.nn.Linear(2, 2))
+    assert str(e.value).count('Could not write') == 1 and 'ckpt-000000001.pt' in str(e.value), str(e.value)
+    with pytest.raises(P.CheckpointWriteError, match='the folder /proc/x cannot be created there: choose another'):
+        P.CheckpointManager('/proc/x').save(1, model=torch.nn.Linear(2, 2))
+
+def test_write_error_messages_carry_their_cause():
+    e = P.write_error(OSError(errno.ELOOP, 'Too many levels of symbolic links', '/d/x'), Path('/d'))
+    assert 'see the error above' not in str(e) and 'ELOOP on /d/x' in str(e), str(e)
+
+def test_drive_checkpoints_outside_colab_says_where_once(tmp_path, monkeypatch, capsys):
+    for k in ('COLAB_RELEASE_TAG', 'COLAB_GPU'): monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv('COLAB_T4_HOME', str(tmp_path))
+    P.drive_checkpoints('where'); P.drive_checkpoints('where')
+    out = capsys.readouterr().out
+    assert out == f'Not in Colab: no Google Drive here; checkpoints go to {tmp_path}/checkpoints/where only.\n', out

@@ -4,7 +4,7 @@
 
 # %% ../nbs/00b_testing.ipynb #b045ea58
 from __future__ import annotations
-import copy, json, os, stat, sys, tempfile, types
+import copy, json, os, random, stat, sys, tempfile, time, types
 from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
@@ -13,7 +13,7 @@ import pynvml
 
 # %% auto #0
 __all__ = ['H200_NVML_JSON', 'h200_reading', 't4_reading', 'FakeNVML', 'fake_nvml', 'missing_nvml', 'fake_smi', 'FakeColab',
-           'fake_colab']
+           'fake_colab', 'patched', 'failing', 'wait_for', 'small_run', 'train_step']
 
 # %% ../nbs/00b_testing.ipynb #fde35885
 def h200_reading()->dict:
@@ -209,3 +209,62 @@ def fake_colab(unassign_status:int=200, # HTTP status the runtime service answer
             else: sys.modules[k] = v
         if had_attr: google.colab = old_attr
         elif hasattr(google, 'colab'): del google.colab
+
+# %% ../nbs/00b_testing.ipynb #7035a8bf
+@contextmanager
+def patched(obj, # a module, class or object
+            name:str, # the attribute to replace
+            fn, # called as `fn(original, *args, **kwargs)` in its place
+           ):
+    "Inside the block, `obj.name(...)` calls `fn(original, ...)`; the original is back afterwards."
+    orig = getattr(obj, name)
+    setattr(obj, name, lambda *a, **k: fn(orig, *a, **k))
+    try: yield
+    finally: setattr(obj, name, orig)
+
+# %% ../nbs/00b_testing.ipynb #6683e630
+def failing(obj, # a module, class or object
+            name:str, # the attribute to break
+            exc:BaseException, # what it raises
+            after:int=0, # calls that still succeed first
+           ):
+    "Inside the block, `obj.name` raises `exc` once it has been called `after` times."
+    calls = [0]
+    def fn(orig, *a, **k):
+        calls[0] += 1
+        if calls[0] > after: raise exc
+        return orig(*a, **k)
+    return patched(obj, name, fn)
+
+# %% ../nbs/00b_testing.ipynb #c0f03e41
+def wait_for(cond, # called with no arguments until it returns something true
+             timeout:float=10.0, # seconds before giving up
+             every:float=0.01, # seconds between calls
+            ):
+    "Poll `cond` until it is true or `timeout` seconds have passed; return its last value."
+    t = time.monotonic()
+    while not (v := cond()) and time.monotonic() - t < timeout: time.sleep(every)
+    return v
+
+# %% ../nbs/00b_testing.ipynb #5b5bbc14
+def small_run(seed:int=0):
+    "A small model with dropout, Adam, a StepLR schedule and a GradScaler (on the CPU); all generators seeded."
+    import numpy as np, torch
+    from torch import nn
+    torch.manual_seed(seed); random.seed(seed); np.random.seed(seed)
+    model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Dropout(0.3), nn.Linear(32, 1))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    return dict(model=model, optimizer=opt, scheduler=torch.optim.lr_scheduler.StepLR(opt, 3, 0.5),
+                scaler=torch.amp.GradScaler('cpu', init_scale=2.**8, growth_interval=2))
+
+# %% ../nbs/00b_testing.ipynb #3f42b074
+def train_step(o:dict, # what `small_run` returns
+               step:int, # the step's number: it alone decides the data
+              ):
+    "One step whose data depends only on `step`; dropout and a noise term draw from the global generators."
+    import numpy as np, torch
+    g = torch.Generator().manual_seed(1000 + step)
+    x, y = torch.randn(16, 8, generator=g), torch.randn(16, 1, generator=g)
+    loss = torch.nn.functional.mse_loss(o['model'](x) + random.random() * float(np.random.rand()), y)
+    o['optimizer'].zero_grad(); o['scaler'].scale(loss).backward()
+    o['scaler'].step(o['optimizer']); o['scaler'].update(); o['scheduler'].step()

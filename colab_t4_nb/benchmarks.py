@@ -25,18 +25,19 @@ from .memory import NothingFits, cap_memory, find_max_size, free_memory, peak_me
 from .models import UNet, cls_batch, hf_bert, resnet50, seg_batch, seq_cls_loss
 from .timing import benchmark
 
-def _installed(name:str)->bool: return find_spec(name) is not None
-
 # %% auto #0
 __all__ = ['COLUMNS', 'WORKLOADS', 'GUIDE', 'DEFAULT_WORKLOADS', 'BenchError', 'Context', 'context', 'Workload', 'workload',
            'workloads', 'step_flops', 'peak_tflops', 'train_speed', 'size_search', 'train_step_fn', 'memory_limits',
            'longest_sequence', 'attention_speedup', 'embedding_throughput', 'cudnn_benchmark', 'recipe_step', 'recipe',
-           't4_estimate', 't4_estimates', 'check_workloads', 'writable_dir', 'save_suite', 'plot_suite', 'run_suite',
+           't4_estimate', 't4_estimates', 'check_workloads', 'writable_dir', 'plot_suite', 'save_suite', 'run_suite',
            'bench_command']
 
 # %% ../nbs/04_benchmarks.ipynb #691808dd
 class BenchError(ColabT4Error, ValueError):
     "Bad arguments to a benchmark: an unknown workload, one a measurement does not apply to, an unwritable folder."
+
+# %% ../nbs/04_benchmarks.ipynb #b945b66c
+def _installed(name:str)->bool: return find_spec(name) is not None
 
 # %% ../nbs/04_benchmarks.ipynb #1db2abfe
 COLUMNS = ['card', 'torch', 'precision', 'workload', 'metric', 'value', 'unit', 'note']
@@ -71,6 +72,7 @@ def context(device=None, # a torch device; None: the GPU if there is one, else t
     name = torch.cuda.get_device_name(dev)
     return Context(dev, name, spec_for(name, strict=False), False, quick)
 
+# %% ../nbs/04_benchmarks.ipynb #698a10a0
 def _rounds(ctx:Context, repeats:int|None=None, warmup:int|None=None)->tuple:
     "Timed rounds and warm-up calls for `benchmark`: fewer on the CPU and in quick runs."
     r, w = ((10, 3) if ctx.quick else (20, 5)) if ctx.cuda else ((3, 1) if ctx.quick else (5, 1))
@@ -138,6 +140,7 @@ def workload(name:str|Workload # a key of `WORKLOADS`, or a `Workload`
     if name not in WORKLOADS: raise BenchError(f'Unknown workload {name!r}. Known workloads: {", ".join(WORKLOADS)}.')
     return WORKLOADS[name]
 
+# %% ../nbs/04_benchmarks.ipynb #0b87bef0
 def workloads()->pd.DataFrame:
     "The known workloads: what each trains at full size and on the CPU, and whether it can run here."
     rows = [{'name': w.name, 'trains': w.what, 'on the CPU': w.small_what, 'needs': w.needs or '-',
@@ -175,6 +178,7 @@ def peak_tflops(spec:GPUSpec|None, # a spec-table row
 # %% ../nbs/04_benchmarks.ipynb #b883e5f5
 def _amp_name(ctx:Context)->str: return amp_choice(ctx.device).name
 
+# %% ../nbs/04_benchmarks.ipynb #2a7f5525
 def train_speed(wl:str|Workload='unet', # the workload
                 ctx:Context|None=None, # where; None: `context()`
                 batch:int|None=None, # samples per step; None: the workload's
@@ -259,6 +263,7 @@ def _capped(ctx:Context, cap:str|None):
     try: yield f'under the {cap} memory cap ({c.limit / 2**30:.1f} GiB)'
     finally: c.restore()
 
+# %% ../nbs/04_benchmarks.ipynb #72eb6d63
 def _precisions(ctx:Context, precisions=None)->list: return list(precisions or ['fp32', _amp_name(ctx)])
 
 # %% ../nbs/04_benchmarks.ipynb #bdab5ba6
@@ -321,10 +326,12 @@ def longest_sequence(wl:str|Workload='bert', # a text workload
 # %% ../nbs/04_benchmarks.ipynb #72d13db7
 def _explicit_attention(q, k, v): return torch.softmax(q @ k.transpose(-2, -1) * q.shape[-1]**-0.5, -1) @ v
 
+# %% ../nbs/04_benchmarks.ipynb #3b15df84
 def _half_dtypes(ctx:Context)->list:
     if not ctx.cuda: return [_amp_name(ctx)]
     return ['fp16'] + (['bf16'] if amp_choice(ctx.device).name == 'bf16' else [])
 
+# %% ../nbs/04_benchmarks.ipynb #3c20859a
 def attention_speedup(ctx:Context|None=None, # where; None: `context()`
                       batch:int|None=None, seq:int|None=None, # None: BERT-base's 8 x 512 (2 x 64 on the CPU)
                       heads:int|None=None, head_dim:int|None=None, # None: 12 x 64 (2 x 32 on the CPU)
@@ -395,6 +402,7 @@ def cudnn_benchmark(on:bool=True):
 # %% ../nbs/04_benchmarks.ipynb #d37eeebc
 def _has_conv(model:nn.Module)->bool: return any(isinstance(m, nn.Conv2d) for m in model.modules())
 
+# %% ../nbs/04_benchmarks.ipynb #e4b8d912
 def recipe_step(model:nn.Module, # on its device; converted to channels-last in place for image models
                 loss_fn:Callable, # loss(output, target)
                 lr:float=1e-4, # AdamW's learning rate
@@ -426,6 +434,7 @@ def _matmul_call(ctx:Context, dtype:str, n:int)->Callable:
     a, b = (torch.randn(n, n, generator=g).to(ctx.device, parse_dtype(dtype)) for _ in range(2))
     return lambda: a @ b
 
+# %% ../nbs/04_benchmarks.ipynb #00744410
 def _fp32_call(step, batch):
     def run():
         with no_tf32(): step(*batch)
@@ -509,6 +518,7 @@ def _t4_peak(p:str)->float|None:
     "A T4's datasheet peak for `p`: fp32, or fp16 for either half precision (a T4 trains AMP in fp16)."
     return _T4.fp32_tflops if p == 'fp32' else _T4.fp16_tflops if p in ('fp16', 'bf16') else None
 
+# %% ../nbs/04_benchmarks.ipynb #9a968e8d
 def t4_estimate(row:dict, # a row of `COLUMNS`
                 spec:GPUSpec, # the card it was measured on
                )->tuple:
@@ -560,6 +570,7 @@ def check_workloads(names:list|str|None, # workload names; None: the defaults
                          f'Known workloads: {", ".join(WORKLOADS)}.')
     return list(dict.fromkeys(names))
 
+# %% ../nbs/04_benchmarks.ipynb #c80370e6
 def writable_dir(out:str|Path # the folder for results; created if missing
                 )->Path:
     "`out` as a folder that exists and can be written to; `BenchError` saying why not otherwise."
@@ -598,16 +609,6 @@ def _free_path(folder:Path, stem:str, ext:str)->Path:
     p, i = folder/f'{stem}.{ext}', 2
     while p.exists(): p, i = folder/f'{stem}-{i}.{ext}', i + 1
     return p
-
-def save_suite(df:pd.DataFrame, # `run_suite`'s table
-               out:str|Path, # folder; created if missing
-              )->dict:
-    "Write `df` as CSV and its comparison with the guide as PNG into `out`, never over an existing file; the paths."
-    folder = writable_dir(out)
-    csv, png = _free_path(folder, 'bench', 'csv'), _free_path(folder, 'bench', 'png')
-    df.to_csv(csv, index=False)
-    plot_suite(df).savefig(png, dpi=110)
-    return {'csv': csv, 'png': png}
 
 # %% ../nbs/04_benchmarks.ipynb #97cfae8f
 _PANELS = [('unet', 'iterations/s'), ('unet', 'largest batch'), ('unet', 'peak memory'),
@@ -650,6 +651,17 @@ def plot_suite(df:pd.DataFrame # `run_suite`'s table
     fig.suptitle(f"{card} (torch {torch.__version__}){small}; grey: the guide's published figures (third-party claim)",
                  fontsize=10)
     return fig
+
+# %% ../nbs/04_benchmarks.ipynb #6d59c73b
+def save_suite(df:pd.DataFrame, # `run_suite`'s table
+               out:str|Path, # folder; created if missing
+              )->dict:
+    "Write `df` as CSV and its comparison with the guide as PNG into `out`, never over an existing file; the paths."
+    folder = writable_dir(out)
+    csv, png = _free_path(folder, 'bench', 'csv'), _free_path(folder, 'bench', 'png')
+    df.to_csv(csv, index=False)
+    plot_suite(df).savefig(png, dpi=110)
+    return {'csv': csv, 'png': png}
 
 # %% ../nbs/04_benchmarks.ipynb #d645848b
 def _guarded(call:Callable, ctx:Context, label:str)->pd.DataFrame:

@@ -94,6 +94,7 @@ def _here()->tuple:
     cc = g.cc or (g.spec.cc if g.spec else None)
     return cc, (g.spec.sms if g.spec else None), g.name
 
+# %% ../nbs/03_kernels.ipynb #e4cd27f7
 def _resolve(card)->tuple:
     "(Arch, SM count or None, label) for `card`."
     if card is None: cc, sms, label = _here(); return arch(cc), sms, label
@@ -127,22 +128,26 @@ class Occupancy:
         return None if self.sms is None else self.blocks * self.sms
 
     def as_dict(self)->dict:
-        return {'card': self.card, 'block': self.block, 'regs': self.regs, 'smem': self.smem, 'blocks/SM': self.blocks,
-                'warps/SM': self.warps, 'occupancy': round(self.occupancy, 4), 'limited by': ', '.join(self.limiter)}
+        return {'card': self.card, 'block': self.block, 'regs': self.regs, 'smem': self.smem,
+                'blocks/SM': self.blocks, 'warps/SM': self.warps, 'occupancy': round(self.occupancy, 4),
+                'limited by': ', '.join(self.limiter)}
 
     def _repr_markdown_(self):
         lim = ', '.join(f'{k} {"∞" if v == math.inf else v}' for k, v in self.limits.items())
-        return (f'**{self.occupancy:.0%} occupancy** on {self.card} (cc {self.cc[0]}.{self.cc[1]}): {self.blocks} blocks of '
-                f'{self.block} threads per SM, {self.warps} warps; limited by {", ".join(self.limiter)}. '
+        return (f'**{self.occupancy:.0%} occupancy** on {self.card} (cc {self.cc[0]}.{self.cc[1]}): '
+                f'{self.blocks} blocks of {self.block} threads per SM, {self.warps} warps; '
+                f'limited by {", ".join(self.limiter)}. '
                 f'Blocks per SM allowed by each resource: {lim}.')
 
 # %% ../nbs/03_kernels.ipynb #d8c4d773
 def _up(x:int, unit:int)->int: return -(-x // unit) * unit
 
+# %% ../nbs/03_kernels.ipynb #aca83929
 def _smem_config(a:Arch, size:int)->int|None:
     "The smallest shared-memory configuration of `a` that holds `size` bytes (None if none does)."
     return next((c * _K for c in a.carveouts if c * _K >= size), None)
 
+# %% ../nbs/03_kernels.ipynb #e2c00b43
 def _check(block, regs, smem, a:Arch):
     if isinstance(block, bool) or not isinstance(block, int) or block <= 0:
         raise KernelError(f'block must be a positive multiple of {a.warp} threads, got {block!r}.')
@@ -158,8 +163,8 @@ def _check(block, regs, smem, a:Arch):
     if not isinstance(smem, int) or smem < 0:
         raise KernelError(f'smem={smem!r}: shared memory per block must be a number of bytes >= 0.')
     if smem > a.smem_per_block:
-        raise KernelError(f'smem={smem} bytes is more than the {a.smem_per_block} bytes ({a.smem_per_block // _K} KB) a block '
-                          f'can use on compute capability {a.name}.')
+        raise KernelError(f'smem={smem} bytes is more than the {a.smem_per_block} bytes ({a.smem_per_block // _K} KB) '
+                          f'a block can use on compute capability {a.name}.')
 
 # %% ../nbs/03_kernels.ipynb #7cc9f65e
 def _regs_limit(a:Arch, warps:int, regs:int, sub:int)->tuple:
@@ -169,6 +174,7 @@ def _regs_limit(a:Arch, warps:int, regs:int, sub:int)->tuple:
     if per_warp == 0: return math.inf, 0
     return (a.regs_per_sm // sub // per_warp) * sub // warps, per_warp * warps
 
+# %% ../nbs/03_kernels.ipynb #90f9dfb7
 def _smem_limit(a:Arch, smem:int, carveout:int|None)->tuple:
     "(blocks per SM the shared memory allows, bytes allocated per block)."
     alloc = _up(smem + a.smem_reserved, a.smem_unit)
@@ -188,7 +194,8 @@ def occupancy(block:int, # threads per block, a multiple of 32
              )->Occupancy:
     "Resident blocks and warps per SM, the occupancy and the limiting resource for one launch configuration."
     a, sms, label = _resolve(card)
-    block, regs, smem = (int(v) if isinstance(v, numbers.Integral) and not isinstance(v, bool) else v for v in (block, regs, smem))
+    block, regs, smem = (int(v) if isinstance(v, numbers.Integral) and not isinstance(v, bool) else v
+                         for v in (block, regs, smem))
     _check(block, regs, smem, a)
     if carveout is not None and (not a.carveouts or not 0 <= carveout <= 100):
         raise KernelError(f'carveout={carveout!r}: a percentage 0-100, and only Volta (7.0) and newer have one; '
@@ -200,14 +207,14 @@ def occupancy(block:int, # threads per block, a multiple of 32
     limits = {'warps': a.max_warps // warps, 'blocks': a.max_blocks, 'registers': lim_regs, 'shared memory': lim_smem}
     if a.cc >= (9, 0) and barriers > 0: limits['barriers'] = 2 * a.max_blocks // barriers
     n = int(min(limits.values()))
-    return Occupancy(label, a.cc, block, regs, smem, regs_alloc, smem_alloc, limits, n, n * warps, n * warps / a.max_warps,
-                     [k for k, v in limits.items() if v == n], sms)
+    return Occupancy(label, a.cc, block, regs, smem, regs_alloc, smem_alloc, limits, n, n * warps,
+                     n * warps / a.max_warps, [k for k, v in limits.items() if v == n], sms)
 
 # %% ../nbs/03_kernels.ipynb #8061fa1c
 def best_block_size(regs:int=0, # registers per thread
                     smem:int|Callable=0, # shared memory per block, bytes, or a function of the block size
                     card=None, # compute capability or card; None: the GPU here
-                    max_block:int=1024, # the kernel's own limit (`cudaFuncAttributes.maxThreadsPerBlock`), rounded down to a warp
+                    max_block:int=1024, # the kernel's limit (`cudaFuncAttributes.maxThreadsPerBlock`), down to a warp
                     carveout:int|None=None, # see `occupancy`
                    )->Occupancy:
     "The block size with the most resident threads per SM, as `cudaOccupancyMaxPotentialBlockSize` chooses it."
@@ -224,6 +231,7 @@ def best_block_size(regs:int=0, # registers per thread
         raise KernelError(f'No block size runs with regs={regs} and this shared memory on {a.name}: lower them.')
     return best
 
+# %% ../nbs/03_kernels.ipynb #8f499ca4
 def candidates(regs:int=0, smem:int|Callable=0, card=None, max_block:int=1024, carveout:int|None=None)->list[int]:
     "Power-of-two block sizes (32-1024) that reach the best occupancy for these resources."
     best = best_block_size(regs, smem, card, max_block, carveout)
@@ -245,6 +253,7 @@ class LaunchConfig:
     occupancy:Occupancy
     def __iter__(self): return iter((self.grid, self.block))
 
+# %% ../nbs/03_kernels.ipynb #eafa7c6b
 def launch_config(n:int, # elements to process
                   card=None, # compute capability or card; None: the GPU here
                   regs:int=0, # registers per thread of the kernel
@@ -253,14 +262,17 @@ def launch_config(n:int, # elements to process
                   grid_stride:bool=False, # the kernel loops over the data: cap the grid at one full wave
                  )->LaunchConfig:
     "Grid and block size for `n` elements from the occupancy calculator, instead of `threads = min(n, 1024)`."
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1: raise KernelError(f'n must be a positive number of elements, got {n!r}.')
-    if not isinstance(per_thread, int) or per_thread < 1: raise KernelError(f'per_thread must be >= 1, got {per_thread!r}.')
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise KernelError(f'n must be a positive number of elements, got {n!r}.')
+    if not isinstance(per_thread, int) or per_thread < 1:
+        raise KernelError(f'per_thread must be >= 1, got {per_thread!r}.')
     a, sms, _ = _resolve(card)
     sm = (lambda b: smem(b)) if callable(smem) else (lambda b: smem)
     cands = [b for b in candidates(regs, smem, card) if b >= 64] or [best_block_size(regs, smem, card).block]
     block = min(cands, key=lambda b: abs(math.log2(b / 256)))
     threads = -(-n // per_thread)
-    while sms and -(-threads // block) < sms and any(c < block for c in cands): block = max(c for c in cands if c < block)
+    while sms and -(-threads // block) < sms and any(c < block for c in cands):
+        block = max(c for c in cands if c < block)
     occ = occupancy(block, regs, sm(block), card)
     grid = -(-threads // block)
     if grid_stride and sms: grid = min(grid, occ.blocks * sms)
@@ -302,7 +314,8 @@ def bias_gelu_kernel(x_ptr, b_ptr, y_ptr, cols, BLOCK: tl.constexpr):
 def triton_kernels():
     "The module of this page's Triton kernels, written to the temporary folder and imported on first use."
     if importlib.util.find_spec('triton') is None:
-        raise KernelError('Triton is not installed: it comes with the CUDA builds of PyTorch (pip install torch) and with Colab.')
+        raise KernelError('Triton is not installed: it comes with the CUDA builds of PyTorch (pip install torch) '
+                          'and with Colab.')
     d = Path(tempfile.gettempdir())/f"colab_t4_nb_kernels_{os.getuid() if hasattr(os, 'getuid') else 'user'}"
     d.mkdir(parents=True, exist_ok=True)
     f = d/f'kernels_{hashlib.sha1(_TRITON_SRC.encode()).hexdigest()[:12]}.py'
@@ -334,13 +347,16 @@ def bias_gelu(x, # a contiguous CUDA tensor, e.g. the output of a linear layer w
     "gelu(x + bias) (tanh form) in one pass over `x` with Triton; returns (output, compiled kernel)."
     k = triton_kernels()
     if not x.is_cuda or not x.is_contiguous(): raise KernelError('x must be a contiguous CUDA tensor.')
-    if tuple(bias.shape) != (x.shape[-1],): raise KernelError(f'bias must have shape ({x.shape[-1]},), got {tuple(bias.shape)}.')
-    if block < 1 or block & (block - 1): raise KernelError(f'block={block} must be a power of two (Triton aranges need one).')
+    if tuple(bias.shape) != (x.shape[-1],):
+        raise KernelError(f'bias must have shape ({x.shape[-1]},), got {tuple(bias.shape)}.')
+    if block < 1 or block & (block - 1):
+        raise KernelError(f'block={block} must be a power of two (Triton aranges need one).')
     y = x.new_empty(x.shape) if out is None else out
     cols = x.shape[-1]
     ck = k.bias_gelu_kernel[(x.numel() // cols, -(-cols // block))](x, bias, y, cols, BLOCK=block, num_warps=num_warps)
     return y, ck
 
+# %% ../nbs/03_kernels.ipynb #27ac1f59
 def kernel_resources(ck)->tuple:
     "(registers per thread, shared memory bytes) of a Triton compiled kernel."
     regs = getattr(ck, 'n_regs', None)
@@ -355,26 +371,33 @@ def _libcuda():
         except OSError: continue
     raise KernelError('The CUDA driver library (libcuda) is not here: there is no NVIDIA driver on this machine.')
 
+# %% ../nbs/03_kernels.ipynb #14e1e4ee
 def _cu(rc:int, what:str):
     if rc: raise KernelError(f'{what} failed with CUDA driver error {rc}.')
 
+# %% ../nbs/03_kernels.ipynb #af37abba
 def driver_blocks(func:int, # a CUfunction handle of a loaded kernel
                   block:int, # threads per block
                   dynamic_smem:int=0, # dynamic shared memory per block, bytes
                  )->int:
     "Resident blocks per SM by the driver's `cuOccupancyMaxActiveBlocksPerMultiprocessor`."
     n = ctypes.c_int()
-    _cu(_libcuda().cuOccupancyMaxActiveBlocksPerMultiprocessor(ctypes.byref(n), ctypes.c_void_p(int(func)), ctypes.c_int(block),
-                                                                ctypes.c_size_t(dynamic_smem)), 'cuOccupancyMaxActiveBlocksPerMultiprocessor')
+    _cu(_libcuda().cuOccupancyMaxActiveBlocksPerMultiprocessor(
+            ctypes.byref(n), ctypes.c_void_p(int(func)), ctypes.c_int(block), ctypes.c_size_t(dynamic_smem)),
+        'cuOccupancyMaxActiveBlocksPerMultiprocessor')
     return n.value
 
+# %% ../nbs/03_kernels.ipynb #a8f98fb7
 def driver_best_block(func:int, dynamic_smem:int=0)->int:
     "The block size the driver's `cuOccupancyMaxPotentialBlockSize` picks for a loaded kernel."
     g, b = ctypes.c_int(), ctypes.c_int()
-    _cu(_libcuda().cuOccupancyMaxPotentialBlockSize(ctypes.byref(g), ctypes.byref(b), ctypes.c_void_p(int(func)), None,
-                                                     ctypes.c_size_t(dynamic_smem), ctypes.c_int(0)), 'cuOccupancyMaxPotentialBlockSize')
+    _cu(_libcuda().cuOccupancyMaxPotentialBlockSize(
+            ctypes.byref(g), ctypes.byref(b), ctypes.c_void_p(int(func)), None, ctypes.c_size_t(dynamic_smem),
+            ctypes.c_int(0)),
+        'cuOccupancyMaxPotentialBlockSize')
     return b.value
 
+# %% ../nbs/03_kernels.ipynb #2a4fd9fc
 _ATTRS = {'max_threads': 0, 'static_smem': 1, 'regs': 4}
 
 def kernel_attributes(func:int)->dict:
@@ -382,19 +405,21 @@ def kernel_attributes(func:int)->dict:
     out = {}
     for k, code in _ATTRS.items():
         v = ctypes.c_int()
-        _cu(_libcuda().cuFuncGetAttribute(ctypes.byref(v), ctypes.c_int(code), ctypes.c_void_p(int(func))), 'cuFuncGetAttribute')
+        _cu(_libcuda().cuFuncGetAttribute(ctypes.byref(v), ctypes.c_int(code), ctypes.c_void_p(int(func))),
+            'cuFuncGetAttribute')
         out[k] = v.value
     return out
 
 # %% ../nbs/03_kernels.ipynb #e80bf0c2
 def _gbs(nbytes:int, ms:float)->float: return nbytes / ms / 1e6
 
+# %% ../nbs/03_kernels.ipynb #87217fa9
 def tune_bias_gelu(x, bias, # as for `bias_gelu`
                    elems:tuple=(4, 8, 16), # elements per thread to try with each warp count
                    repeats:int=30, # interleaved timed rounds
                    card=None, # default: the GPU here
                   )->pd.DataFrame:
-    "Time `bias_gelu` over the calculator's candidate launches beside a copy, the `min(n, 1024)` launch and PyTorch's ops."
+    "Time `bias_gelu`'s candidate launches beside a copy, the `min(n, 1024)` launch and PyTorch's ops."
     import torch
     y = torch.empty_like(x)
     cols_p2 = 1 << (x.shape[-1] - 1).bit_length()
@@ -404,8 +429,8 @@ def tune_bias_gelu(x, bias, # as for `bias_gelu`
         for blk in sorted({32 * w * e for e in elems if 32 * w * e <= cols_p2}):
             regs, smem = kernel_resources(ck := bias_gelu(x, bias, blk, w, out=y)[1])
             occ = occupancy(32 * w, regs, smem, card)
-            info[f'triton {blk}/{w}w'] = dict(block_elems=blk, num_warps=w, regs=regs, smem=smem, occupancy=occ.occupancy,
-                                              blocks_per_sm=occ.blocks, func=ck.function)
+            info[f'triton {blk}/{w}w'] = dict(block_elems=blk, num_warps=w, regs=regs, smem=smem,
+                                              occupancy=occ.occupancy, blocks_per_sm=occ.blocks, func=ck.function)
             configs[f'triton {blk}/{w}w'] = (blk, w)
     best_occ = max(v['occupancy'] for v in info.values())
     configs = {k: v for k, v in configs.items() if info[k]['occupancy'] >= best_occ}
@@ -421,7 +446,8 @@ def tune_bias_gelu(x, bias, # as for `bias_gelu`
     df = t.df[['median_ms', 'p25_ms', 'p75_ms']].copy()
     df['GB/s'] = [_gbs(nbytes, ms) for ms in df.median_ms]
     df['of copy'] = df['GB/s'] / df.loc['copy (device to device)', 'GB/s']
-    for c in ('block_elems', 'num_warps', 'regs', 'smem', 'occupancy', 'func'): df[c] = [info.get(k, {}).get(c) for k in df.index]
+    for c in ('block_elems', 'num_warps', 'regs', 'smem', 'occupancy', 'func'):
+        df[c] = [info.get(k, {}).get(c) for k in df.index]
     return df
 
 # %% ../nbs/03_kernels.ipynb #d56fb350
@@ -429,9 +455,10 @@ TORCH_CUDA_BUILDS = ('11.8', '12.1', '12.4', '12.6', '12.8', '12.9', '13.0')
 
 def _ver(v:str|None)->tuple|None: return None if not v else tuple(int(p) for p in str(v).split('.')[:2])
 
+# %% ../nbs/03_kernels.ipynb #17389303
 def torch_build_for(driver_cuda:str # the highest CUDA version the driver supports, e.g. '12.0'
                    )->str|None:
-    "The PyTorch CUDA build (e.g. '12.6') to install for a driver: newest of its major version not above it, else the oldest of that major."
+    "The PyTorch CUDA build (e.g. '12.6') for a driver: its major's newest not above it, else that major's oldest."
     d = _ver(driver_cuda)
     same = [b for b in TORCH_CUDA_BUILDS if _ver(b)[0] == d[0]]
     return max((b for b in same if _ver(b) <= d), key=_ver, default=None) or min(same, key=_ver, default=None) \
@@ -455,8 +482,10 @@ class CudaCompat:
     def ok(self)->bool: return self.status in ('ok', 'minor-version compatibility')
 
     def __str__(self):
-        t = 'not installed' if self.torch_version is None else f"{self.torch_version} ({'CUDA ' + self.torch_cuda if self.torch_cuda else 'CPU build'})"
-        d = 'none found' if self.driver_cuda is None else f'{self.driver} (CUDA up to {self.driver_cuda}, from {self.source})'
+        build = 'CUDA ' + self.torch_cuda if self.torch_cuda else 'CPU build'
+        t = 'not installed' if self.torch_version is None else f'{self.torch_version} ({build})'
+        d = ('none found' if self.driver_cuda is None
+             else f'{self.driver} (CUDA up to {self.driver_cuda}, from {self.source})')
         return f'PyTorch: {t}\nNVIDIA driver: {d}\nVerdict: {self.status}. {self.advice}'
 
     def _repr_markdown_(self): return '\n\n'.join(f'- {l}' for l in str(self).splitlines())
@@ -482,7 +511,7 @@ def _driver_cuda(nvml, smi)->tuple:
     return None, None, ''
 
 # %% ../nbs/03_kernels.ipynb #322f956f
-def cuda_compat(torch_cuda:str|None='auto', # PyTorch's CUDA version; 'auto': `torch.version.cuda` of the installed torch
+def cuda_compat(torch_cuda:str|None='auto', # PyTorch's CUDA version; 'auto': the installed `torch.version.cuda`
                 torch_version:str|None='auto', # 'auto': `torch.__version__`; None: torch is not installed
                 nvml=None, # the `pynvml` module or a stand-in; default `import pynvml`
                 smi:str|None='auto', # `nvidia-smi` output to read when NVML fails; 'auto': run it; None: don't
@@ -503,18 +532,21 @@ def cuda_compat(torch_cuda:str|None='auto', # PyTorch's CUDA version; 'auto': `t
     elif dc is None:
         status = 'no driver'
         advice = ('No NVIDIA driver answers here (NVML and nvidia-smi), so no GPU can be used. In Colab: Runtime > '
-                  'Change runtime type > T4 GPU.' + (f' This PyTorch is built for CUDA {torch_cuda}.' if torch_cuda else ''))
-    elif torch_cuda is None: status, advice = 'cpu build', f'This PyTorch is a CPU-only build and cannot use the GPU. {fix}'
+                  'Change runtime type > T4 GPU.'
+                  + (f' This PyTorch is built for CUDA {torch_cuda}.' if torch_cuda else ''))
+    elif torch_cuda is None:
+        status, advice = 'cpu build', f'This PyTorch is a CPU-only build and cannot use the GPU. {fix}'
     elif _ver(torch_cuda) <= _ver(dc): status, advice = 'ok', 'Nothing to do.'
     elif _ver(torch_cuda)[0] == _ver(dc)[0]:
         status = 'minor-version compatibility'
-        advice = (f'CUDA {torch_cuda} runs on a driver for {dc} through minor-version compatibility; a feature that needs the '
-                  f"newer driver fails with 'the provided PTX was compiled with an unsupported toolchain' or 'operation not "
-                  f"supported'. If you meet one: {_WHL.format(build.replace('.', ''))}")
+        advice = (f'CUDA {torch_cuda} runs on a driver for {dc} through minor-version compatibility; a feature that '
+                  "needs the newer driver fails with 'the provided PTX was compiled with an unsupported toolchain' or "
+                  f"'operation not supported'. If you meet one: {_WHL.format(build.replace('.', ''))}")
     else:
         status = 'driver too old'
         advice = (f'PyTorch is built for CUDA {torch_cuda}, but this driver runs CUDA up to {dc}: CUDA will fail with '
-                  f"'The NVIDIA driver on your system is too old'. {fix} (or update the driver where you can; in Colab you cannot).")
+                  f"'The NVIDIA driver on your system is too old'. {fix} "
+                  "(or update the driver where you can; in Colab you cannot).")
     return CudaCompat(torch_version, torch_cuda, drv, dc, status, advice, src)
 
 # %% ../nbs/03_kernels.ipynb #84a88380
@@ -523,11 +555,14 @@ def _reason_bits(nvml)->dict:
     for prefix in ('nvmlClocksEventReason', 'nvmlClocksThrottleReason'):
         for k in sorted(dir(nvml)):
             v = getattr(nvml, k)
-            if k.startswith(prefix) and isinstance(v, int) and v > 0 and v & (v - 1) == 0: bits.setdefault(v, k[len(prefix):])
+            if k.startswith(prefix) and isinstance(v, int) and v > 0 and v & (v - 1) == 0:
+                bits.setdefault(v, k[len(prefix):])
     return dict(sorted(bits.items()))
 
+# %% ../nbs/03_kernels.ipynb #edcedb7c
 CLOCK_REASONS = _reason_bits(pynvml)
-POWER_REASONS, THERMAL_REASONS = {'SwPowerCap', 'HwPowerBrakeSlowdown'}, {'SwThermalSlowdown', 'HwThermalSlowdown', 'HwSlowdown'}
+POWER_REASONS = {'SwPowerCap', 'HwPowerBrakeSlowdown'}
+THERMAL_REASONS = {'SwThermalSlowdown', 'HwThermalSlowdown', 'HwSlowdown'}
 
 def clock_reasons(mask:int|str|None # NVML's mask, or `nvidia-smi`'s '0x0000000000000004'
                  )->list[str]:
@@ -553,15 +588,17 @@ class ClockState:
     reasons:list
 
     def __str__(self):
-        return (f'GPU {self.gpu} {self.name}: SM {self.sm_mhz:.0f} of {self.sm_max_mhz:.0f} MHz ({self.sm_mhz / self.sm_max_mhz:.0%}), '
-                f'memory {self.mem_mhz:.0f} of {self.mem_max_mhz:.0f} MHz, {self.temp_c:.0f} °C, '
-                f'{self.power_w:.0f} of {self.power_limit_w:.0f} W; clocks held by: {", ".join(self.reasons) or "nothing"}')
+        return (f'GPU {self.gpu} {self.name}: SM {self.sm_mhz:.0f} of {self.sm_max_mhz:.0f} MHz '
+                f'({self.sm_mhz / self.sm_max_mhz:.0%}), memory {self.mem_mhz:.0f} of {self.mem_max_mhz:.0f} MHz, '
+                f'{self.temp_c:.0f} °C, {self.power_w:.0f} of {self.power_limit_w:.0f} W; '
+                f'clocks held by: {", ".join(self.reasons) or "nothing"}')
     def _repr_markdown_(self): return str(self)
 
+# %% ../nbs/03_kernels.ipynb #3cc17c34
 def clock_state(gpu:int=0, # NVML index of the GPU
                 nvml=None, # the `pynvml` module or a stand-in; default `import pynvml`
                )->ClockState|None:
-    "Clocks, temperature, power and clock-event reasons of GPU `gpu` through NVML; None where there is no NVIDIA driver."
+    "Clocks, temperature, power and clock-event reasons of GPU `gpu` through NVML; None without an NVIDIA driver."
     try:
         if nvml is None: import pynvml as nvml
         nvml.nvmlInit()
@@ -573,9 +610,12 @@ def clock_state(gpu:int=0, # NVML index of the GPU
         mx = lambda t: nvml.nvmlDeviceGetMaxClockInfo(h, t)
         try: mask = nvml.nvmlDeviceGetCurrentClocksEventReasons(h)
         except (AttributeError, nvml.NVMLError): mask = nvml.nvmlDeviceGetCurrentClocksThrottleReasons(h)
-        return ClockState(gpu, name.decode() if isinstance(name, bytes) else name, clk(nvml.NVML_CLOCK_SM), mx(nvml.NVML_CLOCK_SM),
-                          clk(nvml.NVML_CLOCK_MEM), mx(nvml.NVML_CLOCK_MEM), nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU),
-                          nvml.nvmlDeviceGetPowerUsage(h) / 1e3, nvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1e3, clock_reasons(mask))
+        return ClockState(gpu, name.decode() if isinstance(name, bytes) else name,
+                          clk(nvml.NVML_CLOCK_SM), mx(nvml.NVML_CLOCK_SM),
+                          clk(nvml.NVML_CLOCK_MEM), mx(nvml.NVML_CLOCK_MEM),
+                          nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU),
+                          nvml.nvmlDeviceGetPowerUsage(h) / 1e3, nvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1e3,
+                          clock_reasons(mask))
     finally: nvml.nvmlShutdown()
 
 # %% ../nbs/03_kernels.ipynb #20ed897a
@@ -596,15 +636,18 @@ class ClockReport:
     def __str__(self):
         lo, med, hi = self.sm_mhz
         of = f' of {self.sm_max_mhz:.0f}' if self.sm_max_mhz else ''
-        why = {'power': f"power-limited: the driver held the clocks down to stay under the {self.power_limit_w:.0f} W limit in "
-                        f"{max(self.shares.get(r, 0) for r in POWER_REASONS):.0%} of the busy samples",
-               'thermal': f"thermal-limited: the clocks were held down for heat in "
-                          f"{max(self.shares.get(r, 0) for r in THERMAL_REASONS):.0%} of the busy samples (up to {self.temp_max_c:.0f} °C)",
-               'idle': f"idle-limited: the GPU was idle in {self.shares['idle']:.0%} of the samples; it waits for the input "
-                       f"pipeline, Python or a synchronisation, and no clock setting helps",
+        power, heat = (max(self.shares.get(r, 0) for r in g) for g in (POWER_REASONS, THERMAL_REASONS))
+        why = {'power': f"power-limited: the driver held the clocks down to stay under the {self.power_limit_w:.0f} W "
+                        f"limit in {power:.0%} of the busy samples",
+               'thermal': f"thermal-limited: the clocks were held down for heat in {heat:.0%} of the busy samples "
+                          f"(up to {self.temp_max_c:.0f} °C)",
+               'idle': f"idle-limited: the GPU was idle in {self.shares['idle']:.0%} of the samples; it waits for the "
+                       f"input pipeline, Python or a synchronisation, and no clock setting helps",
                'not limited': 'not limited: the clocks were not held down for power or heat'}[self.verdict]
-        s = f'{why}. SM clock {lo:.0f}-{hi:.0f}{of} MHz (median {med:.0f}), power {self.power_w:.0f} of {self.power_limit_w:.0f} W.'
-        if self.ms_per_100mhz is not None: s += f' Step time changed by {self.ms_per_100mhz:+.3g} ms per 100 MHz more SM clock.'
+        s = (f'{why}. SM clock {lo:.0f}-{hi:.0f}{of} MHz (median {med:.0f}), '
+             f'power {self.power_w:.0f} of {self.power_limit_w:.0f} W.')
+        if self.ms_per_100mhz is not None:
+            s += f' Step time changed by {self.ms_per_100mhz:+.3g} ms per 100 MHz more SM clock.'
         return s
     def _repr_markdown_(self): return str(self)
 
@@ -613,6 +656,7 @@ def _reasons_col(d:pd.DataFrame)->pd.Series:
     if 'reasons' in d: return d.reasons.fillna('').astype(str)
     return d.throttle.map(lambda m: '|'.join(clock_reasons(m)))
 
+# %% ../nbs/03_kernels.ipynb #2e8d3b9f
 def _step_vs_clock(d:pd.DataFrame, steps)->tuple:
     st = pd.DataFrame(steps, columns=['time', 'ms']) if not isinstance(steps, pd.DataFrame) else steps[['time', 'ms']]
     t = (d.index - pd.Timestamp(0, tz='UTC')).total_seconds() if isinstance(d.index, pd.DatetimeIndex) else d.index
@@ -624,6 +668,7 @@ def _step_vs_clock(d:pd.DataFrame, steps)->tuple:
     slope = float(pd.Series(m.ms.to_numpy()).cov(pd.Series(m.sm.to_numpy())) / m.sm.var()) * 100
     return by, slope
 
+# %% ../nbs/03_kernels.ipynb #a6f87d56
 def clock_report(df:pd.DataFrame, # samples as `GPUMonitor.df` (monitoring page) lays them out
                  steps=None, # step times: a DataFrame or rows of (time in epoch seconds, ms)
                  sm_max_mhz:float|None=None, # the SM clock's maximum (`clock_state().sm_max_mhz`)
@@ -639,12 +684,13 @@ def clock_report(df:pd.DataFrame, # samples as `GPUMonitor.df` (monitoring page)
     shares = {n: float(reasons.map(lambda s: n in s.split('|')).mean()) for n in names} if len(busy) else {}
     shares['idle'] = (len(d) - len(busy)) / len(d)
     power, thermal = (max([shares.get(r, 0.0) for r in g]) for g in (POWER_REASONS, THERMAL_REASONS))
-    verdict = ('idle' if shares['idle'] >= 0.5 else max((power, 'power'), (thermal, 'thermal'))[1] if max(power, thermal) >= 0.2
-               else 'not limited')
+    verdict = ('idle' if shares['idle'] >= 0.5
+               else max((power, 'power'), (thermal, 'thermal'))[1] if max(power, thermal) >= 0.2 else 'not limited')
     b = busy if len(busy) else d
     by, slope = _step_vs_clock(d, steps) if steps is not None else (None, None)
-    return ClockReport(verdict, shares, len(d), tuple(float(f(b.clock_sm_mhz)) for f in (pd.Series.min, pd.Series.median, pd.Series.max)),
-                       sm_max_mhz, float(b.power_w.median()), float(b.power_limit_w.median()), float(d.temp_c.max()), by, slope)
+    sm = tuple(float(f(b.clock_sm_mhz)) for f in (pd.Series.min, pd.Series.median, pd.Series.max))
+    return ClockReport(verdict, shares, len(d), sm, sm_max_mhz, float(b.power_w.median()),
+                       float(b.power_limit_w.median()), float(d.temp_c.max()), by, slope)
 
 # %% ../nbs/03_kernels.ipynb #5a552e71
 def watch_clocks(step:Callable, # one unit of work (a training step), no arguments
@@ -687,7 +733,7 @@ extern "C" __global__ void probe(const float* __restrict__ x, float* __restrict_
 '''
 
 def probe_kernels()->list:
-    "Loaded probe kernels as (label, CUfunction handle): CuPy-compiled where CuPy is here, else Triton's; [] without either."
+    "Loaded probe kernels as (label, CUfunction handle), compiled by CuPy, else by Triton; [] without either."
     if importlib.util.find_spec('cupy') is not None:
         import cupy as cp
         out = []

@@ -20,6 +20,13 @@ __all__ = ['MissingPackage', 'needs_package', 'DoubleConv', 'UNet', 'seg_batch',
 class MissingPackage(ColabT4Error, ImportError):
     "A model needs an optional package that is not installed."
 
+# %% ../nbs/01a_models.ipynb #382979ae
+def _require(name:str, what:str):
+    if find_spec(name) is None:
+        raise MissingPackage(f'{what} needs the optional package {name!r}, which is not installed here: '
+                             f'`pip install {name}` (Colab has it), or leave this model out.')
+
+# %% ../nbs/01a_models.ipynb #05b28f8d
 def needs_package(name:str, # the import name, e.g. 'transformers'
                   what:str, # what the cell would show
                  )->bool:
@@ -27,11 +34,6 @@ def needs_package(name:str, # the import name, e.g. 'transformers'
     if find_spec(name) is not None: return True
     print(f'Skipped on this runtime ({name} is not installed: pip install {name}): {what}.')
     return False
-
-def _require(name:str, what:str):
-    if find_spec(name) is None:
-        raise MissingPackage(f'{what} needs the optional package {name!r}, which is not installed here: '
-                             f'`pip install {name}` (Colab has it), or leave this model out.')
 
 # %% ../nbs/01a_models.ipynb #bd058ac5
 class DoubleConv(nn.Sequential):
@@ -107,6 +109,7 @@ def cls_batch(batch:int=8, # sequences
     ids, labels = torch.randint(vocab, (batch, seq), generator=g), torch.randint(num_labels, (batch,), generator=g)
     return ids.to(device), labels.to(device)
 
+# %% ../nbs/01a_models.ipynb #3b19903f
 def seq_cls_loss(out, # a model's output: logits, or an object with `.logits` (Hugging Face)
                  target:torch.Tensor)->torch.Tensor:
     "Cross-entropy of classification logits, for plain and Hugging Face models alike."

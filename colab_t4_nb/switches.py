@@ -22,6 +22,7 @@ __all__ = ['ENV_SWITCHES', 'SwitchError', 'LateSwitchWarning', 'Switch', 'env_sw
 class SwitchError(ColabT4Error, ValueError):
     "A runtime switch that does not exist, or a value it cannot take."
 
+# %% ../nbs/03a_switches.ipynb #e29f0261
 class LateSwitchWarning(UserWarning):
     "A switch set after the library that reads it has started: it has no effect in this process."
 
@@ -35,23 +36,25 @@ class Switch:
     what:str
 
 ENV_SWITCHES = {s.name: s for s in [
-    Switch('CUDA_LAUNCH_BLOCKING', 'cuda', '1', 'every kernel launch waits for the kernel to finish, so a CUDA error is reported at '
-           'the line that caused it; several times slower: for debugging only'),
-    Switch('TORCH_USE_CUDA_DSA', 'build', '1', 'device-side assertions; a flag for compiling PyTorch, which the published wheels '
-           'are built without, so setting it at run time changes nothing'),
+    Switch('CUDA_LAUNCH_BLOCKING', 'cuda', '1', 'every kernel launch waits for the kernel to finish, so a CUDA error '
+           'is reported at the line that caused it; several times slower: for debugging only'),
+    Switch('TORCH_USE_CUDA_DSA', 'build', '1', 'device-side assertions; a flag for compiling PyTorch, which the '
+           'published wheels are built without, so setting it at run time changes nothing'),
     Switch('CUBLAS_WORKSPACE_CONFIG', 'first use', ':4096:8', 'a fixed cuBLAS workspace, which '
            '`torch.use_deterministic_algorithms(True)` needs for reproducible matrix products'),
-    Switch('PYTORCH_CUDA_ALLOC_CONF', 'cuda', 'expandable_segments:True', "options of PyTorch's caching allocator; expandable "
-           'segments avoid out-of-memory errors caused by fragmentation'),
+    Switch('PYTORCH_CUDA_ALLOC_CONF', 'cuda', 'expandable_segments:True', "options of PyTorch's caching allocator; "
+           'expandable segments avoid out-of-memory errors caused by fragmentation'),
     Switch('CUDA_VISIBLE_DEVICES', 'cuda', '0', 'which GPUs this process sees, and in what order'),
-    Switch('CUDA_MODULE_LOADING', 'cuda', 'LAZY', 'load kernels when first used instead of all at start: less memory and a faster '
-           'start (the default from CUDA 12.2 on)'),
-    Switch('NVIDIA_TF32_OVERRIDE', 'cuda', '0', 'turns TF32 off in cuBLAS and cuDNN whatever the framework asks (Ampere and newer)'),
-    Switch('TF_FORCE_GPU_ALLOW_GROWTH', 'tensorflow', 'true', 'TensorFlow takes GPU memory as it needs it instead of nearly all of '
-           'it at start, leaving room for PyTorch or a second notebook'),
-    Switch('TF_GPU_ALLOCATOR', 'tensorflow', 'cuda_malloc_async', "TensorFlow uses CUDA's stream-ordered allocator, which "
-           'fragments less'),
-    Switch('TF_CPP_MIN_LOG_LEVEL', 'tensorflow', '2', "hides TensorFlow's information and warning messages (3: errors too)"),
+    Switch('CUDA_MODULE_LOADING', 'cuda', 'LAZY', 'load kernels when first used instead of all at start: less memory '
+           'and a faster start (the default from CUDA 12.2 on)'),
+    Switch('NVIDIA_TF32_OVERRIDE', 'cuda', '0',
+           'turns TF32 off in cuBLAS and cuDNN whatever the framework asks (Ampere and newer)'),
+    Switch('TF_FORCE_GPU_ALLOW_GROWTH', 'tensorflow', 'true', 'TensorFlow takes GPU memory as it needs it instead of '
+           'nearly all of it at start, leaving room for PyTorch or a second notebook'),
+    Switch('TF_GPU_ALLOCATOR', 'tensorflow', 'cuda_malloc_async',
+           "TensorFlow uses CUDA's stream-ordered allocator, which fragments less"),
+    Switch('TF_CPP_MIN_LOG_LEVEL', 'tensorflow', '2',
+           "hides TensorFlow's information and warning messages (3: errors too)"),
 ]}
 
 # %% ../nbs/03a_switches.ipynb #0aa849f5
@@ -59,31 +62,36 @@ def _cuda_started()->bool:
     torch = sys.modules.get('torch')
     return torch is not None and torch.cuda.is_initialized()
 
+# %% ../nbs/03a_switches.ipynb #8811ec6d
 def _tf_started()->bool: return 'tensorflow' in sys.modules
 
+# %% ../nbs/03a_switches.ipynb #000b7310
 def _late_message(s:Switch, value:str)->str|None:
     fresh = (f"or run the work in a fresh process: Runtime > Restart session in Colab, or a script under "
-             f"colab_t4_nb.persistence.run_with_restarts([sys.executable, 'train.py'], env={{**os.environ, {s.name!r}: {value!r}}})")
+             f"colab_t4_nb.persistence.run_with_restarts([sys.executable, 'train.py'], "
+             f"env={{**os.environ, {s.name!r}: {value!r}}})")
     if s.read == 'build':
-        return (f'{s.name} only acts in a PyTorch compiled with it (the pip and Colab builds are not), so setting it changes '
-                f'nothing. To find the kernel that failed, set CUDA_LAUNCH_BLOCKING=1 before CUDA starts instead.')
+        return (f'{s.name} only acts in a PyTorch compiled with it (the pip and Colab builds are not), so setting '
+                'it changes nothing. To find the kernel that failed, set CUDA_LAUNCH_BLOCKING=1 before CUDA starts '
+                'instead.')
     if s.read == 'cuda':
-        return (f'{s.name}={value!r} is set after CUDA started in this process, so it has no effect here: CUDA reads it once, '
-                f'at start. Set it in the first cell, before anything touches the GPU, {fresh}.')
+        return (f'{s.name}={value!r} is set after CUDA started in this process, so it has no effect here: CUDA '
+                f'reads it once, at start. Set it in the first cell, before anything touches the GPU, {fresh}.')
     if s.read == 'first use':
-        return (f'{s.name}={value!r} is set after CUDA started: cuBLAS reads it when it makes its first handle, so if a matrix '
-                f'product already ran on the GPU it has no effect here. Set it in the first cell, {fresh}.')
-    return (f'{s.name}={value!r} is set after TensorFlow was imported: TensorFlow reads it when it starts, so it may have no '
-            f'effect here. Set it before `import tensorflow`, {fresh}.')
+        return (f'{s.name}={value!r} is set after CUDA started: cuBLAS reads it when it makes its first handle, so '
+                f'if a matrix product already ran on the GPU it has no effect here. Set it in the first cell, {fresh}.')
+    return (f'{s.name}={value!r} is set after TensorFlow was imported: TensorFlow reads it when it starts, so it '
+            f'may have no effect here. Set it before `import tensorflow`, {fresh}.')
 
 # %% ../nbs/03a_switches.ipynb #27e921a9
 def _switch(name:str)->Switch:
     if name not in ENV_SWITCHES:
         near = difflib.get_close_matches(name, ENV_SWITCHES, n=1)
-        raise SwitchError(f'{name!r} is not a switch this library knows' + (f' (did you mean {near[0]}?)' if near else '')
-                          + f'. Known: {", ".join(ENV_SWITCHES)}.')
+        raise SwitchError(f'{name!r} is not a switch this library knows'
+                          + (f' (did you mean {near[0]}?)' if near else '') + f'. Known: {", ".join(ENV_SWITCHES)}.')
     return ENV_SWITCHES[name]
 
+# %% ../nbs/03a_switches.ipynb #965ff728
 @contextmanager
 def env_switches(cuda_started:Callable=_cuda_started, # has CUDA started in this process? (replaceable in tests)
                  tf_started:Callable=_tf_started, # has TensorFlow been imported?
@@ -94,7 +102,8 @@ def env_switches(cuda_started:Callable=_cuda_started, # has CUDA started in this
     new = {k: None if v is None else ('1' if v is True else '0' if v is False else str(v)) for k, v in values.items()}
     for k, v in new.items():
         s = sw[k]
-        late = s.read == 'build' or (s.read in ('cuda', 'first use') and cuda_started()) or (s.read == 'tensorflow' and tf_started())
+        late = (s.read == 'build' or (s.read in ('cuda', 'first use') and cuda_started())
+                or (s.read == 'tensorflow' and tf_started()))
         if late and v is not None: warnings.warn(_late_message(s, v), LateSwitchWarning, stacklevel=3)
     old = {k: os.environ.get(k) for k in new}
     try:
@@ -137,13 +146,16 @@ def torch_flags(cudnn_benchmark:bool|None=None, # torch.backends.cudnn.benchmark
 # %% ../nbs/03a_switches.ipynb #a5e91dbd
 def _variants(device:str, cc:tuple|None)->dict:
     "name -> (amp, tf32, cudnn.benchmark, channels_last, baseline name)."
-    if device == 'cpu': return {'fp32': (False, False, False, False, 'fp32'), 'fp32 + channels-last': (False, False, False, True, 'fp32')}
+    if device == 'cpu':
+        return {'fp32': (False, False, False, False, 'fp32'),
+                'fp32 + channels-last': (False, False, False, True, 'fp32')}
     v = {'fp32': (False, False, False, False, 'fp32')}
     if cc and cc >= (8, 0): v['fp32 + TF32'] = (False, True, False, False, 'fp32')
     v.update({'AMP': (True, False, False, False, 'AMP'), 'AMP + cudnn.benchmark': (True, False, True, False, 'AMP'),
               'AMP + cudnn.benchmark + channels-last': (True, False, True, True, 'AMP')})
     return v
 
+# %% ../nbs/03a_switches.ipynb #59575ae7
 def _train_step(model_fn, batch, device, amp, tf32, bench, cl, dtype):
     import torch
     torch.manual_seed(0)
@@ -198,7 +210,8 @@ def shape_change_cost(model_fn:Callable, # builds the model
     for bench, shift in ((False, 0), (True, 64)):  # each setting meets batch sizes neither has seen
         model = model_fn().to(device)
         step(model, 8, bench)  # library start-up and the model's first use stay out of the figures
-        rows += [{'cudnn.benchmark': bench, 'batch': s + shift, 'first step ms': step(model, s + shift, bench)} for s in sizes]
+        rows += [{'cudnn.benchmark': bench, 'batch': s + shift,
+                  'first step ms': step(model, s + shift, bench)} for s in sizes]
     return pd.DataFrame(rows).groupby('cudnn.benchmark')['first step ms'].median().to_frame()
 
 # %% ../nbs/03a_switches.ipynb #f79f9555
@@ -233,6 +246,7 @@ class DataWait:
         return (f'{self.wait_share:.0%} of the loop waits for data ({len(self.step_ms)} steps: median wait '
                 f'{pd.Series(self.wait_ms).median():.1f} ms, median step {pd.Series(self.step_ms).median():.1f} ms)')
 
+# %% ../nbs/03a_switches.ipynb #5be69405
 def data_wait(loader, # an iterable of batches, e.g. a DataLoader
               step:Callable, # step(batch): one training step
               steps:int=50, # steps to time (fewer if the loader ends)

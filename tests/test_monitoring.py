@@ -83,8 +83,8 @@ def test_ledger_concurrent_processes(cpu_env, tmp_path):
     assert len(s) == 4 and (s.hours.round(4) == round(49 / 60, 4)).all()
 
 def test_module_functions_and_methods():
-    "`summarize`, `throttle_shares` and `plot_samples` take a table of samples; the monitor's `summary`, `throttle_share` and
-    `plot` are the same for its own samples."
+    """`summarize`, `throttle_shares` and `plot_samples` take a table of samples; the monitor's `summary`,
+    `throttle_share` and `plot` are the same for its own samples."""
     from colab_t4_nb.monitoring import GPUMonitor, plot_samples, samples_df, summarize, throttle_shares
     rows = [(1.8e9 + k, 0, 100.0, 23.0, 1500.0, 143771.0, 59.0, 688.0, 700.0, 1500.0, 3201.0, 4, float('nan'), float('nan'))
             for k in range(3)]

@@ -26,9 +26,10 @@ def info_dict(gpus:list[GPU]|None=None, # default: `gpu_search()`
     return {'runtime': runtime(), 'gpus': [g.as_dict() for g in gpus], 'why': dict(why or {}),
             'cuda_compat': dataclasses.asdict(compat)}
 
-# %% ../nbs/07_cli.ipynb #07f8295c
+# %% ../nbs/07_cli.ipynb #5b4116b2
 def _fmt(v, unit=''): return '-' if v is None else f'{v:g}{unit}'
 
+# %% ../nbs/07_cli.ipynb #5c732832
 def info_text(d:dict # an `info_dict`
              )->str:
     "The readable form of `info_dict`."
@@ -46,10 +47,13 @@ def info_text(d:dict # an `info_dict`
                 f"  driver    {g['driver'] or '-'}, CUDA {g['cuda'] or '-'}"]
         s = g['spec']
         if s is None: out.append('  spec      not in the spec table')
-        else: out.append(f"  spec      {s['key']}: {s['arch']}, {s['sms']} SMs, {_fmt(s['mem_gb'])} GB {s['mem_type']} at "
-                         f"{_fmt(s['bandwidth_gbs'])} GB/s; TFLOP/s fp32 {_fmt(s['fp32_tflops'])}, fp16 {_fmt(s['fp16_tflops'])}, "
-                         f"bf16 {_fmt(s['bf16_tflops'])}; int8 {_fmt(s['int8_tops'])} TOP/s; {s['tdp_w']} W")
-    if d.get('cuda_compat'): out += ['CUDA build', *('  ' + l for l in str(CudaCompat(**d['cuda_compat'])).splitlines())]
+        else: out.append(f"  spec      {s['key']}: {s['arch']}, {s['sms']} SMs, {_fmt(s['mem_gb'])} GB "
+                         f"{s['mem_type']} at "
+                         f"{_fmt(s['bandwidth_gbs'])} GB/s; TFLOP/s fp32 {_fmt(s['fp32_tflops'])}, "
+                         f"fp16 {_fmt(s['fp16_tflops'])}, bf16 {_fmt(s['bf16_tflops'])}; "
+                         f"int8 {_fmt(s['int8_tops'])} TOP/s; {s['tdp_w']} W")
+    if d.get('cuda_compat'):
+        out += ['CUDA build', *('  ' + l for l in str(CudaCompat(**d['cuda_compat'])).splitlines())]
     return '\n'.join(out)
 
 # %% ../nbs/07_cli.ipynb #7986281a
@@ -72,15 +76,17 @@ def _parser()->argparse.ArgumentParser:
     m.add_argument('--plot', default=None, help='save a plot here at the end (.png, .pdf, .svg)')
     m.add_argument('--every', type=float, default=10.0,
                    help='print the latest sample every S seconds, at most once per sample; 0: never (default: 10)')
-    m.add_argument('--ledger', nargs='?', const='', default=None, help='record the session in the usage ledger (default file: in the state folder)')
+    m.add_argument('--ledger', nargs='?', const='', default=None,
+                   help='record the session in the usage ledger (default file: in the state folder)')
     return p
 
-# %% ../nbs/07_cli.ipynb #e9a1a350
+# %% ../nbs/07_cli.ipynb #a20c9e1b
 def _shell_hint(e:ColabT4Error)->str:
     "The message of `e` with the Python way out replaced by the command's."
     have = getattr(e, 'have', None)
     return str(e).replace(f'ensure_gpu(want={have!r})', f'colab-t4 ensure --want {have}') if have else str(e)
 
+# %% ../nbs/07_cli.ipynb #4017ec74
 def main(argv:list|None=None # arguments; default `sys.argv[1:]`
         )->int:
     "Run `colab-t4`; returns the exit status."

@@ -101,7 +101,7 @@ def test_right_card_is_kept_and_recorded(tmp_path, colab_env):
     led = tmp_path/'drive'/'MyDrive'/'colab_t4_nb'/'usage_ledger.jsonl'
     recs = ledger_lines(led)
     assert [r['action'] for r in recs] == ['kept', 'kept'] and len({r['runtime_id'] for r in recs}) == 1
-    from colab_t4_nb.monitoring import UsageLedger, advice
+    from colab_t4_nb.ledger import UsageLedger, advice
     a = advice(UsageLedger(led))
     assert (a.runtimes, a.t4_runtimes, a.tries_per_t4) == (1, 1, 1.0), a
 

@@ -69,7 +69,7 @@ def test_ledger_concurrent_processes(cpu_env, tmp_path):
     "Four processes appending to one ledger at once: every record is there and every line is whole."
     path = tmp_path/'ledger.jsonl'
     procs = [py(f'''
-        from colab_t4_nb.monitoring import UsageLedger
+        from colab_t4_nb.ledger import UsageLedger
         led = UsageLedger({str(path)!r})
         for j in range(50): led.add(1.8e9, 1.8e9 + 60 * j, 'Tesla T4', 0.01 * j, session='p{k}')
         ''', cpu_env) for k in range(4)]
@@ -78,19 +78,20 @@ def test_ledger_concurrent_processes(cpu_env, tmp_path):
         assert p.returncode == 0, err
     recs = [json.loads(l) for l in path.read_text().splitlines()]
     assert len(recs) == 200 and {r['session'] for r in recs} == {'p0', 'p1', 'p2', 'p3'}
-    from colab_t4_nb.monitoring import UsageLedger
+    from colab_t4_nb.ledger import UsageLedger
     s = UsageLedger(path).sessions()
     assert len(s) == 4 and (s.hours.round(4) == round(49 / 60, 4)).all()
 
-def test_module_functions_keep_their_names():
-    "`summary`, `throttle_share` and `plot` of the module take a table of samples; the monitor's methods of the same names exist."
-    from colab_t4_nb.monitoring import GPUMonitor, plot, samples_df, summary, throttle_share
+def test_module_functions_and_methods():
+    """`summarize`, `throttle_shares` and `plot_samples` take a table of samples; the monitor's `summary`,
+    `throttle_share` and `plot` are the same for its own samples."""
+    from colab_t4_nb.monitoring import GPUMonitor, plot_samples, samples_df, summarize, throttle_shares
     rows = [(1.8e9 + k, 0, 100.0, 23.0, 1500.0, 143771.0, 59.0, 688.0, 700.0, 1500.0, 3201.0, 4, float('nan'), float('nan'))
             for k in range(3)]
     df = samples_df(rows, {0: 'NVIDIA H200'})
-    assert summary(df).loc[(0, 'NVIDIA H200', 'power_w'), 'max'] == 688.0
-    assert throttle_share(df).loc[0].to_dict() == {'SwPowerCap': 1.0}
-    assert plot(df).axes[0].get_ylabel() == 'utilization, %'
+    assert summarize(df).loc[(0, 'NVIDIA H200', 'power_w'), 'max'] == 688.0
+    assert throttle_shares(df).loc[0].to_dict() == {'SwPowerCap': 1.0}
+    assert plot_samples(df).axes[0].get_ylabel() == 'utilization, %'
     assert all(callable(getattr(GPUMonitor, m)) for m in ('summary', 'throttle_share', 'plot'))
 
 def test_show_doc_in_page_order(tmp_path, nb=ROOT/'nbs'/'06_monitoring.ipynb'):

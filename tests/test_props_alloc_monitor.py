@@ -14,8 +14,9 @@ from colab_t4_nb.allocation import (ColabT4Error, GPU, SPECS, SOURCES, Budget, c
                                     native_bf16, oom_kind, parse_smi_csv, parse_smi_table, parse_tf_devices, reading,
                                     readings, runtime, spec_for, state_dir, wanted_specs)
 from colab_t4_nb.timing import benchmark, record
-from colab_t4_nb.monitoring import (FIELDS, GPUMonitor, UsageLedger, advice, check_outputs, decode_reasons, read_csv,
-                                    samples_df, smi_values, status_text, summary, throttle_share)
+from colab_t4_nb.monitoring import (FIELDS, GPUMonitor, check_outputs, decode_reasons, read_csv, samples_df, smi_values,
+                                    status_text, summarize, throttle_shares)
+from colab_t4_nb.ledger import UsageLedger, advice
 from colab_t4_nb.testing import missing_nvml
 from colab_t4_nb.cli import main
 
@@ -141,7 +142,7 @@ sample = st.builds(lambda t, g, vals, thr: (t, g, *vals[:9], thr, *vals[9:]),
 def test_samples_tables(rows):
     df = samples_df(rows, {0: 'NVIDIA H200'})
     assert len(df) == len(rows) and list(df.columns) == ['gpu', 'name', *FIELDS, 'reasons']
-    summary(df); throttle_share(df)
+    summarize(df); throttle_shares(df)
     assert len(status_text(rows).splitlines()) == len(rows)
 
 @FAST

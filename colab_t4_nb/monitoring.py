@@ -23,7 +23,7 @@ from .timing import benchmark
 __all__ = ['FIELDS', 'ROW', 'BYTES_PER_MIB', 'REASONS', 'SMI_QUERY', 'SMI_REASONS', 'MIN_INTERVAL', 'CSV_COLUMNS', 'METRICS',
            'MonitorError', 'decode_reasons', 'NVMLSource', 'smi_values', 'SmiSource', 'open_source', 'samples_df',
            'GPUMonitor', 'read_csv', 'summarize', 'throttle_shares', 'plot_samples', 'status_text', 'LiveView',
-           'check_outputs', 'save_samples', 'run_monitor', 'sample_cost', 'Overhead', 'monitor_overhead']
+           'check_outputs', 'save_samples', 'run_monitor']
 
 # %% ../nbs/06_monitoring.ipynb #776fa96d
 class MonitorError(ColabT4Error):
@@ -797,86 +797,3 @@ def run_monitor(interval:float=1.0, # seconds between samples
     where = save_samples(rows, mon.names)
     print(f'Could not write {" and ".join(failed)}. All {len(rows)} samples are saved in {where}.', file=sys.stderr)
     return 1
-
-# %% ../nbs/06_monitoring.ipynb #f25d9fd7
-def _raw_nvml(src:NVMLSource, i:int)->Callable:
-    "The eight NVML calls of one reading of GPU `i`, made directly."
-    n, h, reasons = src.nvml, src.handles[i], _reasons_call(src.nvml, src.handles[i])[1]
-    T, SM, MEM = n.NVML_TEMPERATURE_GPU, n.NVML_CLOCK_SM, n.NVML_CLOCK_MEM
-    def raw():
-        n.nvmlDeviceGetUtilizationRates(h); n.nvmlDeviceGetMemoryInfo(h); n.nvmlDeviceGetTemperature(h, T)
-        n.nvmlDeviceGetPowerUsage(h); n.nvmlDeviceGetEnforcedPowerLimit(h)
-        n.nvmlDeviceGetClockInfo(h, SM); n.nvmlDeviceGetClockInfo(h, MEM); reasons(h)
-    return raw
-
-def sample_cost(monitor:GPUMonitor, # an NVML monitor; `gpus=[0]` for the cost of one GPU
-                inner:int=100, # calls per timed repeat for the in-process variants
-                repeats:int=15, # interleaved rounds
-                smi:str|None='nvidia-smi', # the program for the `nvidia-smi` variant; None: leave it out
-               )->pd.DataFrame:
-    "Microseconds per sample: `sample_once`, the raw NVML calls, one `nvidia-smi` query; medians of interleaved repeats."
-    monitor.open()
-    if not isinstance(monitor.source, NVMLSource): raise MonitorError('sample_cost needs a monitor that reads NVML.')
-    raw, once = _raw_nvml(monitor.source, monitor.source.gpus[0]), monitor.sample_once
-    variants = {'sample_once': lambda: [once() for _ in range(inner)], 'raw NVML calls': lambda: [raw() for _ in range(inner)]}
-    per = {'sample_once': inner, 'raw NVML calls': inner, 'nvidia-smi query': 1}
-    if smi and shutil.which(smi): variants['nvidia-smi query'] = SmiSource(shutil.which(smi), gpus=monitor.source.gpus[:1]).read
-    t = benchmark(variants, repeats=repeats, warmup=2, device='cpu')
-    df = t.df[['median_ms', 'p25_ms', 'p75_ms']].mul(1e3).div(pd.Series(per), axis=0).dropna()
-    df.columns = ['us', 'p25_us', 'p75_us']
-    df['x sample_once'] = df.us / df.us['sample_once']
-    return df
-
-# %% ../nbs/06_monitoring.ipynb #067ad10a
-@dataclass
-class Overhead:
-    "Step times of interleaved blocks with and without a running monitor."
-    blocks:pd.DataFrame  # pair, monitor ('on'/'off'), steps, ms_per_step, samples
-    def median(self, mode:str)->float: return float(self.blocks.ms_per_step[self.blocks.monitor == mode].median())
-    @property
-    def ratios(self)->pd.Series:
-        "Step time with the monitor over step time without it, per pair of neighbouring blocks."
-        b = self.blocks.pivot(index='pair', columns='monitor', values='ms_per_step')
-        return b['on'] / b['off']
-    @property
-    def change(self)->float:
-        "Median over the pairs of the relative change in step time (neighbouring blocks share the card's state)."
-        return float(self.ratios.median() - 1)
-    @property
-    def spread(self)->float:
-        "Interquartile range over median of the step times without the monitor."
-        off = self.blocks.ms_per_step[self.blocks.monitor == 'off']
-        return float((off.quantile(.75) - off.quantile(.25)) / off.median())
-    def summary(self)->pd.DataFrame:
-        g = self.blocks.groupby('monitor')
-        return pd.DataFrame({'median_ms': g.ms_per_step.median(), 'p25_ms': g.ms_per_step.quantile(.25),
-                             'p75_ms': g.ms_per_step.quantile(.75), 'blocks': g.size(), 'samples': g.samples.sum()})
-
-# %% ../nbs/06_monitoring.ipynb #058f292c
-def _block(step, n, sync)->float:
-    sync(); t = time.perf_counter()
-    for _ in range(n): step()
-    sync(); return (time.perf_counter() - t) * 1e3 / n
-
-def monitor_overhead(step:Callable, # one training step, no arguments
-                     interval:float=0.1, # the monitor's interval
-                     pairs:int=12, # blocks with and without the monitor
-                     block_s:float=0.5, # seconds per block
-                     sync:Callable|None=None, # waits for queued work, e.g. `torch.cuda.synchronize`
-                     warmup_s:float=1.0, # seconds of steps before anything is timed (clocks and caches settle)
-                     **kwargs, # more `GPUMonitor` arguments
-                    )->Overhead:
-    "Step time with and without a monitor running, in alternating blocks of about `block_s` seconds."
-    sync, t = sync or (lambda: None), time.perf_counter()
-    while time.perf_counter() - t < warmup_s: step(); sync()
-    n = max(1, round(block_s / (_block(step, 5, sync) / 1e3)))
-    n = max(1, round(block_s / (_block(step, n, sync) / 1e3)))
-    rows = []
-    for p in range(pairs):
-        for mode in ('off', 'on') if p % 2 == 0 else ('on', 'off'):
-            mon = GPUMonitor(interval, **kwargs).start() if mode == 'on' else None
-            try: ms = _block(step, n, sync)
-            finally:
-                if mon is not None: mon.stop()
-            rows.append({'pair': p, 'monitor': mode, 'steps': n, 'ms_per_step': ms, 'samples': mon.n_samples if mon else 0})
-    return Overhead(pd.DataFrame(rows))

@@ -26,34 +26,20 @@ from .timing import benchmark, cpu_timer, needs_gpu, record
 __all__ = ['DTYPES', 'AmpError', 'SkippedStepsError', 'EmulatedBF16Warning', 'SlowAMPWarning', 'parse_dtype', 'dtype_name',
            'AmpChoice', 'amp_choice', 'amp_dtype', 'AmpStep', 'plain_amp_step', 'OpCounter', 'autocast_ops', 'in_fp32',
            'softmax32', 'no_tf32', 'TensorCoreCheck', 'matmul_ms', 'tensor_core_check', 'amp_report', 'mlp',
-           'step_anatomy', 'Encoder', 'token_loss', 'token_batch', 'math_share', 'lint_dims', 'bench_encoder',
+           'step_anatomy', 'Encoder', 'token_batch', 'token_loss', 'math_share', 'lint_dims', 'bench_encoder',
            'needs_tf', 'KerasAmp', 'keras_amp']
 
-# %% ../nbs/01_amp.ipynb #87ae62a8
+# %% ../nbs/01_amp.ipynb #8bd5038a
 class AmpError(ColabT4Error, ValueError):
     "A precision, device or argument that cannot be used here; the message names it and the way out."
 
 class SkippedStepsError(ColabT4Error, FloatingPointError):
     "Too many training steps in a row had inf/NaN gradients or loss; `.history` has the record."
-    def __init__(self, msg:str, history:pd.DataFrame|None=None): super().__init__(msg); self.history = history
+    def __init__(self, msg:str, history:pd.DataFrame|None=None): super().__init__(msg); store_attr('history')
 
+# %% ../nbs/01_amp.ipynb #7169be05
 class EmulatedBF16Warning(UserWarning): "bf16 asked for on a card that only emulates it."
 class SlowAMPWarning(UserWarning): "AMP on a card that has no fast half-precision path."
-
-# %% ../nbs/01_amp.ipynb #81016f6c
-def _check_int(name:str, value, lo:int=1):
-    "`value` if it is an integer >= `lo`; otherwise an `AmpError` naming `name`."
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < lo:
-        raise AmpError(f'{name} must be an integer >= {lo}, got {name}={value!r}')
-    return int(value)
-
-def _model_device(model:nn.Module)->torch.device:
-    "The device of `model`'s first parameter; an `AmpError` for a model without any."
-    if not isinstance(model, nn.Module): raise AmpError(f'model must be a torch nn.Module, got model={model!r}')
-    p = next(model.parameters(), None)
-    if p is None: raise AmpError(f'model={type(model).__name__} has no parameters, so there is nothing to train: '
-                                 'pass the model whose parameters the optimizer updates.')
-    return p.device
 
 # %% ../nbs/01_amp.ipynb #c82c4a25
 DTYPES = {'fp16': torch.float16, 'bf16': torch.bfloat16, 'fp32': torch.float32}
@@ -94,15 +80,16 @@ class AmpChoice:
     def _repr_markdown_(self):
         return f'**{self.name}**{" + GradScaler" if self.scaler else ""} on {self.card}: {self.reason}'
 
-# %% ../nbs/01_amp.ipynb #d292f264
-_TORCH_DEVICES = (r'(cpu|cuda|mps|xpu|xla|meta|hip|ipu|hpu|mtia|lazy|vulkan|mkldnn|opengl|opencl|ideep|ve|fpga|maia|'
-                  r'privateuseone)(:\d+)?')
-
+# %% ../nbs/01_amp.ipynb #8e31a4bd
 def _cc(cc:tuple)->tuple:
     "A compute capability `(major, minor)`, checked."
     if len(cc) != 2 or not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 0 for v in cc):
         raise AmpError(f'A compute capability is (major, minor), e.g. (7, 5) for a T4; got device={cc!r}')
     return tuple(int(v) for v in cc)
+
+# %% ../nbs/01_amp.ipynb #51966a17
+_TORCH_DEVICES = (r'(cpu|cuda|mps|xpu|xla|meta|hip|ipu|hpu|mtia|lazy|vulkan|mkldnn|opengl|opencl|ideep|ve|fpga|maia|'
+                  r'privateuseone)(:\d+)?')
 
 def _torch_device(device)->torch.device|None:
     "`device` as a torch device when it names one ('cuda:0', 'cpu', 0, a torch.device); None for a card's name."
@@ -115,6 +102,7 @@ def _torch_device(device)->torch.device|None:
     raise AmpError(f"device={device!r} is not a device: pass a torch device ('cuda:0', 'cpu'), a GPU or GPUSpec, "
                    "a card's name ('Tesla T4'), a compute capability ((7, 5)), or None for the device here.")
 
+# %% ../nbs/01_amp.ipynb #7409a465
 def _cuda_props(device, dev:torch.device):
     "The properties of CUDA device `dev`; `NoGPUError` naming `device` when it is not here."
     n = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -125,6 +113,14 @@ def _cuda_props(device, dev:torch.device):
                          'that is not here.')
     return torch.cuda.get_device_properties(idx)
 
+# %% ../nbs/01_amp.ipynb #129ea694
+def _fast_fp16(cc, spec)->bool|None:
+    "Does the card do fp16 matrix math faster than fp32? From the spec row, else from the compute capability."
+    if spec is not None: return spec.fp16_tflops is not None and spec.fp16_tflops > spec.fp32_tflops
+    if cc is None: return None
+    return tuple(cc) >= (7, 0) or tuple(cc) in {(5, 3), (6, 0), (6, 2)}
+
+# %% ../nbs/01_amp.ipynb #2fd05a2e
 def _card(device)->tuple:
     "(device type, description, compute capability, spec row) for `device`."
     if isinstance(device, GPUSpec): return 'cuda', device.key, device.cc, device
@@ -146,12 +142,6 @@ def _card(device)->tuple:
                        "Pass a CUDA device, 'cpu', or a card's name to decide for that card.")
     p = _cuda_props(device, dev)
     return 'cuda', p.name, (p.major, p.minor), spec_for(p.name, strict=False)
-
-def _fast_fp16(cc, spec)->bool|None:
-    "Does the card do fp16 matrix math faster than fp32? From the spec row, else from the compute capability."
-    if spec is not None: return spec.fp16_tflops is not None and spec.fp16_tflops > spec.fp32_tflops
-    if cc is None: return None
-    return tuple(cc) >= (7, 0) or tuple(cc) in {(5, 3), (6, 0), (6, 2)}
 
 # %% ../nbs/01_amp.ipynb #357d9890
 def amp_choice(device=None, # torch device, `GPU`, `GPUSpec`, driver name or compute capability; None: the one here
@@ -201,6 +191,22 @@ def amp_dtype(device=None, # as for `amp_choice`
     "The autocast dtype for `device` (see `amp_choice`)."
     return amp_choice(device, dtype).dtype
 
+# %% ../nbs/01_amp.ipynb #bbcff70e
+def _check_int(name:str, value, lo:int=1):
+    "`value` if it is an integer >= `lo`; otherwise an `AmpError` naming `name`."
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < lo:
+        raise AmpError(f'{name} must be an integer >= {lo}, got {name}={value!r}')
+    return int(value)
+
+# %% ../nbs/01_amp.ipynb #7114b556
+def _model_device(model:nn.Module)->torch.device:
+    "The device of `model`'s first parameter; an `AmpError` for a model without any."
+    if not isinstance(model, nn.Module): raise AmpError(f'model must be a torch nn.Module, got model={model!r}')
+    p = next(model.parameters(), None)
+    if p is None: raise AmpError(f'model={type(model).__name__} has no parameters, so there is nothing to train: '
+                                 'pass the model whose parameters the optimizer updates.')
+    return p.device
+
 # %% ../nbs/01_amp.ipynb #d7948a9f
 def _check_step_args(opt, loss_fn, clip, scaler):
     "`AmpError` naming the first of `AmpStep`'s arguments that cannot work."
@@ -249,32 +255,14 @@ def loss(self:AmpStep, *batch):
     "The loss of `batch` (under whatever autocast is active)."
     return self.model(*batch) if self.loss_fn is None else self.loss_fn(self.model(*batch[:-1]), batch[-1])
 
-# %% ../nbs/01_amp.ipynb #4faadc6d
-@patch
-def __call__(self:AmpStep, *batch)->torch.Tensor:
-    "Train on `batch`; returns the loss (detached, still on the device: reading it is up to you)."
-    with self.choice.autocast(): loss = self.loss(*batch)
-    (self.scaler.scale(loss) if self.scaler else loss).backward()
-    if self.clip is not None:
-        if self.scaler: self.scaler.unscale_(self.opt)
-        nn.utils.clip_grad_norm_(self.params, self.clip)
-    if self.scaler:
-        self.scaler.step(self.opt)
-        found = self._found_inf()
-        self.scaler.update()
-    else: self.opt.step(); found = None
-    self.opt.zero_grad(set_to_none=True)
-    self._pending.append((loss.detach(), found))
-    if len(self._pending) >= self.check_every: self._read()
-    return loss.detach()
-
-# %% ../nbs/01_amp.ipynb #8cab6eb1
+# %% ../nbs/01_amp.ipynb #7aa50496
 @patch
 def _found_inf(self:AmpStep):
     st = getattr(self.scaler, '_per_optimizer_states', {}).get(id(self.opt))
     infs = list(st['found_inf_per_device'].values()) if st else []
     return infs[0] if infs else None
 
+# %% ../nbs/01_amp.ipynb #a706abf8
 @patch
 def _next_scale(self:AmpStep, bad:bool):
     s = self.scaler
@@ -320,7 +308,7 @@ def skipped(self:AmpStep)->int:
     self._read(check=False)
     return sum(r['skipped'] for r in self.log)
 
-# %% ../nbs/01_amp.ipynb #e361f365
+# %% ../nbs/01_amp.ipynb #e9449a26
 @patch
 def _error(self:AmpStep)->SkippedStepsError:
     h = pd.DataFrame(self.log).set_index('step')
@@ -336,12 +324,32 @@ def _error(self:AmpStep)->SkippedStepsError:
     return SkippedStepsError(f'{self._bad} training steps in a row {what}; last loss {last.loss.iloc[-1]}. {way} '
                              "The record is in this error's `.history`.", h)
 
+# %% ../nbs/01_amp.ipynb #8c990956
 @patch
 def _repr_markdown_(self:AmpStep):
     h = self.history
     sc = f', loss scale {h.scale.iloc[0]:g} -> {self._scale:g}' if self.scaler and len(h) else ''
     gs = " + GradScaler" if self.scaler else ""
     return f'`AmpStep` in **{self.choice.name}**{gs}: {len(h)} steps, {self.skipped} skipped{sc}'
+
+# %% ../nbs/01_amp.ipynb #4faadc6d
+@patch
+def __call__(self:AmpStep, *batch)->torch.Tensor:
+    "Train on `batch`; returns the loss (detached, still on the device: reading it is up to you)."
+    with self.choice.autocast(): loss = self.loss(*batch)
+    (self.scaler.scale(loss) if self.scaler else loss).backward()
+    if self.clip is not None:
+        if self.scaler: self.scaler.unscale_(self.opt)
+        nn.utils.clip_grad_norm_(self.params, self.clip)
+    if self.scaler:
+        self.scaler.step(self.opt)
+        found = self._found_inf()
+        self.scaler.update()
+    else: self.opt.step(); found = None
+    self.opt.zero_grad(set_to_none=True)
+    self._pending.append((loss.detach(), found))
+    if len(self._pending) >= self.check_every: self._read()
+    return loss.detach()
 
 # %% ../nbs/01_amp.ipynb #8d962e92
 def plain_amp_step(model:nn.Module, opt:torch.optim.Optimizer, loss_fn:Callable,
@@ -377,7 +385,7 @@ class OpCounter(TorchDispatchMode):
         if not (func.is_view or name.startswith('_record_function')): self.ops[name] += 1
         return func(*args, **(kwargs or {}))
 
-# %% ../nbs/01_amp.ipynb #5da6cc6d
+# %% ../nbs/01_amp.ipynb #1182160d
 def _probes()->dict:
     w, t = torch.randn(16, 16), torch.arange(8) % 16
     return {'matmul': lambda x: x @ w.to(x), 'linear': lambda x: F.linear(x, w.to(x)),
@@ -388,6 +396,7 @@ def _probes()->dict:
             'sum': lambda x: x.sum(), 'mean': lambda x: x.mean(), 'cumsum': lambda x: x.cumsum(-1),
             'norm': lambda x: torch.linalg.vector_norm(x)}
 
+# %% ../nbs/01_amp.ipynb #ca68557b
 def autocast_ops(device='cpu', # where to run the probes
                  dtype:str|torch.dtype|None=None, # autocast dtype; None: `amp_dtype(device)`
                 )->pd.DataFrame:
@@ -456,7 +465,7 @@ class TensorCoreCheck:
         return pd.DataFrame({'TFLOP/s': [self.fp32_tflops, self.amp_tflops], 'peak': [self.fp32_peak, self.amp_peak],
                              'of peak': [self.fp32_fraction, self.amp_fraction]}, index=['fp32 (TF32 off)', self.dtype])
 
-# %% ../nbs/01_amp.ipynb #38541727
+# %% ../nbs/01_amp.ipynb #b295adf3
 @patch(as_prop=True)
 def verdict(self:TensorCoreCheck)->str:
     "The answer in one sentence or two."
@@ -470,6 +479,7 @@ def verdict(self:TensorCoreCheck)->str:
                                       f'or use a larger n than {self.n}.')
     return v
 
+# %% ../nbs/01_amp.ipynb #8e137644
 def _md_table(df:pd.DataFrame)->str:
     "A DataFrame as a markdown table (without needing `tabulate`)."
     def f(v):
@@ -480,10 +490,11 @@ def _md_table(df:pd.DataFrame)->str:
     rows = ['| ' + ' | '.join([str(i), *map(f, r)]) + ' |' for i, r in zip(df.index, df.itertuples(index=False))]
     return '\n'.join(lines + rows)
 
+# %% ../nbs/01_amp.ipynb #21783d1d
 @patch
 def _repr_markdown_(self:TensorCoreCheck): return self.verdict + '\n\n' + _md_table(self.df)
 
-# %% ../nbs/01_amp.ipynb #84eaf58d
+# %% ../nbs/01_amp.ipynb #3867c002
 def _gpu_warmup(fn:Callable, calls:int, least_ms:float):
     "Run `fn` `calls` times, then more until at least `least_ms` of GPU time has passed, so the clocks settle."
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -493,9 +504,11 @@ def _gpu_warmup(fn:Callable, calls:int, least_ms:float):
     took = start.elapsed_time(end)
     for _ in range(math.ceil(max(calls, 1) * (least_ms / took - 1)) if took < least_ms else 0): fn()
 
+# %% ../nbs/01_amp.ipynb #152d5f2f
 def _shape(t)->str:
     return f'{tuple(t.shape)} on {t.device}' if isinstance(t, torch.Tensor) else repr(t)
 
+# %% ../nbs/01_amp.ipynb #08b47c01
 def matmul_ms(a:torch.Tensor, b:torch.Tensor, # the operands, on one device
               repeats:int=50, # timed products; their median is the answer
               warmup:int=10, # untimed products first (on a GPU, at least 100 ms of them)
@@ -543,7 +556,7 @@ def tensor_core_check(device=None, # a torch device; None: the GPU if there is o
     return TensorCoreCheck(ch.card, ch.name, n, tflops(ms['fp32']), tflops(ms['amp']),
                            spec and spec.fp32_tflops, peak, ch.reason, err)
 
-# %% ../nbs/01_amp.ipynb #c0ec72ff
+# %% ../nbs/01_amp.ipynb #ed94b381
 def _peak_bytes(fn:Callable, dev:torch.device)->float:
     "Peak memory allocated on `dev` during one call of `fn`; NaN on the CPU, where it is not tracked."
     if dev.type != 'cuda': return float('nan')
@@ -551,6 +564,7 @@ def _peak_bytes(fn:Callable, dev:torch.device)->float:
     fn(); torch.cuda.synchronize(dev)
     return float(torch.cuda.max_memory_allocated(dev))
 
+# %% ../nbs/01_amp.ipynb #5ae1ec65
 def _report(t, peaks:dict, n:int, base:str='fp32')->pd.DataFrame:
     "Step times of `t` and `peaks` as one table, against the variant `base`."
     df = t.df[['median_ms', 'p25_ms', 'p75_ms']].rename(columns={'median_ms': 'ms'})
@@ -560,6 +574,7 @@ def _report(t, peaks:dict, n:int, base:str='fp32')->pd.DataFrame:
     df['mem_saved'] = 1 - df.peak_gib / df.peak_gib[base]
     return df
 
+# %% ../nbs/01_amp.ipynb #32212376
 def _still(params): return torch.optim.AdamW(params, lr=0.0, foreach=True)
 
 # %% ../nbs/01_amp.ipynb #afdd0e9f
@@ -616,14 +631,15 @@ class Encoder(nn.Module):
         x = self.norm(self.tok(ids) + self.pos(torch.arange(ids.shape[1], device=ids.device)))
         return self.head(self.enc(x))
 
-# %% ../nbs/01_amp.ipynb #2c53fd1d
-def token_loss(logits, target): return F.cross_entropy(logits.flatten(0, 1), target.flatten())
-
+# %% ../nbs/01_amp.ipynb #b1c39cd2
 def token_batch(batch:int=16, seq:int=512, vocab:int=30522, device=None, seed:int=0)->tuple:
     "Random token ids and targets, `(batch, seq)` each."
     batch, seq, vocab = _check_int('batch', batch), _check_int('seq', seq), _check_int('vocab', vocab)
     g = torch.Generator().manual_seed(seed)
     return tuple(torch.randint(vocab, (batch, seq), generator=g).to(device) for _ in range(2))
+
+# %% ../nbs/01_amp.ipynb #fd8e03cf
+def token_loss(logits, target): return F.cross_entropy(logits.flatten(0, 1), target.flatten())
 
 # %% ../nbs/01_amp.ipynb #ea39b806
 def math_share(report:pd.DataFrame, # `amp_report`-style: a `ms` column, rows named 'fp32', 'amp fp16', 'amp bf16', ...
@@ -711,13 +727,15 @@ def needs_tf(what:str # what the cell would show
     print(f'Skipped on this runtime (TensorFlow is not installed): {what}.')
     return False
 
-# %% ../nbs/01_amp.ipynb #6dead247
+# %% ../nbs/01_amp.ipynb #b0a42e1b
 def _keras():
+    "Keras, imported on first use; an `AmpError` saying how to install TensorFlow when it is missing."
     if find_spec('tensorflow') is None:
         raise AmpError('TensorFlow is not installed: `pip install tensorflow` (Colab has it).')
     from tensorflow import keras
     return keras
 
+# %% ../nbs/01_amp.ipynb #ee24e613
 def _tf_device():
     "The card TensorFlow sees, as `amp_choice` takes it: a `GPU` record, or 'cpu'."
     import tensorflow as tf

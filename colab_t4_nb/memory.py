@@ -12,7 +12,7 @@ from typing import Callable
 import pandas as pd
 import torch
 import torch.nn.functional as F
-from fastcore.basics import patch
+from fastcore.basics import patch, store_attr
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
@@ -55,7 +55,7 @@ def _int_arg(name:str, value, what:str='size', lo:int=1)->int:
     if value < lo: raise BatchSizeError(f'{name} must be an integer >= {lo}, got {name}={value!r}')
     return int(value)
 
-# %% ../nbs/02_memory.ipynb #66a07b34
+# %% ../nbs/02_memory.ipynb #3370df52
 def _clear_exception(e:BaseException|None, seen=None):
     seen = set() if seen is None else seen
     while e is not None and id(e) not in seen:
@@ -65,6 +65,7 @@ def _clear_exception(e:BaseException|None, seen=None):
         if e.__cause__ is not None: _clear_exception(e.__cause__, seen)
         e = e.__context__
 
+# %% ../nbs/02_memory.ipynb #0e7be68a
 def free_memory(e:BaseException|None=None # the error of a failed step, whose frames are cleared
                ):
     "Release what a failed step held: its traceback's frames, IPython's last OOM, garbage, PyTorch's CUDA cache."
@@ -88,10 +89,11 @@ class Trial:
     seconds:float      # wall time of the trial, cleanup included
     error:str|None = None  # `oom_kind` of the failure
 
-# %% ../nbs/02_memory.ipynb #02f24a63
+# %% ../nbs/02_memory.ipynb #2480a54c
 def _sync():
     if torch.cuda.is_initialized(): torch.cuda.synchronize()
 
+# %% ../nbs/02_memory.ipynb #4e4c20d8
 def try_batch(fn:Callable, # `fn(batch_size)` runs one training step
               size:int, # the batch size to try
               steps:int=3, # steps to run
@@ -178,7 +180,7 @@ def _check_args(fn, mode, start, min_size, max_size, steps, margin, tol, what='s
         raise BatchSizeError(f'tol is a fraction >= 0, got tol={tol!r}')
     return start, min_size, max_size, steps
 
-# %% ../nbs/02_memory.ipynb #66827b54
+# %% ../nbs/02_memory.ipynb #2c95c04b
 def _bracket(trial, mode, start, min_size, max_size):
     lo, hi, size = None, None, start
     if mode == 'grow':
@@ -195,6 +197,7 @@ def _bracket(trial, mode, start, min_size, max_size):
         else: hi = size
     return lo, hi
 
+# %% ../nbs/02_memory.ipynb #6c822e83
 def _bisect(trial, lo, hi, tol):
     while hi is not None and hi - lo > max(1, int(lo * tol)):
         mid = (lo + hi) // 2
@@ -362,7 +365,7 @@ class cap_memory:
         return (f'cap_memory({self.limit / 2**20:.0f} MiB of {self.total / 2**20:.0f} MiB on device {self.device}: '
                 f'fraction {self.fraction:.4f})')
 
-# %% ../nbs/02_memory.ipynb #0355f784
+# %% ../nbs/02_memory.ipynb #78f537e6
 def _device(device=None, name:str='device')->torch.device:
     "`device` as a torch device (`name` is what the error calls it); None: the GPU if there is one, else the CPU."
     if device is None: return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
@@ -371,6 +374,7 @@ def _device(device=None, name:str='device')->torch.device:
         raise DeviceError(f"{name}={device!r} is not a torch device: pass 'cuda', 'cuda:1', 'cpu' or None "
                           f"({e})") from None
 
+# %% ../nbs/02_memory.ipynb #237ca06d
 class peak_memory:
     "Context manager: peak bytes PyTorch allocated on `device` inside the block (NaN on the CPU)."
     def __init__(self, device:str|torch.device|None=None # default: the GPU if there is one, else the CPU
@@ -398,10 +402,7 @@ class peak_memory:
         return (f'peak_memory({self.device}: peak {self.peak / 2**20:.1f} MiB, {self.extra / 2**20:.1f} MiB '
                 f'above the start, {self.seconds:.3f} s)')
 
-# %% ../nbs/02_memory.ipynb #05d269e4
-_REPORT = ['name', 'allocated_mib', 'reserved_mib', 'peak_allocated_mib', 'peak_reserved_mib', 'cap_mib', 'ooms',
-           'alloc_retries', 'nvml_used_mib', 'nvml_total_mib']
-
+# %% ../nbs/02_memory.ipynb #068665a6
 def _nvml_report(nvml)->dict:
     if nvml is None:
         try: import pynvml as nvml
@@ -412,6 +413,7 @@ def _nvml_report(nvml)->dict:
                       'nvml_total_mib': g.mem_total / 2**20}
             for g in gpus}
 
+# %% ../nbs/02_memory.ipynb #ba80f906
 def _torch_report(i:int)->dict:
     s, total = torch.cuda.memory_stats(i), torch.cuda.get_device_properties(i).total_memory
     get = getattr(torch.cuda, 'get_per_process_memory_fraction', None)
@@ -421,6 +423,10 @@ def _torch_report(i:int)->dict:
             'peak_allocated_mib': s.get('allocated_bytes.all.peak', 0) / 2**20,
             'peak_reserved_mib': s.get('reserved_bytes.all.peak', 0) / 2**20, 'cap_mib': frac * total / 2**20,
             'ooms': s.get('num_ooms', 0), 'alloc_retries': s.get('num_alloc_retries', 0)}
+
+# %% ../nbs/02_memory.ipynb #5130ae10
+_REPORT = ['name', 'allocated_mib', 'reserved_mib', 'peak_allocated_mib', 'peak_reserved_mib', 'cap_mib', 'ooms',
+           'alloc_retries', 'nvml_used_mib', 'nvml_total_mib']
 
 def memory_report(nvml=None # the `pynvml` module (a stand-in in tests); default the real one
                  )->pd.DataFrame:
@@ -435,8 +441,7 @@ def memory_report(nvml=None # the `pynvml` module (a stand-in in tests); default
 class Checkpointed(nn.Module):
     "Run `module` with activation checkpointing (non-reentrant) while training."
     def __init__(self, module:nn.Module):
-        super().__init__()
-        self.module = module
+        super().__init__(); store_attr()
 
     def forward(self, *args, **kwargs):
         if self.training and torch.is_grad_enabled():
@@ -515,13 +520,14 @@ def param_bytes(m:nn.Module)->int:
     "Bytes of `m`'s parameters and buffers."
     return sum(t.numel() * t.element_size() for t in [*m.parameters(), *m.buffers()])
 
-# %% ../nbs/02_memory.ipynb #2e02f78d
+# %% ../nbs/02_memory.ipynb #04489c99
 def _to(x, device):
     if isinstance(x, torch.Tensor): return x.to(device)
     if isinstance(x, (list, tuple)): return type(x)(_to(v, device) for v in x)
     if isinstance(x, dict): return {k: _to(v, device) for k, v in x.items()}
     return x
 
+# %% ../nbs/02_memory.ipynb #e3a9b3e6
 class SplitModel(nn.Module):
     "Consecutive parts of a sequential model, each on its own device; activations follow."
     def __init__(self, parts:list, devices:list):
@@ -563,12 +569,13 @@ def split_model(model:nn.Sequential, # the blocks, in order
                                           for r in res.plan.itertuples()))
     return res
 
-# %% ../nbs/02_memory.ipynb #84ec909d
+# %% ../nbs/02_memory.ipynb #4d58d0c9
 def _free_port()->int:
     with socket.socket() as s:
         s.bind(('127.0.0.1', 0))
         return s.getsockname()[1]
 
+# %% ../nbs/02_memory.ipynb #aeb45060
 def _ddp_worker(rank, fn, world, backend, port, args, queue, forked):
     import pickle, torch.distributed as dist
     os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
@@ -582,6 +589,7 @@ def _ddp_worker(rank, fn, world, backend, port, args, queue, forked):
         dist.barrier()  # no rank tears down the group while another still uses it (gloo aborts the process otherwise)
     finally: dist.destroy_process_group()
 
+# %% ../nbs/02_memory.ipynb #2fa76933
 def _check_importable(fn, start_method):
     main = sys.modules['__main__']
     code = getattr(fn, '__code__', None)

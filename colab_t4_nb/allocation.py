@@ -602,10 +602,6 @@ def want_label(specs:list[GPUSpec])->str:
                        for f, ks in fams.items())
 
 # %% ../nbs/00_allocation.ipynb #15b341aa
-def _unassign():
-    from google.colab import runtime as colab_runtime
-    colab_runtime.unassign()
-
 def _ledger_path(ledger)->Path|None:
     if ledger is False or ledger is None: return None
     if ledger is True: return state_dir()/'usage_ledger.jsonl'
@@ -617,6 +613,11 @@ def _note(path:Path|None, gpus, specs, action:str):
     if path is None: return
     try: record_allocation(path, gpus, [s.key for s in specs], action)
     except OSError as e: warnings.warn(f'Could not record this allocation in the usage ledger {path}: {e}')
+
+# %% ../nbs/00_allocation.ipynb #7291d016
+def _unassign():
+    from google.colab import runtime as colab_runtime
+    colab_runtime.unassign()
 
 def _wrong(cls, wanted:str, here:str, gpus:list[GPU]):
     "The error for a missing or wrong card outside Colab; `.have` is the spec key of the card here, if known."

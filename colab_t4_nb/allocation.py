@@ -19,7 +19,7 @@ from fastcore.basics import patch
 # %% auto #0
 __all__ = ['SPECS', 'SOURCES', 'COLAB_DRIVE', 'LOCK_STALE_S', 'ColabT4Error', 'UnknownGPUError', 'NoGPUError', 'WrongGPUError',
            'BudgetExhausted', 'BadArgument', 'oom_kind', 'GPUSpec', 'native_bf16', 'spec_table', 'spec_for', 'GPU',
-           'parse_smi_csv', 'reading', 'readings', 'parse_smi_table', 'parse_tf_devices', 'nvml_gpus', 'gpu_search',
+           'readings', 'reading', 'parse_smi_csv', 'parse_smi_table', 'parse_tf_devices', 'nvml_gpus', 'gpu_search',
            'gpu_info', 'runtime', 'state_dir', 'Budget', 'atomic_write', 'file_lock', 'open_locked', 'append_line',
            'record_allocation', 'wanted_specs', 'want_label', 'ensure_gpu', 'compare']
 
@@ -55,7 +55,7 @@ def _is_a(e, module:str, name:str)->bool:
 
 def oom_kind(e:BaseException # an exception caught around a training step
             )->str|None:
-    "What ran out of memory in `e` ('cuda', 'cudnn', 'cublas', 'cpu', 'mps', 'tf'); None if `e` is not an out-of-memory error."
+    "What ran out of memory in `e` ('cuda', 'cudnn', 'cublas', 'cpu', 'mps', 'tf'); None for any other error."
     if isinstance(e, RuntimeError):
         msg = str(e)
         for pat, kind in _OOM_MESSAGES.items():
@@ -138,8 +138,8 @@ _ROWS = [
    r'RTX 3060(?!\s*(TI|LAPTOP))', 'NVIDIA RTX 30 series specs; GA102 whitepaper rates scaled by SMs x clock'),
   ('RTX 3090', 'RTX 3090', 'Ampere', (8,6), 82, 10496, 24, 'GDDR6X', 936, 35.6, 35.6, 71, 71, 284, True, 350,
    r'RTX 3090(?!\s*TI)', 'NVIDIA Ampere GA102 GPU Architecture whitepaper'),
-  ('RTX 4090', 'RTX 4090', 'Ada Lovelace', (8,9), 128, 16384, 24, 'GDDR6X', 1008, 82.6, 82.6, 165.2, 165.2, 660.6, True, 450,
-   r'RTX 4090(?!\s*(D\b|LAPTOP))', 'NVIDIA Ada GPU Architecture whitepaper'),
+  ('RTX 4090', 'RTX 4090', 'Ada Lovelace', (8,9), 128, 16384, 24, 'GDDR6X', 1008, 82.6, 82.6, 165.2, 165.2, 660.6,
+   True, 450, r'RTX 4090(?!\s*(D\b|LAPTOP))', 'NVIDIA Ada GPU Architecture whitepaper'),
   ('H100-PCIE', 'H100', 'Hopper', (9,0), 114, 14592, 80, 'HBM2e', 2000, 51, 378, 756, 756, 1513, True, 350,
    r'\bH100\b(?=.*PCIE)', _DS.format('H100 Tensor Core GPU')),
   ('H100-SXM', 'H100', 'Hopper', (9,0), 132, 16896, 80, 'HBM3', 3350, 67, 494.7, 989.4, 989.4, 1979, True, 700,
@@ -206,6 +206,22 @@ class GPU:
         if spec: d['spec'].pop('pattern')
         return d
 
+# %% ../nbs/00_allocation.ipynb #3a34d9fa
+def _readings(): return resources.files('colab_t4_nb')/'files'/'gpu'
+
+def readings()->list[str]:
+    "Names of the recorded GPU readings shipped with the package."
+    return sorted(f.name for f in _readings().iterdir() if f.name != 'README.md')
+
+# %% ../nbs/00_allocation.ipynb #e8002ed8
+def reading(name:str # a recorded file, e.g. 't4_colab_nvidia-smi_2023.txt'; `readings()` lists them
+           )->str:
+    "The text of a GPU reading recorded on a real card, shipped with the package."
+    if not isinstance(name, str) or name not in readings():
+        raise BadArgument(f'No recorded reading {name!r}. The package has: {", ".join(readings())}.')
+    f = _readings()/name
+    return f.read_text()
+
 # %% ../nbs/00_allocation.ipynb #6c1cd621
 def _num(s:str)->float|None:
     "The number in '15109 MiB', '70.00 W', '9.0'; None for '[N/A]' and the like."
@@ -224,21 +240,6 @@ def parse_smi_csv(text:str, # output of `nvidia-smi --query-gpu=... --format=csv
     if columns is None or first == list(columns): cols, lines = first, lines[1:]
     else: cols = list(columns)
     return [dict(zip(cols, (v.strip() for v in l.split(',')))) for l in lines]
-
-# %% ../nbs/00_allocation.ipynb #3809c3e9
-def _readings(): return resources.files('colab_t4_nb')/'files'/'gpu'
-
-def reading(name:str # a recorded file, e.g. 't4_colab_nvidia-smi_2023.txt'; `readings()` lists them
-           )->str:
-    "The text of a GPU reading recorded on a real card, shipped with the package."
-    if not isinstance(name, str) or name not in readings():
-        raise BadArgument(f'No recorded reading {name!r}. The package has: {", ".join(readings())}.')
-    f = _readings()/name
-    return f.read_text()
-
-def readings()->list[str]:
-    "Names of the recorded GPU readings shipped with the package."
-    return sorted(f.name for f in _readings().iterdir() if f.name != 'README.md')
 
 # %% ../nbs/00_allocation.ipynb #2b398540
 _SMI_GPU = re.compile(r'^\|\s+(\d+)\s+(.+?)\s+(On|Off)\s*\|')
@@ -268,9 +269,9 @@ def _smi_rows_to_gpus(rows:list[dict])->list[GPU]:
         v = r.get('compute_cap')
         return tuple(int(x) for x in v.split('.')) if v and re.fullmatch(r'\d+\.\d+', v) else None
     def mib(v): n = _num(v); return None if n is None else int(n) * 2**20
-    return [GPU(int(r.get('index', i)), r['name'], mem_total=mib(r.get('memory.total')), mem_free=mib(r.get('memory.free')),
-                cc=cc(r), driver=r.get('driver_version'), uuid=r.get('uuid'), bus_id=r.get('pci.bus_id'),
-                source='nvidia-smi') for i, r in enumerate(rows)]
+    return [GPU(int(r.get('index', i)), r['name'], mem_total=mib(r.get('memory.total')),
+                mem_free=mib(r.get('memory.free')), cc=cc(r), driver=r.get('driver_version'), uuid=r.get('uuid'),
+                bus_id=r.get('pci.bus_id'), source='nvidia-smi') for i, r in enumerate(rows)]
 
 # %% ../nbs/00_allocation.ipynb #f5f6d4e5
 _TF_DESC = re.compile(r'device: (\d+), name: (.+?), pci bus id: ([\w:.]+), compute capability: (\d+)\.(\d+)')
@@ -312,11 +313,12 @@ def nvml_gpus(nvml # the `pynvml` module (or a stand-in with the same functions)
         return gpus
     finally: nvml.nvmlShutdown()
 
-# %% ../nbs/00_allocation.ipynb #4b6dc4e4
+# %% ../nbs/00_allocation.ipynb #978d69e5
 def _from_nvml():
     import pynvml
     return nvml_gpus(pynvml)
 
+# %% ../nbs/00_allocation.ipynb #3de897fd
 def _from_torch():
     if find_spec('torch') is None: raise ImportError('torch is not installed')
     import torch
@@ -329,6 +331,7 @@ def _from_torch():
                         cuda=torch.version.cuda, source='torch'))
     return gpus
 
+# %% ../nbs/00_allocation.ipynb #b2f64a0c
 def _driver_present()->bool: return Path('/proc/driver/nvidia').exists() or shutil.which('nvidia-smi') is not None
 
 def _from_tf(timeout=60):
@@ -339,16 +342,19 @@ def _from_tf(timeout=60):
     out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=timeout, env=env)
     return parse_tf_devices(out.stdout)
 
+# %% ../nbs/00_allocation.ipynb #b9ecc6d9
 def _from_smi(timeout=30):
     exe = shutil.which('nvidia-smi')
     if exe is None: raise FileNotFoundError('not on the PATH')
     for fields in (_SMI_FIELDS, _SMI_FIELDS[:-1]):
-        r = subprocess.run([exe, f"--query-gpu={','.join(fields)}", '--format=csv'], capture_output=True, text=True, timeout=timeout)
+        r = subprocess.run([exe, f"--query-gpu={','.join(fields)}", '--format=csv'],
+                           capture_output=True, text=True, timeout=timeout)
         if r.returncode == 0: return _smi_rows_to_gpus(parse_smi_csv(r.stdout))
     r = subprocess.run([exe], capture_output=True, text=True, timeout=timeout)
     if r.returncode != 0: raise OSError(f'nvidia-smi failed with exit status {r.returncode}: {r.stdout.strip()[:200]}')
     return parse_smi_table(r.stdout)
 
+# %% ../nbs/00_allocation.ipynb #e5e4d126
 SOURCES = {'nvml': _from_nvml, 'torch': _from_torch, 'tf': _from_tf, 'nvidia-smi': _from_smi}
 
 # %% ../nbs/00_allocation.ipynb #c44e2d84
@@ -474,7 +480,8 @@ def spend(self:Budget)->int:
     data, day = self._read(), self.today().isoformat()
     n = data.get(day, 0)
     if n >= self.per_day:
-        raise BudgetExhausted(f'All {self.per_day} runtime re-assignments for {day} are used (count kept in {self.path}). '
+        raise BudgetExhausted(f'All {self.per_day} runtime re-assignments for {day} are used '
+                              f'(count kept in {self.path}). '
                               f'Carry on with the GPU you have, try again tomorrow, or raise the budget.')
     data = {k: v for k, v in data.items() if k >= date.fromordinal(self.today().toordinal() - 7).isoformat()}
     data[day] = n + 1
@@ -482,13 +489,7 @@ def spend(self:Budget)->int:
     with atomic_write(self.path) as f: f.write(json.dumps(data).encode())
     return n + 1
 
-# %% ../nbs/00_allocation.ipynb #41c313cc
-LOCK_STALE_S = 30.0  # seconds after which a lock file is taken to be left behind by a process that died
-
-def _flock(fd:int):
-    import fcntl
-    fcntl.flock(fd, fcntl.LOCK_EX)
-
+# %% ../nbs/00_allocation.ipynb #75e0d426
 def _take_lock_file(lock:Path, stale_s:float):
     "Create `lock` exclusively, waiting while another holder's lock is younger than `stale_s` seconds."
     while True:
@@ -502,6 +503,13 @@ def _take_lock_file(lock:Path, stale_s:float):
         try: os.write(fd, f'{socket.gethostname()} {os.getpid()}\n'.encode())
         finally: os.close(fd)
         return
+
+# %% ../nbs/00_allocation.ipynb #41c313cc
+LOCK_STALE_S = 30.0  # seconds after which a lock file is taken to be left behind by a process that died
+
+def _flock(fd:int):
+    import fcntl
+    fcntl.flock(fd, fcntl.LOCK_EX)
 
 @contextmanager
 def file_lock(fd:int, # an open descriptor of `path`
@@ -536,6 +544,7 @@ def open_locked(path:str|Path, # the file
                     yield fd; return
         finally: os.close(fd)
 
+# %% ../nbs/00_allocation.ipynb #fa70c814
 def append_line(path:str|Path, # a line-based file (JSON lines); its folder is created
                 line:str, # one line; the newline is added
                ):
@@ -545,10 +554,11 @@ def append_line(path:str|Path, # a line-based file (JSON lines); its folder is c
     with open_locked(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT) as fd:
         os.write(fd, (line.rstrip('\n') + '\n').encode()); os.fsync(fd)
 
-# %% ../nbs/00_allocation.ipynb #2f99144d
+# %% ../nbs/00_allocation.ipynb #b846ebc0
 def _describe(gpus:list[GPU])->str:
     return ', '.join(f'{g.name} ({g.mem_total_gib:.0f} GiB)' if g.mem_total else g.name for g in gpus) or 'no GPU'
 
+# %% ../nbs/00_allocation.ipynb #2f99144d
 def _runtime_id()->str:
     try: boot = Path('/proc/sys/kernel/random/boot_id').read_text().strip()
     except OSError: boot = ''
@@ -583,6 +593,7 @@ def wanted_specs(want:str|list, # a spec key, family or driver name, or a list o
         found += [s for s in rows if s not in found]
     return found
 
+# %% ../nbs/00_allocation.ipynb #2ec78025
 def want_label(specs:list[GPUSpec])->str:
     "How to name `specs` in a sentence: a family where all its rows are wanted, else the keys."
     fams = {}
@@ -591,10 +602,6 @@ def want_label(specs:list[GPUSpec])->str:
                        for f, ks in fams.items())
 
 # %% ../nbs/00_allocation.ipynb #15b341aa
-def _unassign():
-    from google.colab import runtime as colab_runtime
-    colab_runtime.unassign()
-
 def _ledger_path(ledger)->Path|None:
     if ledger is False or ledger is None: return None
     if ledger is True: return state_dir()/'usage_ledger.jsonl'
@@ -606,6 +613,11 @@ def _note(path:Path|None, gpus, specs, action:str):
     if path is None: return
     try: record_allocation(path, gpus, [s.key for s in specs], action)
     except OSError as e: warnings.warn(f'Could not record this allocation in the usage ledger {path}: {e}')
+
+# %% ../nbs/00_allocation.ipynb #7291d016
+def _unassign():
+    from google.colab import runtime as colab_runtime
+    colab_runtime.unassign()
 
 def _wrong(cls, wanted:str, here:str, gpus:list[GPU]):
     "The error for a missing or wrong card outside Colab; `.have` is the spec key of the card here, if known."
@@ -638,7 +650,8 @@ def ensure_gpu(want:str|list='T4', # card(s) accepted: spec keys, families or dr
     try: n = b.spend()
     except BudgetExhausted: _note(led, gpus, specs, 'budget spent'); raise
     _note(led, gpus, specs, 'handed back')
-    print(f'Wanted {wanted}, got {here}. Handing this runtime back to Colab (attempt {n} of {budget} today, counted in {b.path}).\n'
+    print(f'Wanted {wanted}, got {here}. Handing this runtime back to Colab '
+          f'(attempt {n} of {budget} today, counted in {b.path}).\n'
           f'Colab picks the next card itself: reconnect (Connect, top right) and run this cell again.')
     try: _unassign()
     except Exception as e:  # Colab's RuntimeManagementError, or a client library without `runtime`

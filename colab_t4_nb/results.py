@@ -10,7 +10,7 @@ from importlib import resources
 import pandas as pd
 
 # %% auto #0
-__all__ = ['runs', 'results', 'results_names']
+__all__ = ['runs', 'results_names', 'results']
 
 # %% ../nbs/04b_results.ipynb #f8030b60
 def _results_dir(): return resources.files('colab_t4_nb')/'files'/'results'
@@ -28,6 +28,11 @@ def _records()->list[dict]:
         out += [{'run': run, **json.loads(l)} for l in f.read_text().splitlines() if l.strip()]
     return out
 
+def results_names()->list[str]:
+    "Names of the recorded benchmarks."
+    return sorted({r['name'] for r in _records()})
+
+# %% ../nbs/04b_results.ipynb #4ac5893b
 def results(name:str # a benchmark's name, e.g. 'amp_tensor_core_check'; `results_names()` lists them
            )->pd.DataFrame:
     "Every recorded figure of benchmark `name`, one row per run, nested fields flattened to 'a/b' columns."
@@ -36,7 +41,3 @@ def results(name:str # a benchmark's name, e.g. 'amp_tensor_core_check'; `result
     df = pd.json_normalize(recs, sep='/').set_index('run').drop(columns='name')
     prov = runs()[['date', 'card', 'driver', 'torch']]
     return prov.join(df.drop(columns=[c for c in prov.columns if c in df.columns]), how='inner')
-
-def results_names()->list[str]:
-    "Names of the recorded benchmarks."
-    return sorted({r['name'] for r in _records()})

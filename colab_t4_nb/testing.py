@@ -15,11 +15,20 @@ import pynvml
 __all__ = ['H200_NVML_JSON', 'h200_reading', 't4_reading', 'FakeNVML', 'fake_nvml', 'missing_nvml', 'fake_smi', 'FakeColab',
            'fake_colab', 'patched', 'failing', 'wait_for', 'small_run', 'train_step']
 
-# %% ../nbs/00b_testing.ipynb #fde35885
+# %% ../nbs/00b_testing.ipynb #3f1a4c10
+H200_NVML_JSON = r'''{"driver": "580.159.04", "cuda_driver": 13000, "nvml": "13.580.159.04", "count": 1,
+ "name": "NVIDIA H200", "uuid": "GPU-00000000-1111-2222-3333-444444444444", "cc": [9, 0],
+ "memory": {"total": 150754820096, "free": 149184184320, "used": 1570635776},
+ "utilization": {"gpu": 100, "memory": 23}, "temperature": 58, "power_mw": 686000, "power_limit_mw": 700000,
+ "clock_sm": 1440, "clock_mem": 3201, "max_clock_sm": 1980, "max_clock_mem": 3201, "throttle": 4,
+ "event_reasons": 4, "pstate": 0, "fan": "ERROR NVMLError_NotSupported: Not Supported"}'''
+
+# %% ../nbs/00b_testing.ipynb #c7881158
 def h200_reading()->dict:
     "NVML reading of an NVIDIA H200 under load (recorded 2026-12-02)."
     return json.loads(H200_NVML_JSON)
 
+# %% ../nbs/00b_testing.ipynb #2ef084d3
 def t4_reading()->dict:
     "A Colab Tesla T4 as its 2023 `nvidia-smi` table shows it (idle), in the same layout."
     mib = 2**20
@@ -30,19 +39,11 @@ def t4_reading()->dict:
             'max_clock_mem': 5001, 'throttle': 0, 'event_reasons': 0, 'pstate': 0,
             'fan': 'ERROR NVMLError_NotSupported: Not Supported'}
 
-# %% ../nbs/00b_testing.ipynb #3f1a4c10
-H200_NVML_JSON = r'''{"driver": "580.159.04", "cuda_driver": 13000, "nvml": "13.580.159.04", "count": 1,
- "name": "NVIDIA H200", "uuid": "GPU-00000000-1111-2222-3333-444444444444", "cc": [9, 0],
- "memory": {"total": 150754820096, "free": 149184184320, "used": 1570635776},
- "utilization": {"gpu": 100, "memory": 23}, "temperature": 58, "power_mw": 686000, "power_limit_mw": 700000,
- "clock_sm": 1440, "clock_mem": 3201, "max_clock_sm": 1980, "max_clock_mem": 3201, "throttle": 4,
- "event_reasons": 4, "pstate": 0, "fan": "ERROR NVMLError_NotSupported: Not Supported"}'''
-
 # %% ../nbs/00b_testing.ipynb #6efe73a1
 class FakeNVML(types.ModuleType):
     "A stand-in for the `pynvml` module, answering from recorded readings."
     def __init__(self, readings:list[dict], # one reading per GPU, in `h200_reading()`'s layout
-                 init_error:int|None=None, # NVML error code `nvmlInit` raises, e.g. `pynvml.NVML_ERROR_LIBRARY_NOT_FOUND`
+                 init_error:int|None=None, # error code `nvmlInit` raises, e.g. `pynvml.NVML_ERROR_LIBRARY_NOT_FOUND`
                 ):
         super().__init__('pynvml')
         for k in dir(pynvml):  # constants and error classes are the real ones
@@ -67,7 +68,7 @@ class FakeNVML(types.ModuleType):
         if isinstance(v, str) and v.startswith('ERROR'): raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return v
 
-# %% ../nbs/00b_testing.ipynb #4db9b208
+# %% ../nbs/00b_testing.ipynb #1ff9f89a
 def _f(name, body):
     def method(self, *args):
         self._call(name, *args)
@@ -75,18 +76,21 @@ def _f(name, body):
     method.__name__ = name
     setattr(FakeNVML, name, method)
 
+# %% ../nbs/00b_testing.ipynb #ff6adda6
 def _init(self):
     if self.init_error is not None: raise pynvml.NVMLError(self.init_error)
     self.refcount += 1
+def _handle(self, i):
+    if not 0 <= i < len(self.readings): raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+    return i
 _f('nvmlInit', _init)
 _f('nvmlShutdown', lambda self: setattr(self, 'refcount', self.refcount - 1))
 _f('nvmlSystemGetDriverVersion', lambda self: self.readings[0]['driver'] if self.readings else '0')
 _f('nvmlSystemGetCudaDriverVersion', lambda self: self.readings[0]['cuda_driver'] if self.readings else 0)
 _f('nvmlDeviceGetCount', lambda self: len(self.readings))
-def _handle(self, i):
-    if not 0 <= i < len(self.readings): raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-    return i
 _f('nvmlDeviceGetHandleByIndex', _handle)
+
+# %% ../nbs/00b_testing.ipynb #2ded78b0
 _f('nvmlDeviceGetName', lambda self, h: self._get(h, 'name'))
 _f('nvmlDeviceGetUUID', lambda self, h: self._get(h, 'uuid'))
 _f('nvmlDeviceGetPciInfo', lambda self, h: SimpleNamespace(busId=f'00000000:00:{4 + h:02x}.0'))
@@ -97,14 +101,17 @@ _f('nvmlDeviceGetTemperature', lambda self, h, sensor=0: self._get(h, 'temperatu
 _f('nvmlDeviceGetPowerUsage', lambda self, h: self._get(h, 'power_mw'))
 _f('nvmlDeviceGetEnforcedPowerLimit', lambda self, h: self._get(h, 'power_limit_mw'))
 _f('nvmlDeviceGetPowerManagementLimit', lambda self, h: self._get(h, 'power_limit_mw'))
-_f('nvmlDeviceGetClockInfo', lambda self, h, t: self._get(h, {pynvml.NVML_CLOCK_SM: 'clock_sm', pynvml.NVML_CLOCK_GRAPHICS: 'clock_sm', pynvml.NVML_CLOCK_MEM: 'clock_mem'}[t]))
-_f('nvmlDeviceGetMaxClockInfo', lambda self, h, t: self._get(h, {pynvml.NVML_CLOCK_SM: 'max_clock_sm', pynvml.NVML_CLOCK_GRAPHICS: 'max_clock_sm', pynvml.NVML_CLOCK_MEM: 'max_clock_mem'}[t]))
+_f('nvmlDeviceGetClockInfo', lambda self, h, t: self._get(h, {
+    pynvml.NVML_CLOCK_SM: 'clock_sm', pynvml.NVML_CLOCK_GRAPHICS: 'clock_sm', pynvml.NVML_CLOCK_MEM: 'clock_mem'}[t]))
+_f('nvmlDeviceGetMaxClockInfo', lambda self, h, t: self._get(h, {
+    pynvml.NVML_CLOCK_SM: 'max_clock_sm', pynvml.NVML_CLOCK_GRAPHICS: 'max_clock_sm',
+    pynvml.NVML_CLOCK_MEM: 'max_clock_mem'}[t]))
 _f('nvmlDeviceGetCurrentClocksEventReasons', lambda self, h: self._get(h, 'event_reasons'))
 _f('nvmlDeviceGetCurrentClocksThrottleReasons', lambda self, h: self._get(h, 'throttle'))
 _f('nvmlDeviceGetPerformanceState', lambda self, h: self._get(h, 'pstate'))
 _f('nvmlDeviceGetFanSpeed', lambda self, h: self._get(h, 'fan'))
 
-# %% ../nbs/00b_testing.ipynb #a9eb0222
+# %% ../nbs/00b_testing.ipynb #5baedb51
 @contextmanager
 def _module(name, mod):
     old = sys.modules.get(name)
@@ -114,10 +121,13 @@ def _module(name, mod):
         if old is None: sys.modules.pop(name, None)
         else: sys.modules[name] = old
 
-def fake_nvml(readings:list[dict], **kwargs):
+def fake_nvml(readings:list[dict], # one reading per GPU, in `h200_reading()`'s layout
+              **kwargs, # passed on to `FakeNVML`
+             ):
     "Context manager: `import pynvml` gives a `FakeNVML` of `readings`."
     return _module('pynvml', FakeNVML(readings, **kwargs))
 
+# %% ../nbs/00b_testing.ipynb #ea46b01a
 def missing_nvml():
     "Context manager: NVML behaves as on a machine without the NVIDIA driver."
     return fake_nvml([], init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)

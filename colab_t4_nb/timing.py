@@ -13,12 +13,16 @@ import pandas as pd
 # %% auto #0
 __all__ = ['cpu_timer', 'cuda_timer', 'Timings', 'benchmark', 'record', 'needs_gpu']
 
-# %% ../nbs/00a_timing.ipynb #b499d02c
-def cpu_timer(fn:Callable, clock:Callable=time.perf_counter)->float:
+# %% ../nbs/00a_timing.ipynb #482e269e
+def cpu_timer(fn:Callable, # called once, with no arguments
+              clock:Callable=time.perf_counter, # seconds, as `time.perf_counter` counts them
+             )->float:
     "Milliseconds one call of `fn` takes, by `clock`."
     t0 = clock(); fn(); return (clock() - t0) * 1e3
 
-def cuda_timer(fn:Callable)->float:
+# %% ../nbs/00a_timing.ipynb #3ac47dc2
+def cuda_timer(fn:Callable # called once, with no arguments; queues work on the current stream
+              )->float:
     "Milliseconds of GPU time one call of `fn` takes, between CUDA events on the current stream."
     import torch
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -51,6 +55,16 @@ class Timings:
 
 def _q(v, q): return float(pd.Series(v).quantile(q))
 
+# %% ../nbs/00a_timing.ipynb #f9703318
+def _cuda_ready()->bool:
+    try: import torch
+    except ImportError: return False
+    return torch.cuda.is_available()
+
+def _sync():
+    import torch
+    torch.cuda.synchronize()
+
 # %% ../nbs/00a_timing.ipynb #535d559b
 def benchmark(variants:dict[str, Callable], # name -> callable doing one unit of work
               repeats:int=20, # timed rounds
@@ -76,15 +90,6 @@ def benchmark(variants:dict[str, Callable], # name -> callable doing one unit of
     for r in range(repeats):
         for n in names[r % len(names):] + names[:r % len(names)]: res.samples[n].append(timer(variants[n]))
     return res
-
-def _cuda_ready()->bool:
-    try: import torch
-    except ImportError: return False
-    return torch.cuda.is_available()
-
-def _sync():
-    import torch
-    torch.cuda.synchronize()
 
 # %% ../nbs/00a_timing.ipynb #5578635d
 def record(name:str, # what was measured, e.g. 'monitoring.sample_cost'

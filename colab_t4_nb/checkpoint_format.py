@@ -38,7 +38,7 @@ class CheckpointWriteError(CheckpointError, OSError):
 class CheckpointWarning(UserWarning):
     "Something was wrong with a checkpoint folder and was worked around (file skipped, manifest rebuilt)."
 
-# %% ../nbs/05a_checkpoint_format.ipynb #379631c7
+# %% ../nbs/05a_checkpoint_format.ipynb #484254f2
 def check_int(name:str, # the argument's name, for the message
               v, # its value
               lo:int=0, # the least value allowed
@@ -54,6 +54,7 @@ def check_int(name:str, # the argument's name, for the message
     if v < lo: raise ValueError(f'{name} must be {want}, got {v}.')
     return v
 
+# %% ../nbs/05a_checkpoint_format.ipynb #87fe95aa
 def check_num(name:str, # the argument's name, for the message
               v, # its value
               lo:float=0, # the bound
@@ -65,10 +66,11 @@ def check_num(name:str, # the argument's name, for the message
     want = f'a number {">=" if eq else ">"} {lo:g}' + (' or None' if none else '')
     if isinstance(v, bool) or not isinstance(v, numbers.Real):
         raise TypeError(f'{name} must be {want}, got {v!r} ({type(v).__name__}).')
-    if math.isnan(v) or v < lo or (v == lo and not eq): raise ValueError(f'{name} must be {want}, got {v!r}.')
+    if math.isnan(v) or v < lo or (v == lo and not eq):
+        raise ValueError(f'{name} must be {want}, got {v!r}.')
     return float(v)
 
-# %% ../nbs/05a_checkpoint_format.ipynb #5264b448
+# %% ../nbs/05a_checkpoint_format.ipynb #d9e2df16
 def check_path(name:str, # the argument's name, for the message
                v, # its value
                none:bool=False, # None allowed
@@ -82,13 +84,16 @@ def check_path(name:str, # the argument's name, for the message
         raise ValueError(f'{name} must be a non-empty path without NUL characters, got {v!r}.')
     return Path(s)
 
+# %% ../nbs/05a_checkpoint_format.ipynb #0bb2217e
 def check_flag(name:str, # the argument's name, for the message
                v, # its value
               )->bool:
     "`v` if it is True or False; otherwise an error naming `name`."
-    if not isinstance(v, bool): raise TypeError(f'{name} must be True or False, got {v!r} ({type(v).__name__}).')
+    if not isinstance(v, bool):
+        raise TypeError(f'{name} must be True or False, got {v!r} ({type(v).__name__}).')
     return v
 
+# %% ../nbs/05a_checkpoint_format.ipynb #4117b430
 def check_stateful(name:str, # the argument's name, for the message
                    o, # a model, optimizer, scaler, scheduler or None
                   ):
@@ -115,7 +120,7 @@ def new_hash(algo:str='crc32' # 'crc32' or a `hashlib` algorithm such as 'sha256
         raise CheckpointError(f'Unknown checksum {algo!r}: use one of {sorted(_ALGOS)}.')
     return _Crc32() if algo == 'crc32' else hashlib.new(algo)
 
-# %% ../nbs/05a_checkpoint_format.ipynb #5ac7a329
+# %% ../nbs/05a_checkpoint_format.ipynb #6cc5cc5a
 def _gf2_times(mat:list, vec:int)->int:
     s, i = 0, 0
     while vec:
@@ -123,6 +128,7 @@ def _gf2_times(mat:list, vec:int)->int:
         vec >>= 1; i += 1
     return s
 
+# %% ../nbs/05a_checkpoint_format.ipynb #3f3208fe
 _ZEROS, _ZEROS_LOCK = [], threading.Lock()  # _ZEROS[k]: the GF(2) operator feeding 2**k zero bytes through a CRC-32
 
 def _zeros_op(k:int)->list:
@@ -135,25 +141,27 @@ def _zeros_op(k:int)->list:
             while len(_ZEROS) <= k: _ZEROS.append([_gf2_times(_ZEROS[-1], v) for v in _ZEROS[-1]])
     return _ZEROS[k]
 
+# %% ../nbs/05a_checkpoint_format.ipynb #c14bdf70
 def crc32_combine(crc1:int, # CRC-32 of A
                   crc2:int, # CRC-32 of B
                   len2:int, # length of B in bytes
                  )->int:
     "The CRC-32 of A + B, from the CRC-32s of A and B (zlib's `crc32_combine`)."
     for name, v in (('crc1', crc1), ('crc2', crc2)):
-        if check_int(name, v) >> 32: raise ValueError(f'{name} must be a CRC-32, an int below 2**32, got {v}.')
+        if check_int(name, v) >> 32:
+            raise ValueError(f'{name} must be a CRC-32, an int below 2**32, got {v}.')
     len2, k = check_int('len2', len2), 0
     while len2:
         if len2 & 1: crc1 = _gf2_times(_zeros_op(k), crc1)
         len2 >>= 1; k += 1
     return crc1 ^ crc2
 
-# %% ../nbs/05a_checkpoint_format.ipynb #6c635dba
+# %% ../nbs/05a_checkpoint_format.ipynb #6a02a8bc
 _EOCD, _DESC = b'PK\x05\x06', b'PK\x07\x08'  # zip end-of-archive record (ends with the comment length); data descriptor
 _BIG = 1 << 16  # writes at least this large are record data whose CRC torch reports
 
 class _HashingWriter:
-    "The file object `torch.save` writes into: passes each chunk to `f`, working out the checksum of everything written."
+    "The file object `torch.save` writes into: passes each chunk to `f`, working out the checksum of it all."
     def __init__(self, f, algo:str='crc32', comment:int=0, writeback:int|None=None):
         self.f, self.comment, self.size, self._end, self.error = f, comment, 0, None, None
         self.writeback, self._started = writeback, 0  # bytes between starts of the disk write-back; bytes started
@@ -170,7 +178,7 @@ class _HashingWriter:
 
     def flush(self): pass
 
-# %% ../nbs/05a_checkpoint_format.ipynb #95ba7af7
+# %% ../nbs/05a_checkpoint_format.ipynb #82155d18
 @patch
 def _put(self:_HashingWriter, b):
     n = len(b)
@@ -186,17 +194,7 @@ def _put(self:_HashingWriter, b):
     self.f.write(b); self.size += n
     if self.writeback and self.size - self._started >= self.writeback: self._start_writeback()
 
-@patch
-def _start_writeback(self:_HashingWriter):
-    "Ask the kernel to start writing the bytes written since the last call to the disk, without waiting for it."
-    fadvise = getattr(os, 'posix_fadvise', None)
-    if fadvise is None: self.writeback = None; return  # not on this system (macOS, Windows): stop asking
-    try:
-        self.f.flush()
-        fadvise(self.f.fileno(), self._started, self.size - self._started, os.POSIX_FADV_DONTNEED)
-    except (OSError, ValueError): self.writeback = None  # not a real file: stop asking
-    self._started = self.size
-
+# %% ../nbs/05a_checkpoint_format.ipynb #d17506b7
 @patch
 def _descriptor(self:_HashingWriter, b):
     "Take the CRC of the record data just written from the data descriptor `b`, if that is what `b` is."
@@ -205,7 +203,19 @@ def _descriptor(self:_HashingWriter, b):
     crc, size = struct.unpack('<IIQQ' if len(b) == 24 else '<IIII', bytes(b))[1::2]
     if size == hole[1] and crc: hole[2] = crc
 
-# %% ../nbs/05a_checkpoint_format.ipynb #0e6b8238
+# %% ../nbs/05a_checkpoint_format.ipynb #00e95e7c
+@patch
+def _start_writeback(self:_HashingWriter):
+    "Ask the kernel to start writing the bytes written since the last call to disk, without waiting for it."
+    fadvise = getattr(os, 'posix_fadvise', None)
+    if fadvise is None: self.writeback = None; return  # not on this system (macOS, Windows): stop asking
+    try:
+        self.f.flush()
+        fadvise(self.f.fileno(), self._started, self.size - self._started, os.POSIX_FADV_DONTNEED)
+    except (OSError, ValueError): self.writeback = None  # not a real file: stop asking
+    self._started = self.size
+
+# %% ../nbs/05a_checkpoint_format.ipynb #5fe658d8
 @patch
 def close(self:_HashingWriter):
     "Write the held-back end record, its comment length set to `comment`."
@@ -213,6 +223,7 @@ def close(self:_HashingWriter):
     if self._end[20:22] == b'\0\0': self._end[20:22] = self.comment.to_bytes(2, 'little')
     self._put(self._end); self._end = None
 
+# %% ../nbs/05a_checkpoint_format.ipynb #e9348fe3
 @patch
 def hexdigest(self:_HashingWriter, chunk:int=16 << 20)->str:
     "The checksum of all bytes written; pieces whose CRC torch did not report are read back from the file."
@@ -226,9 +237,10 @@ def hexdigest(self:_HashingWriter, chunk:int=16 << 20)->str:
         crc = crc32_combine(crc, c, n)
     return f'{crc:08x}'
 
-# %% ../nbs/05a_checkpoint_format.ipynb #b719278e
+# %% ../nbs/05a_checkpoint_format.ipynb #ff7e28b6
 _TRAILER = 256
-_TRAILER_RE = re.compile(rb'colab_t4_nb checkpoint v1 size=(\d+) step=(\d+) seq=(\d+) checksum=(\w+:[0-9a-f]+) *\n')
+_TRAILER_RE = re.compile(rb'colab_t4_nb checkpoint v1 size=(\d+) step=(\d+) seq=(\d+) '
+                         rb'checksum=(\w+:[0-9a-f]+) *\n')
 
 @dataclass(frozen=True)
 class Checkpoint:
@@ -246,13 +258,16 @@ class Checkpoint:
         if not sep or not digest: raise ValueError(f"checksum must be 'algo:hexdigest', got {self.checksum!r}.")
         new_hash(algo)
 
-    def as_dict(self)->dict: return {'file': self.path.name, 'step': self.step, 'seq': self.seq, 'size': self.size, 'checksum': self.checksum}
+    def as_dict(self)->dict:
+        return {'file': self.path.name, 'step': self.step, 'seq': self.seq, 'size': self.size,
+                'checksum': self.checksum}
 
+# %% ../nbs/05a_checkpoint_format.ipynb #cdcdb52e
 def _trailer(c:Checkpoint)->bytes:
     t = f'colab_t4_nb checkpoint v1 size={c.size} step={c.step} seq={c.seq} checksum={c.checksum}'.encode()
     return t.ljust(_TRAILER - 1) + b'\n'
 
-# %% ../nbs/05a_checkpoint_format.ipynb #12c86878
+# %% ../nbs/05a_checkpoint_format.ipynb #b4ae9c0a
 def read_trailer(path:str|Path)->Checkpoint|None:
     "The `Checkpoint` the trailer of `path` describes; None if it has none (truncated, damaged, foreign, unreadable)."
     path = check_path('path', path)
@@ -266,10 +281,12 @@ def read_trailer(path:str|Path)->Checkpoint|None:
     try: return Checkpoint(path, int(m[2]), int(m[3]), int(m[1]), m[4].decode())
     except CheckpointError: return None  # a checksum this Python does not know
 
+# %% ../nbs/05a_checkpoint_format.ipynb #de5aadfc
 def verify_file(c:Checkpoint, chunk:int=16 << 20)->str|None:
     "None when `c.path` has the size and checksum `c` records; otherwise what is wrong."
     if not isinstance(c, Checkpoint):
-        raise TypeError(f'c must be a Checkpoint (from read_trailer or checkpoints()), got {type(c).__name__}.')
+        raise TypeError(f'c must be a Checkpoint (from read_trailer or checkpoints()), got '
+                        f'{type(c).__name__}.')
     chunk = check_int('chunk', chunk, 1)
     algo, want = c.checksum.split(':', 1)
     h, left, buf = new_hash(algo), c.size, memoryview(bytearray(max(1, min(chunk, c.size))))
@@ -314,12 +331,12 @@ def write_error(e:OSError, # the error of the file system
     return CheckpointWriteError(e.errno, f'Could not write {what}: {e.strerror or e} ({hint}). '
                                 'Earlier checkpoints there are untouched and still load.')
 
-# %% ../nbs/05a_checkpoint_format.ipynb #829a7fc2
+# %% ../nbs/05a_checkpoint_format.ipynb #61f8ad34
 def write_checkpoint(path:str|Path, # the final file name
                      obj, # anything `torch.save` takes
                      step:int=0, seq:int=0, # recorded in the trailer
                      checksum:str='crc32', # 'crc32' or a `hashlib` algorithm
-                     writeback:int|None=64 << 20, # start the disk write-back every this many bytes; None: all at the final fsync
+                     writeback:int|None=64 << 20, # bytes between starts of the disk write-back; None: only fsync
                     )->Checkpoint:
     "Save `obj` to `path` atomically, followed by a trailer recording its size and checksum."
     path, step, seq = check_path('path', path), check_int('step', step), check_int('seq', seq)

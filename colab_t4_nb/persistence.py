@@ -20,12 +20,11 @@ from .allocation import ColabT4Error, atomic_write, oom_kind, runtime, state_dir
 from .checkpoint_format import *
 
 # %% auto #0
-__all__ = ['DEFAULT_EVERY_MINUTES', 'rng_state', 'set_rng_state', 'training_state', 'CheckpointDir', 'Resumed',
-           'CheckpointManager', 'drive_checkpoints', 'flush_drive', 'SessionEnding', 'SessionClock', 'is_oom',
-           'is_context_lost', 'CudaContextLost', 'RunReport', 'run_resumable', 'RestartLimit', 'Attempt',
-           'run_with_restarts']
+__all__ = ['DEFAULT_EVERY_MINUTES', 'rng_state', 'set_rng_state', 'training_state', 'CheckpointDir', 'CheckpointManager',
+           'Resumed', 'drive_checkpoints', 'flush_drive', 'SessionEnding', 'SessionClock', 'is_oom', 'is_context_lost',
+           'CudaContextLost', 'RunReport', 'run_resumable', 'RestartLimit', 'Attempt', 'run_with_restarts']
 
-# %% ../nbs/05_persistence.ipynb #9bc3a51b
+# %% ../nbs/05_persistence.ipynb #8fbdefe5
 def rng_state()->dict:
     "The states of Python's, NumPy's and torch's random generators (CUDA's too when CUDA is started)."
     kind, keys, pos, has_gauss, gauss = np.random.get_state()
@@ -35,6 +34,7 @@ def rng_state()->dict:
     if torch.cuda.is_initialized(): st['cuda'] = torch.cuda.get_rng_state_all()
     return st
 
+# %% ../nbs/05_persistence.ipynb #09c59157
 def set_rng_state(st:dict # from `rng_state`
                  ):
     "Restore the generators `rng_state` captured; CUDA's where there is a GPU, with a warning where there is none."
@@ -53,20 +53,23 @@ def set_rng_state(st:dict # from `rng_state`
                          'changed.') from e
     if st.get('cuda'):
         if not torch.cuda.is_available():
-            warnings.warn('The checkpoint holds CUDA random states but there is no GPU here; they were not restored.', CheckpointWarning)
+            warnings.warn('The checkpoint holds CUDA random states but there is no GPU here; they were not restored.',
+                          CheckpointWarning)
         else:
             for i, s in enumerate(st['cuda'][:torch.cuda.device_count()]): torch.cuda.set_rng_state(s, i)
 
-# %% ../nbs/05_persistence.ipynb #5cd90c27
+# %% ../nbs/05_persistence.ipynb #87b9849a
 def _unwrap(model): return getattr(model, '_orig_mod', model)  # torch.compile's wrapper
 
+# %% ../nbs/05_persistence.ipynb #b266d786
 def training_state(step:int, # steps done: the step to continue from
                    model=None, optimizer=None, scaler=None, scheduler=None, # the training objects (any may be None)
                    extras:dict|None=None, # the caller's own values
                   )->dict:
     "Everything needed to continue training exactly: state dicts, RNG states and `extras`."
     step = check_int('step', step)
-    for k, o in dict(model=model, optimizer=optimizer, scaler=scaler, scheduler=scheduler).items(): check_stateful(k, o)
+    for k, o in dict(model=model, optimizer=optimizer, scaler=scaler, scheduler=scheduler).items():
+        check_stateful(k, o)
     if extras is not None and not isinstance(extras, Mapping):
         raise TypeError(f'extras must be a dict or None, got {type(extras).__name__}.')
     sd = lambda o: None if o is None else o.state_dict()
@@ -94,7 +97,7 @@ class CheckpointDir:
     def file_for(self, step:int)->Path: return self.path/f'ckpt-{check_int("step", step):09d}.pt'
     def __repr__(self): return f'CheckpointDir({str(self.path)!r}, keep={self.keep})'
 
-# %% ../nbs/05_persistence.ipynb #3905d889
+# %% ../nbs/05_persistence.ipynb #c1074a5e
 _ENTRY = {'file': str, 'step': int, 'seq': int, 'size': int, 'checksum': str}
 
 @patch
@@ -108,60 +111,22 @@ def _read_manifest(self:CheckpointDir)->tuple:
                     and _NAME_RE.fullmatch(e['file']) for e in data['checkpoints'])
     if ok:
         try:
-            for e in data['checkpoints']: Checkpoint(self.path/e['file'], e['step'], e['seq'], e['size'], e['checksum'])
+            for e in data['checkpoints']:
+                Checkpoint(self.path/e['file'], e['step'], e['seq'], e['size'], e['checksum'])
         except (TypeError, ValueError, CheckpointError): ok = False  # negative numbers, an unknown checksum...
     return (data['checkpoints'], None) if ok else (None, 'has unexpected contents')
 
+# %% ../nbs/05_persistence.ipynb #22816975
 @patch
 def _write_manifest(self:CheckpointDir, cks:list):
     data = {'format': _FORMAT, 'written': datetime.now(timezone.utc).isoformat(timespec='seconds'),
             'checkpoints': [c.as_dict() for c in cks]}
     with atomic_write(self.manifest) as f: f.write(json.dumps(data, indent=1).encode())
 
-# %% ../nbs/05_persistence.ipynb #9970a62f
+# %% ../nbs/05_persistence.ipynb #eec28bab
 def _warn(msg): warnings.warn(msg, CheckpointWarning, stacklevel=3)
 
-@patch
-def checkpoints(self:CheckpointDir)->list[Checkpoint]:
-    "The checkpoints of this folder, newest first: the manifest, checked against the files' trailers."
-    files = {p.name: read_trailer(p) for p in self.path.glob('ckpt-*.pt') if _NAME_RE.fullmatch(p.name)}
-    listed, problem = self._read_manifest()
-    if listed is None: return self._rebuild(problem, files) if files else []
-    out, changed = {}, False
-    for e in listed:
-        name, t = e['file'], files.get(e['file'], 'gone')
-        if t == 'gone': _warn(f'Checkpoint {self.path/name} is listed in {self.manifest.name} but missing; using the previous one.'); changed = True
-        elif t is None: out[name] = Checkpoint(self.path/name, e['step'], e['seq'], e['size'], e['checksum'])
-        elif t.as_dict() == {k: e[k] for k in _ENTRY}: out[name] = t
-        elif t.seq > e['seq']: out[name], changed = t, True  # saved again at this step; manifest update interrupted
-        else: return self._rebuild(f'does not match {name} (edited by hand?)', files)
-    newest = max((c.seq for c in out.values()), default=-1)
-    for name, t in files.items():
-        if name not in out and t is not None and t.seq > newest: out[name], changed = t, True
-    res = sorted(out.values(), key=lambda c: c.seq, reverse=True)
-    if changed: self._try_write_manifest(res)
-    return res
-
-# %% ../nbs/05_persistence.ipynb #efab1ad7
-@patch
-def _rebuild(self:CheckpointDir, problem:str, files:dict)->list[Checkpoint]:
-    good, bad = [], []
-    for name, t in sorted(files.items()):
-        why = 'it has no valid trailer' if t is None else self.verify(t)
-        if why is None: good.append(t)
-        else: bad.append(f'{name}: {why}')
-    good.sort(key=lambda c: c.seq, reverse=True)
-    _warn(f'Manifest {self.manifest} {problem}; rebuilt from the {len(good)} checkpoint file(s) that verify'
-          + (f" (left out {'; '.join(bad)})." if bad else '.'))
-    self._try_write_manifest(good)
-    return good
-
-@patch
-def _try_write_manifest(self:CheckpointDir, cks:list):
-    try: self._write_manifest(cks)
-    except OSError as e: _warn(f'Could not update {self.manifest} ({e}); it will be rebuilt on the next save.')
-
-# %% ../nbs/05_persistence.ipynb #334b5859
+# %% ../nbs/05_persistence.ipynb #5c20b792
 @patch
 def verify(self:CheckpointDir, c:Checkpoint)->str|None:
     "None when `c` is intact, else what is wrong with it."
@@ -175,6 +140,51 @@ def verify(self:CheckpointDir, c:Checkpoint)->str|None:
         self._verified[key] = verify_file(c)
     return self._verified[key]
 
+# %% ../nbs/05_persistence.ipynb #7a3b415e
+@patch
+def _try_write_manifest(self:CheckpointDir, cks:list):
+    try: self._write_manifest(cks)
+    except OSError as e: _warn(f'Could not update {self.manifest} ({e}); it will be rebuilt on the next save.')
+
+# %% ../nbs/05_persistence.ipynb #779a7742
+@patch
+def _rebuild(self:CheckpointDir, problem:str, files:dict)->list[Checkpoint]:
+    good, bad = [], []
+    for name, t in sorted(files.items()):
+        why = 'it has no valid trailer' if t is None else self.verify(t)
+        if why is None: good.append(t)
+        else: bad.append(f'{name}: {why}')
+    good.sort(key=lambda c: c.seq, reverse=True)
+    _warn(f'Manifest {self.manifest} {problem}; rebuilt from the {len(good)} checkpoint file(s) that verify'
+          + (f" (left out {'; '.join(bad)})." if bad else '.'))
+    self._try_write_manifest(good)
+    return good
+
+# %% ../nbs/05_persistence.ipynb #95f2bf2a
+@patch
+def checkpoints(self:CheckpointDir)->list[Checkpoint]:
+    "The checkpoints of this folder, newest first: the manifest, checked against the files' trailers."
+    files = {p.name: read_trailer(p) for p in self.path.glob('ckpt-*.pt') if _NAME_RE.fullmatch(p.name)}
+    listed, problem = self._read_manifest()
+    if listed is None: return self._rebuild(problem, files) if files else []
+    out, changed = {}, False
+    for e in listed:
+        name, t = e['file'], files.get(e['file'], 'gone')
+        if t == 'gone':
+            _warn(f'Checkpoint {self.path/name} is listed in {self.manifest.name} but missing; using the previous one.')
+            changed = True
+        elif t is None: out[name] = Checkpoint(self.path/name, e['step'], e['seq'], e['size'], e['checksum'])
+        elif t.as_dict() == {k: e[k] for k in _ENTRY}: out[name] = t
+        elif t.seq > e['seq']: out[name], changed = t, True  # saved again at this step; manifest update interrupted
+        else: return self._rebuild(f'does not match {name} (edited by hand?)', files)
+    newest = max((c.seq for c in out.values()), default=-1)
+    for name, t in files.items():
+        if name not in out and t is not None and t.seq > newest: out[name], changed = t, True
+    res = sorted(out.values(), key=lambda c: c.seq, reverse=True)
+    if changed: self._try_write_manifest(res)
+    return res
+
+# %% ../nbs/05_persistence.ipynb #1836dc4d
 def _newest(pairs)->Checkpoint|None:
     "The first checkpoint of (checkpoint, folder) pairs, newest first, that verifies; warn about the others."
     for c, d in sorted(pairs, key=lambda p: p[0].seq, reverse=True):
@@ -183,32 +193,31 @@ def _newest(pairs)->Checkpoint|None:
         _warn(f'Checkpoint {c.path} is corrupt: {why}. Skipped; trying the previous one.')
     return None
 
+# %% ../nbs/05_persistence.ipynb #9a3dbd98
 @patch
 def latest(self:CheckpointDir)->Checkpoint|None:
     "The newest checkpoint in this folder that verifies, or None."
     return _newest([(c, self) for c in self.checkpoints()])
 
-# %% ../nbs/05_persistence.ipynb #bd2abe4f
+# %% ../nbs/05_persistence.ipynb #32054f1b
 @patch
 def _mkdir(self:CheckpointDir):
     try: self.path.mkdir(parents=True, exist_ok=True)
     except OSError as e: raise write_error(e, self.path, making=True) from e
 
+# %% ../nbs/05_persistence.ipynb #de2d73bf
 @patch
 def _clean_tmp(self:CheckpointDir):
     for p in self.path.glob('.*.tmp'):
         if p.name.startswith(('.ckpt-', '.manifest.json.')): p.unlink(missing_ok=True)
 
+# %% ../nbs/05_persistence.ipynb #8796c8fb
 def _unlink_all(paths:list):
     for p in paths:
         try: p.unlink(missing_ok=True)
         except OSError as e: _warn(f'Could not delete the old checkpoint {p} ({e}); the next save tries again.')
 
-@patch
-def settle(self:CheckpointDir):
-    "Wait until the old checkpoints handed to the background for deletion are gone."
-    if self._deleting is not None: self._deleting.join(); self._deleting = None
-
+# %% ../nbs/05_persistence.ipynb #1885f6ef
 @patch
 def _set_aside(self:CheckpointDir, p:Path, why:str):
     "Rename the damaged checkpoint `p` to `damaged-<name>` (out of rotation's reach), with a warning."
@@ -219,10 +228,12 @@ def _set_aside(self:CheckpointDir, p:Path, why:str):
     _warn(f'Checkpoint {p} is damaged ({why}): moved to {dst.name}, out of the rotation. Delete it when you no '
           'longer need it.')
 
+# %% ../nbs/05_persistence.ipynb #840b8c93
 @patch
 def _commit(self:CheckpointDir, c:Checkpoint, old:list):
     "Check `c` on disk, list it in the manifest with the newest `keep - 1` others that verify, delete the rest."
-    if read_trailer(c.path) != c: raise CheckpointCorrupt(f'{c.path} does not read back as written: the file system lost data.')
+    if read_trailer(c.path) != c:
+        raise CheckpointCorrupt(f'{c.path} does not read back as written: the file system lost data.')
     kept = [c]
     for o in old:
         if len(kept) == self.keep: break
@@ -261,12 +272,13 @@ def save(self:CheckpointDir, obj, # what to save (see `training_state`)
     except OSError as e: raise write_error(e, self.path) from e
     return c
 
-# %% ../nbs/05_persistence.ipynb #f2219491
-class Resumed(NamedTuple):
-    "What `CheckpointManager.load` returns."
-    step:int     # the step the checkpoint was saved at: the next step to run
-    extras:dict  # the caller's values given to `save`
+# %% ../nbs/05_persistence.ipynb #3ca4ca18
+@patch
+def settle(self:CheckpointDir):
+    "Wait until the old checkpoints handed to the background for deletion are gone."
+    if self._deleting is not None: self._deleting.join(); self._deleting = None
 
+# %% ../nbs/05_persistence.ipynb #3ff8cd14
 _live = weakref.WeakSet()  # managers with possibly a save in flight, checked at exit
 
 class CheckpointManager:
@@ -289,17 +301,11 @@ class CheckpointManager:
     @property
     def path(self)->Path: return self.local.path
     def _dirs(self)->list: return [self.local] + ([self.mirror] if self.mirror is not None else [])
-    def __repr__(self): return f'CheckpointManager({str(self.path)!r}, keep={self.local.keep}' + (f', mirror={str(self.mirror.path)!r})' if self.mirror else ')')
+    def __repr__(self):
+        mirror = f', mirror={str(self.mirror.path)!r}' if self.mirror else ''
+        return f'CheckpointManager({str(self.path)!r}, keep={self.local.keep}{mirror})'
 
-# %% ../nbs/05_persistence.ipynb #b1b9aafb
-@patch
-def _settle(self:CheckpointManager):
-    "Wait for the save in flight; raise its error, once, if it failed."
-    if self._thread is not None: self._thread.join(); self._thread = None
-    if self._error is not None:
-        e, self._error = self._error, None
-        raise e
-
+# %% ../nbs/05_persistence.ipynb #a63a2d28
 @patch
 def save(self:CheckpointManager, step:int, # steps done so far
          model=None, optimizer=None, scaler=None, scheduler=None, # the training objects
@@ -310,6 +316,23 @@ def save(self:CheckpointManager, step:int, # steps done so far
     self._settle()
     return self._write(st)
 
+# %% ../nbs/05_persistence.ipynb #cab9d86f
+@patch
+def _settle(self:CheckpointManager):
+    "Wait for the save in flight; raise its error, once, if it failed."
+    if self._thread is not None: self._thread.join(); self._thread = None
+    if self._error is not None:
+        e, self._error = self._error, None
+        raise e
+
+# %% ../nbs/05_persistence.ipynb #0041f744
+@patch
+def _listing(self:CheckpointManager, d:CheckpointDir)->list:
+    if d is self.local: return d.checkpoints()
+    try: return d.checkpoints()
+    except OSError as e: _warn(f'Cannot read the mirror {d.path} ({e}); using the local folder only.'); return []
+
+# %% ../nbs/05_persistence.ipynb #0fd27cf0
 @patch
 def _write(self:CheckpointManager, st:dict)->Checkpoint:
     seqs = [c.seq for d in self._dirs() for c in self._listing(d)]
@@ -318,24 +341,19 @@ def _write(self:CheckpointManager, st:dict)->Checkpoint:
     if self.mirror is not None: self._copy_to_mirror(c)
     return c
 
-@patch
-def _listing(self:CheckpointManager, d:CheckpointDir)->list:
-    if d is self.local: return d.checkpoints()
-    try: return d.checkpoints()
-    except OSError as e: _warn(f'Cannot read the mirror {d.path} ({e}); using the local folder only.'); return []
-
-# %% ../nbs/05_persistence.ipynb #57a4027e
+# %% ../nbs/05_persistence.ipynb #933e5512
 @patch
 def latest(self:CheckpointManager)->Checkpoint|None:
     "The newest checkpoint, in the folder or its mirror, that verifies; None if there is none."
     self._settle()
     return _newest([(c, d) for d in self._dirs() for c in self._listing(d)])
 
+# %% ../nbs/05_persistence.ipynb #720b6b9e
 def _not_a_checkpoint(p:Path)->CheckpointError:
     "Why the file `p`, which has no valid trailer, cannot be loaded, in words."
     if not p.exists():
         return NoCheckpoint(f'checkpoint={str(p)!r}: no such file. Pass a file listed by `ckpt.local.checkpoints()`, '
-                                           'or leave checkpoint=None for the newest that verifies.')
+                            'or leave checkpoint=None for the newest that verifies.')
     if not p.is_file():
         return CheckpointCorrupt(f'checkpoint={str(p)!r} is not a file: pass a checkpoint file, not a folder.')
     try:
@@ -346,12 +364,15 @@ def _not_a_checkpoint(p:Path)->CheckpointError:
                                  'written by torch.save? load it with torch.load.')
     return CheckpointCorrupt(f'{p} is not a complete checkpoint (no valid trailer: truncated or damaged).')
 
+# %% ../nbs/05_persistence.ipynb #1647a7af
 @patch
 def _pick(self:CheckpointManager, checkpoint)->Checkpoint:
     if checkpoint is None:
         c = self.latest()
-        if c is None: raise NoCheckpoint(f'No checkpoint that verifies in {self.path}' + (f' or {self.mirror.path}' if self.mirror else '')
-                                         + ': start from scratch, or point the manager at the folder the run saved to.')
+        if c is None:
+            where = f'{self.path}' + (f' or {self.mirror.path}' if self.mirror else '')
+            raise NoCheckpoint(f'No checkpoint that verifies in {where}: start from scratch, or point the manager at '
+                               'the folder the run saved to.')
         return c
     c = checkpoint if isinstance(checkpoint, Checkpoint) else read_trailer(check_path('checkpoint', checkpoint))
     if c is None: raise _not_a_checkpoint(Path(checkpoint))
@@ -359,9 +380,10 @@ def _pick(self:CheckpointManager, checkpoint)->Checkpoint:
     if why: raise CheckpointCorrupt(f'Checkpoint {c.path} is corrupt: {why}.')
     return c
 
-# %% ../nbs/05_persistence.ipynb #d90a2f8e
+# %% ../nbs/05_persistence.ipynb #e89531fb
 def _few(xs:list, n:int=6)->str: return ', '.join(xs[:n]) + (f' and {len(xs) - n} more' if len(xs) > n else '')
 
+# %% ../nbs/05_persistence.ipynb #c9b43b2b
 def _mismatch(st:dict, model, optimizer, strict:bool)->list[str]:
     "What keeps checkpoint state `st` from loading into `model` and `optimizer`, in words."
     out = []
@@ -379,7 +401,13 @@ def _mismatch(st:dict, model, optimizer, strict:bool)->list[str]:
         if saved != here: out.append(f'optimizer parameter groups of sizes {saved}, {here} here')
     return out
 
-# %% ../nbs/05_persistence.ipynb #f781b417
+# %% ../nbs/05_persistence.ipynb #0a6b3ccb
+class Resumed(NamedTuple):
+    "What `CheckpointManager.load` returns."
+    step:int     # the step the checkpoint was saved at: the next step to run
+    extras:dict  # the caller's values given to `save`
+
+# %% ../nbs/05_persistence.ipynb #43d49540
 @patch
 def load(self:CheckpointManager, model=None, optimizer=None, scaler=None, scheduler=None, # restored in place
          checkpoint:Checkpoint|str|Path|None=None, # what to load; default `latest()`
@@ -388,7 +416,8 @@ def load(self:CheckpointManager, model=None, optimizer=None, scaler=None, schedu
          weights_only:bool=True, # `torch.load`'s safe mode; False only for files you trust
         )->Resumed:
     "Restore the training objects in place from a verified checkpoint; return its step and extras."
-    for k, o in dict(model=model, optimizer=optimizer, scaler=scaler, scheduler=scheduler).items(): check_stateful(k, o)
+    for k, o in dict(model=model, optimizer=optimizer, scaler=scaler, scheduler=scheduler).items():
+        check_stateful(k, o)
     for k, v in dict(strict=strict, restore_rng=restore_rng, weights_only=weights_only).items(): check_flag(k, v)
     if not (checkpoint is None or isinstance(checkpoint, (Checkpoint, str, os.PathLike))):
         raise TypeError(f'checkpoint must be a Checkpoint, a path or None, got {checkpoint!r} '
@@ -397,11 +426,13 @@ def load(self:CheckpointManager, model=None, optimizer=None, scaler=None, schedu
     c = self._pick(checkpoint)
     try: st = torch.load(c.path, map_location='cpu', weights_only=weights_only)
     except pickle.UnpicklingError as e:
-        raise CheckpointError(f'{c.path} holds objects that torch.load(weights_only=True) refuses ({str(e).splitlines()[0]}). '
-                              'If you trust the file, load(..., weights_only=False).') from e
+        raise CheckpointError(f'{c.path} holds objects that torch.load(weights_only=True) refuses '
+                              f'({str(e).splitlines()[0]}). If you trust the file, '
+                              'load(..., weights_only=False).') from e
     if problems := _mismatch(st, model, optimizer, strict):
-        raise CheckpointMismatch(f'{c.path.name} does not fit: {"; ".join(problems)}. Nothing was changed. '
-                                 'Load it into the model and optimizer it was saved from (strict=False ignores missing and unexpected keys).')
+        raise CheckpointMismatch(f'{c.path.name} does not fit: {"; ".join(problems)}. Nothing was changed. Load it '
+                                 'into the model and optimizer it was saved from (strict=False ignores missing and '
+                                 'unexpected keys).')
     if model is not None: _unwrap(model).load_state_dict(st['model'], strict=strict)
     for o, k in [(optimizer, 'optimizer'), (scaler, 'scaler'), (scheduler, 'scheduler')]:
         if o is not None and st.get(k): o.load_state_dict(st[k])
@@ -453,12 +484,13 @@ def _tensor(self:_HostCopy, t:torch.Tensor)->torch.Tensor:
     self.memo[key] = out
     return out
 
-# %% ../nbs/05_persistence.ipynb #06828878
+# %% ../nbs/05_persistence.ipynb #70a3b7fc
 @patch
 def _background(self:CheckpointManager, st:dict):
     try: self._write(st)
     except Exception as e: self._error = e
 
+# %% ../nbs/05_persistence.ipynb #5bc29cef
 @patch
 def save_async(self:CheckpointManager, step:int, model=None, optimizer=None, scaler=None, scheduler=None, **extras):
     "Copy the training state to host memory now and write it on a background thread."
@@ -473,30 +505,35 @@ def save_async(self:CheckpointManager, step:int, model=None, optimizer=None, sca
     self._thread = threading.Thread(target=self._background, args=(st,), name=f'checkpoint-{step}')
     self._thread.start()
 
+# %% ../nbs/05_persistence.ipynb #b04c4739
 @patch
 def wait(self:CheckpointManager)->Checkpoint|None:
-    "Wait for the save in flight (raise its error if it failed) and for old files being deleted; return the last checkpoint saved."
+    "Wait for the save in flight (raising its error) and for old files being deleted; return the last checkpoint saved."
     self._settle()
     for d in self._dirs(): d.settle()
     return self.last_saved
 
+# %% ../nbs/05_persistence.ipynb #51fc2dd6
 @patch(as_prop=True)
 def pending(self:CheckpointManager)->bool:
     "True while a background save is running."
     return self._thread is not None and self._thread.is_alive()
 
+# %% ../nbs/05_persistence.ipynb #d389322b
 @patch
 def release_buffers(self:CheckpointManager):
     "Wait for the save in flight, then free the host buffers `save_async` keeps."
     self._settle(); self._host = None
 
+# %% ../nbs/05_persistence.ipynb #f2c94d5c
 @atexit.register
 def _finish_saves():
     for m in list(_live):
         try: m.wait()
-        except Exception as e: print(f'colab_t4_nb: the last background checkpoint save in {m.path} failed: {e!r}', file=sys.stderr)
+        except Exception as e:
+            print(f'colab_t4_nb: the last background checkpoint save in {m.path} failed: {e!r}', file=sys.stderr)
 
-# %% ../nbs/05_persistence.ipynb #943e543a
+# %% ../nbs/05_persistence.ipynb #925afc8d
 @patch
 def copy_in(self:CheckpointDir, c:Checkpoint)->Checkpoint:
     "Copy checkpoint `c` from another folder into this one; the copy is re-read and checked before it is renamed."
@@ -516,24 +553,26 @@ def copy_in(self:CheckpointDir, c:Checkpoint)->Checkpoint:
     except OSError as e: raise write_error(e, self.path) from e
     return new
 
+# %% ../nbs/05_persistence.ipynb #d33779ea
 @patch
 def _copy_to_mirror(self:CheckpointManager, c:Checkpoint):
     try: self.mirror.copy_in(c); self.mirror_error = None
     except (OSError, CheckpointError) as e:
         self.mirror_error = e
-        _warn(f'Copying {c.path.name} to {self.mirror.path} failed: {e} The local checkpoint {c.path} is good; the next save tries the copy again.')
+        _warn(f'Copying {c.path.name} to {self.mirror.path} failed: {e} The local checkpoint {c.path} is good; '
+              'the next save tries the copy again.')
 
-# %% ../nbs/05_persistence.ipynb #9b198367
+# %% ../nbs/05_persistence.ipynb #e6e360bb
 _TOLD = set()  # local folders drive_checkpoints has named outside Colab
 
 def drive_checkpoints(name:str='run', # the run's folder name
                       keep:int=3, # checkpoints kept, locally and on Drive
                       mountpoint:str|Path='/content/drive', # where Colab mounts Drive
                       folder:str='colab_t4_nb/checkpoints', # folder under MyDrive
-                      local:str|Path|None=None, # local folder; default ./checkpoints/name in Colab, state_dir()/checkpoints/name elsewhere
+                      local:str|Path|None=None, # ./checkpoints/name in Colab, else state_dir()/checkpoints/name
                       **kwargs, # passed to `CheckpointManager`
                      )->CheckpointManager:
-    "A `CheckpointManager` that in Colab keeps a verified copy of each checkpoint on Google Drive (mounting it if needed)."
+    "A `CheckpointManager` that in Colab keeps a verified copy of each checkpoint on Google Drive (mounted if needed)."
     mountpoint, local = check_path('mountpoint', mountpoint), check_path('local', local, none=True)
     if not isinstance(folder, str) or not folder.strip('/') or '\0' in folder or '..' in Path(folder).parts:
         raise ValueError('folder must be a folder path under MyDrive such as "colab_t4_nb/checkpoints", got '
@@ -551,20 +590,21 @@ def drive_checkpoints(name:str='run', # the run's folder name
     local = Path.cwd()/'checkpoints'/name if local is None else local
     return CheckpointManager(local, keep, mirror=my_drive/folder/name, name=name, **kwargs)
 
-# %% ../nbs/05_persistence.ipynb #15581054
+# %% ../nbs/05_persistence.ipynb #af6672c4
 def flush_drive(mountpoint:str|Path='/content/drive' # where Drive is mounted
                )->bool:
-    "In Colab, upload pending writes and unmount Drive (`drive.flush_and_unmount()`); elsewhere say there is nothing to do."
+    "In Colab, upload pending writes and unmount Drive (`drive.flush_and_unmount`); elsewhere say so."
     if runtime() != 'colab' or not (check_path('mountpoint', mountpoint)/'MyDrive').is_dir():
         print('Google Drive is not mounted here: nothing to flush.'); return False
     from google.colab import drive
     drive.flush_and_unmount()
     return True
 
-# %% ../nbs/05_persistence.ipynb #9888a6b6
+# %% ../nbs/05_persistence.ipynb #f2417cd6
 class SessionEnding(UserWarning):
     "Colab is likely to end this session soon."
 
+# %% ../nbs/05_persistence.ipynb #39673579
 class SessionClock:
     "Time left before Colab's free tier cuts the session: ~12 h after its start, ~90 min after the last activity."
     def __init__(self, session_h:float=12, # longest session
@@ -598,9 +638,10 @@ class SessionClock:
         if self.idle_min is not None: d['idle'] = self.active + self.idle_min * 60 - now
         return d
 
-    def __repr__(self): return 'SessionClock(' + ', '.join(f'{k} cut in {v / 60:.0f} min' for k, v in self.left().items()) + ')'
+    def __repr__(self):
+        return 'SessionClock(' + ', '.join(f'{k} cut in {v / 60:.0f} min' for k, v in self.left().items()) + ')'
 
-# %% ../nbs/05_persistence.ipynb #a39d22f3
+# %% ../nbs/05_persistence.ipynb #82e87f55
 _CUT = {'session': 'the session limit ({:g} h)', 'idle': 'the idle disconnect ({:g} min without activity)'}
 
 @patch
@@ -613,28 +654,31 @@ def due(self:SessionClock)->str|None:
         if crossed:
             what = _CUT[limit].format(self.session_h if limit == 'session' else self.idle_min)
             warnings.warn(f'Colab may end this session in about {max(s, 0) / 60:.0f} min: {what}. '
-                          f'A final checkpoint is due {self.margin_min:g} min before the cut.', SessionEnding, stacklevel=2)
+                          f'A final checkpoint is due {self.margin_min:g} min before the cut.', SessionEnding,
+                          stacklevel=2)
     for limit, s in self.left().items():
         if s <= self.margin_min * 60 and (limit, 'due') not in self._said:
             self._said.add((limit, 'due')); return limit
     return None
 
-# %% ../nbs/05_persistence.ipynb #d8a20775
-_LOST = ('device-side assert triggered', 'an illegal memory access was encountered', 'unspecified launch failure',
-         'misaligned address', 'an illegal instruction was encountered')
-
+# %% ../nbs/05_persistence.ipynb #eec2978e
 def is_oom(e:BaseException)->bool:
     "True for an out-of-memory error, as `oom_kind` recognises them."
     return oom_kind(e) is not None
+
+# %% ../nbs/05_persistence.ipynb #06325451
+_LOST = ('device-side assert triggered', 'an illegal memory access was encountered', 'unspecified launch failure',
+         'misaligned address', 'an illegal instruction was encountered')
 
 def is_context_lost(e:BaseException)->bool:
     "True for a CUDA error after which the process's CUDA context is unusable (device-side assert, illegal access)."
     return isinstance(e, RuntimeError) and not is_oom(e) and any(m in str(e) for m in _LOST)
 
+# %% ../nbs/05_persistence.ipynb #7d6fbbe6
 class CudaContextLost(ColabT4Error):
     "CUDA failed in a way that leaves this process unable to use the GPU again."
 
-# %% ../nbs/05_persistence.ipynb #bb96b8bf
+# %% ../nbs/05_persistence.ipynb #4a06712b
 @dataclass
 class RunReport:
     "What `run_resumable` did."
@@ -644,8 +688,7 @@ class RunReport:
     oom_recoveries:int = 0   # reloads after out-of-memory errors
     reason:str = 'done'      # 'done' or 'session limit'
 
-DEFAULT_EVERY_MINUTES = 10  # run_resumable's schedule when none is given: a crash loses at most this much work
-
+# %% ../nbs/05_persistence.ipynb #69af2066
 def _check_run(step_fn, ckpt, steps, every_steps, steps_per_epoch, every_minutes, session, max_oom, on_oom, background,
                clock):
     "Check `run_resumable`'s arguments, naming the first that is wrong."
@@ -662,12 +705,15 @@ def _check_run(step_fn, ckpt, steps, every_steps, steps_per_epoch, every_minutes
     check_num('every_minutes', every_minutes, none=True); check_int('max_oom', max_oom)
     check_flag('background', background)
 
+# %% ../nbs/05_persistence.ipynb #d969ef1e
 def _free_memory(optimizer):
     if optimizer is not None: optimizer.zero_grad(set_to_none=True)
     gc.collect()
     if torch.cuda.is_initialized(): torch.cuda.empty_cache()
 
-# %% ../nbs/05_persistence.ipynb #beb5429e
+# %% ../nbs/05_persistence.ipynb #4e603394
+DEFAULT_EVERY_MINUTES = 10  # run_resumable's schedule when none is given: a crash loses at most this much work
+
 def run_resumable(step_fn:Callable, # step_fn(step) runs one training step; its data must depend only on `step`
                   ckpt:CheckpointManager, # where checkpoints go and come from
                   steps:int, # train until this many steps are done
@@ -694,11 +740,14 @@ def run_resumable(step_fn:Callable, # step_fn(step) runs one training step; its 
         oom = None
         try: step_fn(step)
         except Exception as e:
-            if is_context_lost(e): raise CudaContextLost(f'CUDA failed at step {step} ({str(e).splitlines()[0]}); this process cannot use '
-                                                         'the GPU any more. Run the script with `run_with_restarts` to go on from the last checkpoint.') from e
+            if is_context_lost(e):
+                raise CudaContextLost(f'CUDA failed at step {step} ({str(e).splitlines()[0]}); this process cannot use '
+                                      'the GPU any more. Run the script with `run_with_restarts` to go on from the '
+                                      'last checkpoint.') from e
             if not is_oom(e): raise
             tries[step] = tries.get(step, 0) + 1
-            if tries[step] > max_oom: raise CheckpointError(f'Out of memory at step {step} {tries[step]} times; lower the batch size.') from e
+            if tries[step] > max_oom:
+                raise CheckpointError(f'Out of memory at step {step} {tries[step]} times; lower the batch size.') from e
             oom = str(e).splitlines()[0]
         if oom is not None:  # outside `except`, so the frames of the error (and their tensors) are freed
             _free_memory(optimizer); ckpt.wait()
@@ -709,17 +758,19 @@ def run_resumable(step_fn:Callable, # step_fn(step) runs one training step; its 
             continue
         step += 1
         cut = session.due() if session is not None else None
-        if (step == steps or cut or (every_steps and step % every_steps == 0) or (steps_per_epoch and step % steps_per_epoch == 0)
+        if (step == steps or cut or (every_steps and step % every_steps == 0)
+                or (steps_per_epoch and step % steps_per_epoch == 0)
                 or (every_minutes and clock() - last >= every_minutes * 60)):
             (ckpt.save_async if background else ckpt.save)(step, **objs); rep.saves += 1; last = clock()
         if cut == 'session': rep.reason = 'session limit'; break
     ckpt.wait(); rep.stop = step
     return rep
 
-# %% ../nbs/05_persistence.ipynb #18aaed96
+# %% ../nbs/05_persistence.ipynb #dfe9e2cd
 class RestartLimit(ColabT4Error):
     "A child process kept failing after the allowed number of restarts."
 
+# %% ../nbs/05_persistence.ipynb #602eb671
 @dataclass
 class Attempt:
     "One run of the child process."
@@ -727,6 +778,7 @@ class Attempt:
     seconds:float
     tail:list = field(default_factory=list, repr=False)  # its last lines of output
 
+# %% ../nbs/05_persistence.ipynb #1cb4466f
 def _check_cmd(cmd)->list[str]:
     "`cmd` as a list of strings; an error naming `cmd` if it is not a non-empty list of strings and paths."
     if isinstance(cmd, (str, bytes)):
@@ -740,12 +792,13 @@ def _check_cmd(cmd)->list[str]:
         raise ValueError(f'cmd must hold non-empty strings without NUL characters, got {cmd!r}.')
     return cmd
 
+# %% ../nbs/05_persistence.ipynb #29859784
 def _child_env(env:dict|None, attempt:int)->dict:
     env = dict(os.environ if env is None else env)
     paths = [p for p in sys.path if p] + [p for p in env.get('PYTHONPATH', '').split(os.pathsep) if p]
     return {**env, 'COLAB_T4_ATTEMPT': str(attempt), 'PYTHONPATH': os.pathsep.join(dict.fromkeys(paths))}
 
-# %% ../nbs/05_persistence.ipynb #1c085784
+# %% ../nbs/05_persistence.ipynb #3ebba7e0
 def run_with_restarts(cmd:list, # the command, e.g. [sys.executable, 'train.py']
                       max_restarts:int=3, # restarts allowed after the first run
                       env:dict|None=None, # the child's environment; default this process's
@@ -781,4 +834,6 @@ def run_with_restarts(cmd:list, # the command, e.g. [sys.executable, 'train.py']
         if len(attempts) > max_restarts:
             raise RestartLimit(f'{Path(str(cmd[-1])).name} failed {len(attempts)} times (last exit status {rc}); '
                                f'gave up after {max_restarts} restarts. Its last output:\n' + ''.join(lines))
-        if echo: print(f'[run_with_restarts] exit status {rc}: restart {len(attempts)} of {max_restarts}, from the last checkpoint.', flush=True)
+        if echo:
+            print(f'[run_with_restarts] exit status {rc}: restart {len(attempts)} of {max_restarts}, from the last '
+                  'checkpoint.', flush=True)

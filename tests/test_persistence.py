@@ -14,24 +14,9 @@ TRAIN = r'''
 import json, os, random, signal, sys, tempfile, time
 import numpy as np, torch
 from colab_t4_nb import checkpoint_format as F, persistence as P
+from colab_t4_nb.testing import small_run, train_step  # every generator seeded; data from the step number
 
 STEPS = 12
-
-def build():
-    "Small model with dropout, Adam, StepLR and a GradScaler; every generator seeded."
-    torch.manual_seed(0); random.seed(0); np.random.seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Dropout(0.3), torch.nn.Linear(32, 1))
-    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-    return dict(model=model, optimizer=opt, scheduler=torch.optim.lr_scheduler.StepLR(opt, 3, 0.5),
-                scaler=torch.amp.GradScaler('cpu', init_scale=2.**8, growth_interval=2))
-
-def train_step(o, step):
-    "Data from the step number; dropout and the noise term draw from torch's, Python's and NumPy's generators."
-    g = torch.Generator().manual_seed(1000 + step)
-    x, y = torch.randn(16, 8, generator=g), torch.randn(16, 1, generator=g)
-    loss = torch.nn.functional.mse_loss(o['model'](x) + random.random() * float(np.random.rand()), y)
-    o['optimizer'].zero_grad(); o['scaler'].scale(loss).backward()
-    o['scaler'].step(o['optimizer']); o['scaler'].update(); o['scheduler'].step()
 
 OPS = []
 def instrument(kill_at, slow):
@@ -50,7 +35,7 @@ def instrument(kill_at, slow):
 def train(folder, kill_at=None, slow=0.0):
     "Train to STEPS from the latest checkpoint in `folder`, saving after every step; write final.pt at the end."
     instrument(kill_at, slow)
-    o = build()
+    o = small_run()
     ckpt = P.CheckpointManager(folder, keep=2)
     start = ckpt.load(**o).step if ckpt.latest() else 0
     for step in range(start, STEPS):
@@ -69,7 +54,7 @@ if __name__ == '__main__':
     import traceback
     import io
     torch.set_num_threads(1)  # no thread pools in the forking process
-    o = build(); train_step(o, 0)  # warm up once: lazy imports (torch.optim's first step imports a lot) happen here, not per child
+    o = small_run(); train_step(o, 0)  # warm up once: lazy imports (torch.optim's first step imports a lot) happen here, not per child
     buf = io.BytesIO(); torch.save({k: v.state_dict() for k, v in o.items()}, buf); buf.seek(0); torch.load(buf)
     for line in sys.stdin:
         cmd = json.loads(line)
@@ -143,7 +128,7 @@ def check_latest_loads(folder:Path, ns:dict)->int|None:
             ckpt = P.CheckpointManager(folder, keep=2)
             c = ckpt.latest()
             if c is None: return None
-            step, extras = ckpt.load(**ns['build']())
+            step, extras = ckpt.load(**ns['small_run']())
     finally: P.set_rng_state(rng)
     assert (step, extras) == (c.step, {'note': c.step})
     return step

@@ -3,22 +3,15 @@
 # accelerate's save_state + fsync; same state, same disk, interleaved rounds after a warm-up of each.
 import json, sys, os, statistics, tempfile, functools
 from pathlib import Path
-from IPython.core.interactiveshell import InteractiveShell
-nb = json.load(open('nbs/05_persistence.ipynb'))
-sh = InteractiveShell.instance()
-for c in nb['cells']:
-    if c['cell_type'] != 'code': continue
-    s = ''.join(c['source'])
-    if 'save_throughput(model, opt, tmp)' in s: break
-    if s.startswith(('#| hide\n#| eval: false', '#| cuda')): continue
-    if s.startswith(('#| export', '#| hide')) or 'def save_throughput' in s or 'def bert_like' in s: sh.run_cell(s)
-ns = sh.user_ns
 import colab_t4_nb.persistence as P
+from colab_t4_nb.acceptance import accelerate_saver, bert_like, fsync_tree
+from colab_t4_nb.timing import cpu_timer
+import shutil
 import torch
 dev = sys.argv[1] if len(sys.argv) > 1 else 'cpu'
 rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 6
-model, opt = ns['bert_like'](device=dev)
-st = ns['training_state'](0, model, opt)
+model, opt = bert_like(device=dev)
+st = P.training_state(0, model, opt)
 out = {}
 with tempfile.TemporaryDirectory(dir='.') as tmp:
     tmp = Path(tmp); n = iter(range(1, 10**6))
@@ -31,18 +24,18 @@ with tempfile.TemporaryDirectory(dir='.') as tmp:
         P.write_checkpoint = functools.partial(orig, writeback=None)
         try: nowb.save(next(n), model, opt)
         finally: P.write_checkpoint = orig
-    acc = ns['accelerate_saver'](model, opt, tmp)
+    acc = accelerate_saver(model, opt, tmp)
     variants = {'torch.save + fsync': plain, 'manager (write-back every 64 MiB)': lambda: wb.save(next(n), model, opt),
-                'manager (writeback=None)': no_wb, 'accelerate save_state + fsync': lambda: ns['fsync_tree'](acc())}
+                'manager (writeback=None)': no_wb, 'accelerate save_state + fsync': lambda: fsync_tree(acc())}
     def tidy():
         wb.local.settle(); nowb.local.settle()
         for p in sorted(tmp.glob('plain*.pt'))[:-1]: p.unlink()
-        for p in sorted(tmp.glob('accelerate*'))[:-1]: ns['shutil'].rmtree(p)
+        for p in sorted(tmp.glob('accelerate*'))[:-1]: shutil.rmtree(p)
     t = {k: [] for k in variants}
     for f in variants.values(): tidy(); f()
     names = list(variants)
     for r in range(rounds):
-        for k in names[r % 4:] + names[:r % 4]: tidy(); t[k].append(ns['cpu_timer'](variants[k]))
+        for k in names[r % 4:] + names[:r % 4]: tidy(); t[k].append(cpu_timer(variants[k]))
     mib = max(tmp.glob('plain*.pt')).stat().st_size / 2**20
 base = statistics.median(t['torch.save + fsync'])
 for k, v in t.items():

@@ -136,9 +136,11 @@ def measure_search(search:Callable, # no arguments; returns (size chosen, sizes 
 
 # %% ../nbs/04a_acceptance.ipynb #29f5a4e3
 def _ours(step, out:dict):
+    "`find_batch_size` on `step`, shaped as `accelerate_search`'s answer; the full result goes into `out`."
     r = out['result'] = find_batch_size(step)
     return r.batch_size, r.sizes
 
+# %% ../nbs/04a_acceptance.ipynb #e4f7f713
 def _true_largest(step, r)->tuple:
     "The exact largest size in the interval a search ended with, and the size above it that failed."
     if r.smallest_oom is None: return r.largest_ok, None
@@ -251,9 +253,9 @@ def unet_race(size:int=512, # image side
 def bert_like_model(layers:int=12, d:int=768, heads:int=12, ff:int=3072, vocab:int=30522)->nn.Module:
     "A BERT-base-shaped encoder: embeddings, `layers` transformer layers, pooler."
     layer = nn.TransformerEncoderLayer(d, heads, ff, batch_first=True)
+    enc = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
     return nn.ModuleDict(dict(tok=nn.Embedding(vocab, d), pos=nn.Embedding(512, d), typ=nn.Embedding(2, d),
-                              norm=nn.LayerNorm(d), enc=nn.TransformerEncoder(layer, layers, enable_nested_tensor=False),
-                              pool=nn.Linear(d, d)))
+                              norm=nn.LayerNorm(d), enc=enc, pool=nn.Linear(d, d)))
 
 # %% ../nbs/04a_acceptance.ipynb #2dc21988
 def bert_like(device='cpu', **sizes)->tuple:
@@ -282,7 +284,7 @@ def fsync_tree(folder:str|Path):
 
 # %% ../nbs/04a_acceptance.ipynb #ee7e2df8
 def accelerate_saver(model:nn.Module, opt:torch.optim.Optimizer, folder:str|Path)->Callable|None:
-    "A call saving `model` and `opt` with `Accelerator.save_state` into a new subfolder of `folder`; None without accelerate."
+    "A call saving `model` and `opt` with `Accelerator.save_state` in a new subfolder of `folder` (None: no accelerate)."
     if find_spec('accelerate') is None: return None
     acc = importlib.import_module('accelerate').Accelerator(device_placement=False)  # the tensors stay where they are
     n = iter(range(1, 10**6))
@@ -424,7 +426,8 @@ def sample_cost_race(inner:int=200, repeats:int=21, # as for `sample_cost`
     mon = GPUMonitor(gpus=[gpu])
     try: cost = sample_cost(mon, inner=inner, repeats=repeats)
     finally: mon.close()
-    return check('sample_cost', mon.names[0], cost, target('µs per sample_once', float(cost.us['sample_once']), '<=', 30))
+    return check('sample_cost', mon.names[0], cost,
+                 target('µs per sample_once', float(cost.us['sample_once']), '<=', 30))
 
 # %% ../nbs/04a_acceptance.ipynb #1cf54b65
 @dataclass

@@ -136,14 +136,6 @@ def allocations(self:UsageLedger)->pd.DataFrame:
     df['time'] = pd.to_datetime(df.time, utc=True, format='ISO8601')
     return df.sort_values('time', kind='stable').reset_index(drop=True)
 
-# %% ../nbs/06a_ledger.ipynb #57a1564b
-@patch
-def begin(self:UsageLedger, gpu:str)->LedgerSession:
-    "Start a session on `gpu` now (compacting a ledger over a megabyte first); `update` it as it goes."
-    if self.path.exists() and self.path.stat().st_size > 2**20: self.compact()
-    t = self.clock()
-    return LedgerSession(self, self.add(t, t, gpu), t, gpu)
-
 # %% ../nbs/06a_ledger.ipynb #21dbdfea
 @dataclass
 class LedgerSession:
@@ -152,6 +144,14 @@ class LedgerSession:
     def update(self, busy_h:float, end:float|None=None):
         "Append the session's latest end (default: now) and busy hours."
         self.ledger.add(self.start, self.ledger.clock() if end is None else end, self.gpu, busy_h, self.session)
+
+# %% ../nbs/06a_ledger.ipynb #57a1564b
+@patch
+def begin(self:UsageLedger, gpu:str)->LedgerSession:
+    "Start a session on `gpu` now (compacting a ledger over a megabyte first); `update` it as it goes."
+    if self.path.exists() and self.path.stat().st_size > 2**20: self.compact()
+    t = self.clock()
+    return LedgerSession(self, self.add(t, t, gpu), t, gpu)
 
 # %% ../nbs/06a_ledger.ipynb #dac072cc
 OBSERVED = {'streak_h': 36, 'slow_cards_h': 12, 'train_h': 8, 'pause_h': 4, 'session_cap_h': 12, 'idle_cut_min': 90}

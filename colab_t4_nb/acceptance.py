@@ -18,7 +18,7 @@ from fastcore.basics import patch
 from tqdm.auto import tqdm
 
 from .allocation import ColabT4Error
-from .amp import bench_encoder
+from .amp import _bench_out, bench_encoder
 from .memory import cap_memory, find_batch_size, free_memory, synthetic_step, try_batch
 from .models import UNet, resnet50
 from .monitoring import GPUMonitor, MonitorError, NVMLSource, SmiSource, _reasons_call
@@ -79,11 +79,10 @@ def check(name:str, # the benchmark
 
 # %% ../nbs/04a_acceptance.ipynb #41550dae
 @patch
-def record(self:Check, **extra)->dict:
-    "Append the check (targets and rows) to `$COLAB_T4_BENCH_OUT` as one JSON line, with `extra` figures."
-    rows = self.df.set_axis([' / '.join(map(str, i)) if isinstance(i, tuple) else str(i) for i in self.df.index])
-    return record(f'acceptance.{self.name}', card=self.card, torch=torch.__version__, passed=self.passed,
-                  targets=self.targets.to_dict('records'), rows=rows.to_dict('index'), **extra)
+def record(self:Check, **extra)->str|None:
+    "Append the check (targets and rows, NaN as null) to `$COLAB_T4_BENCH_OUT` as one JSON line; the path, or None."
+    return _bench_out(f'acceptance.{self.name}', self.df, card=self.card, passed=self.passed,
+                      targets=self.targets.to_dict('records'), **extra)
 
 # %% ../nbs/04a_acceptance.ipynb #eb12103f
 def encoder_race(batch:int=16, seq:int=512, # sequences per step, tokens per sequence

@@ -7,10 +7,6 @@ from __future__ import annotations
 import argparse, dataclasses, json, sys
 
 from . import __version__
-from .allocation import ColabT4Error, GPU, NoGPUError, WrongGPUError, ensure_gpu, gpu_search, runtime
-from .benchmarks import bench_command
-from .kernels import CudaCompat, cuda_compat
-from .monitoring import run_monitor
 
 # %% auto #0
 __all__ = ['info_dict', 'info_text', 'main']
@@ -21,6 +17,8 @@ def info_dict(gpus:list[GPU]|None=None, # default: `gpu_search()`
               compat:CudaCompat|None=None, # PyTorch's CUDA build against the driver; default: `cuda_compat()`
              )->dict:
     "What `colab-t4 info --json` prints: the runtime, the GPUs, why each source passed over found none, the CUDA match."
+    from colab_t4_nb.allocation import gpu_search, runtime
+    from colab_t4_nb.kernels import cuda_compat
     if gpus is None: gpus, why = gpu_search()
     compat = cuda_compat() if compat is None else compat
     return {'runtime': runtime(), 'gpus': [g.as_dict() for g in gpus], 'why': dict(why or {}),
@@ -53,6 +51,7 @@ def info_text(d:dict # an `info_dict`
                          f"fp16 {_fmt(s['fp16_tflops'])}, bf16 {_fmt(s['bf16_tflops'])}; "
                          f"int8 {_fmt(s['int8_tops'])} TOP/s; {s['tdp_w']} W")
     if d.get('cuda_compat'):
+        from colab_t4_nb.kernels import CudaCompat
         out += ['CUDA build', *('  ' + l for l in str(CudaCompat(**d['cuda_compat'])).splitlines())]
     return '\n'.join(out)
 
@@ -86,23 +85,33 @@ def _shell_hint(e:ColabT4Error)->str:
     have = getattr(e, 'have', None)
     return str(e).replace(f'ensure_gpu(want={have!r})', f'colab-t4 ensure --want {have}') if have else str(e)
 
+# %% ../nbs/07_cli.ipynb #b7c1e2a4
+def _run(args:argparse.Namespace)->int:
+    "Carry out a parsed `info`, `ensure` or `monitor`, importing only what that command needs."
+    if args.cmd == 'info':
+        d = info_dict()
+        print(json.dumps(d, indent=1) if args.json else info_text(d))
+    elif args.cmd == 'ensure':
+        from colab_t4_nb.allocation import ensure_gpu
+        gpus = ensure_gpu(args.want, budget=args.budget, budget_path=args.budget_path)
+        print(f"OK: {', '.join(g.name for g in gpus)}")
+    elif args.cmd == 'monitor':
+        from colab_t4_nb.monitoring import run_monitor
+        return run_monitor(args.interval, args.duration, args.csv, args.plot, every=args.every,
+                           ledger=args.ledger)
+    return 0
+
 # %% ../nbs/07_cli.ipynb #4017ec74
 def main(argv:list|None=None # arguments; default `sys.argv[1:]`
         )->int:
     "Run `colab-t4`; returns the exit status."
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ['bench']: return bench_command(argv[1:])
+    if argv[:1] == ['bench']:
+        from colab_t4_nb.benchmarks import bench_command  # PyTorch: only the commands that use it import it
+        return bench_command(argv[1:])
     args = _parser().parse_args(argv)
-    try:
-        if args.cmd == 'info':
-            d = info_dict()
-            print(json.dumps(d, indent=1) if args.json else info_text(d))
-        elif args.cmd == 'ensure':
-            gpus = ensure_gpu(args.want, budget=args.budget, budget_path=args.budget_path)
-            print(f"OK: {', '.join(g.name for g in gpus)}")
-        elif args.cmd == 'monitor':
-            return run_monitor(args.interval, args.duration, args.csv, args.plot, every=args.every, ledger=args.ledger)
+    from colab_t4_nb.allocation import ColabT4Error
+    try: return _run(args)
     except ColabT4Error as e:
         print(f'colab-t4 {args.cmd}: {_shell_hint(e)}', file=sys.stderr)
         return 1
-    return 0

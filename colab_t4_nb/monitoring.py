@@ -16,7 +16,7 @@ import pandas as pd
 import pynvml
 from fastcore.basics import patch
 
-from .allocation import ColabT4Error, parse_smi_csv, state_dir
+from .allocation import ColabT4Error, NoGPUError, parse_smi_csv, state_dir
 from .timing import benchmark
 
 # %% auto #0
@@ -273,7 +273,8 @@ def samples_df(rows:list[tuple], # rows in `ROW` layout
          )->pd.DataFrame:
     "Samples as a DataFrame indexed by UTC time, one row per GPU per sample."
     df = pd.DataFrame(rows, columns=ROW)
-    df.insert(2, 'name', df.gpu.map(names or {}).fillna('').astype(object))  # '' for a GPU whose name is not known
+    names = names or {}
+    df.insert(2, 'name', pd.Series([names.get(g, '') for g in df.gpu], index=df.index, dtype=object))
     df['gpu'] = df.gpu.astype('int64')
     for c in FIELDS: df[c] = df[c].astype('float64')
     df['throttle'] = df.throttle.astype('Int64')
@@ -772,14 +773,19 @@ def run_monitor(interval:float=1.0, # seconds between samples
                 ledger:str|None=None, # record the session in this ledger ('' for the default file); None: no ledger
                 sources:tuple=('nvml', 'nvidia-smi'), # see `open_source`
                )->int:
-    "Monitor for `duration` seconds, printing status lines and a summary; save CSV and plot. Returns the exit status."
+    "Monitor, print status lines and a summary, save CSV and plot; the exit status. No GPU: `NoGPUError`."
     if duration is not None and (isinstance(duration, bool) or not isinstance(duration, numbers.Real)
                                  or not 0 < duration < math.inf):
         raise MonitorError(f'duration must be a positive number of seconds, got {duration!r}.')
     mon = GPUMonitor(interval, csv=csv, ledger=None if ledger is None else (ledger or True), sources=sources)
     every = _check_every(every, mon.interval)
     check_outputs(csv, plot_path, ledger)
-    if not mon.start().available: return 0
+    src, why = open_source(sources)
+    if src is None:
+        raise NoGPUError(f"No NVIDIA GPU found ({'; '.join(f'{k}: {v}' for k, v in why.items())}): "
+                         'nothing was sampled, and no CSV, plot or ledger entry was written.')
+    src.close()
+    if not mon.start().available: return 1
     print(f"Monitoring {_gpu_label(mon.names.values())} every {interval:g} s through {mon.source.kind}"
           + (f' for {duration:g} s.' if duration else '; Ctrl-C stops.'), flush=True)
     try: _wait(mon, duration, every)

@@ -18,3 +18,12 @@ def nvml_works()->bool:
     "True where a real NVIDIA driver answers (a GPU machine)."
     r = subprocess.run([sys.executable, '-c', 'import pynvml; pynvml.nvmlInit()'], capture_output=True)
     return r.returncode == 0
+
+@pytest.fixture(scope='session')
+def wheel(tmp_path_factory)->Path:
+    "A wheel of this checkout, as `pip install` of the repository would build it."
+    out = tmp_path_factory.mktemp('wheel')
+    r = subprocess.run([sys.executable, '-m', 'pip', 'wheel', '-q', '--no-deps', '--no-build-isolation', '-w', str(out),
+                        str(ROOT)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return next(out.glob('colab_t4_nb-*.whl'))

@@ -72,3 +72,21 @@ def test_version(cpu_env):
 def test_help_lists_the_subcommands(cpu_env):
     r = run(['--help'], cpu_env)
     assert r.returncode == 0 and 'info' in r.stdout and 'ensure' in r.stdout
+
+PROBE = '''import sys, time
+t = time.perf_counter()
+from colab_t4_nb.cli import main
+try: rc = main(sys.argv[1:])
+except SystemExit as e: rc = e.code
+print(f"torch imported: {'torch' in sys.modules}; status {rc}; {time.perf_counter() - t:.2f} s", file=sys.stderr)
+'''
+
+@pytest.mark.parametrize('args, status', [(['--version'], 0), (['--help'], 0), (['monitor', '--help'], 0),
+                                          (['frobnicate'], 2), (['monitor', '--interval', 'soon'], 2), ([], 2)])
+def test_quick_answers_import_no_torch(args, status, cpu_env):
+    "--version, --help and argument errors answer without importing PyTorch (about 3 s of a cold start)."
+    r = subprocess.run([sys.executable, '-c', PROBE, *args], capture_output=True, text=True, env=cpu_env, timeout=120)
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith(f'torch imported: False; status {status};'), r.stdout + r.stderr
+    if status == 2: assert 'usage: colab-t4' in r.stderr, r.stderr
+    else: assert 'colab-t4' in r.stdout, r.stdout

@@ -28,9 +28,10 @@ def smi_env(cpu_env, tmp_path):
 @no_real_gpu
 def test_monitor_on_cpu_says_no_gpu(cpu_env, tmp_path):
     r = run(['monitor', '--interval', '0.2', '--duration', '1', '--csv', str(tmp_path/'gpu.csv'), '--plot', str(tmp_path/'gpu.png')], cpu_env)
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert r.stdout.startswith('No NVIDIA GPU found (nvml: NVML Shared Library Not Found; nvidia-smi: not on the PATH)'), r.stdout
-    assert 'Traceback' not in r.stdout + r.stderr
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert r.stdout == '' and r.stderr.count('\n') == 1, r.stdout + r.stderr  # one line, on stderr
+    assert r.stderr.startswith('colab-t4 monitor: No NVIDIA GPU found (nvml: NVML Shared Library Not Found; '
+                               'nvidia-smi: not on the PATH): nothing was sampled, and no CSV, plot'), r.stderr
     assert not (tmp_path/'gpu.csv').exists() and not (tmp_path/'gpu.png').exists()
 
 @no_real_gpu

@@ -10,14 +10,6 @@ from conftest import ROOT, NBS, notebooks
 GITHUB = 'git+https://github.com/colab-t4-nb/colab_t4_nb'
 
 @pytest.fixture(scope='module')
-def wheel(tmp_path_factory):
-    out = tmp_path_factory.mktemp('wheel')
-    r = subprocess.run([sys.executable, '-m', 'pip', 'wheel', '-q', '--no-deps', '--no-build-isolation', '-w', str(out),
-                        str(ROOT)], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return next(out.glob('colab_t4_nb-*.whl'))
-
-@pytest.fixture(scope='module')
 def others(tmp_path_factory):
     "A folder that shows every installed package except colab_t4_nb."
     d = tmp_path_factory.mktemp('site')
@@ -58,3 +50,30 @@ def test_run_all_alone_in_a_fresh_cpu_runtime(nb, tmp_path, wheel, others, cpu_e
     installed = subprocess.run([str(py), '-c', 'import colab_t4_nb; print(colab_t4_nb.__file__)'], cwd=tmp_path,
                                env=env, capture_output=True, text=True).stdout
     assert str(tmp_path/'venv') in installed, f'{nb}: the install cell did not install the package ({installed!r})'
+
+def test_every_page_has_the_same_install_cell():
+    r = subprocess.run([sys.executable, str(ROOT/'tools'/'install_cell.py'), '--check'], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+RUN_CELL = '''import sys
+from IPython.core.interactiveshell import InteractiveShell
+r = InteractiveShell.instance().run_cell(sys.stdin.read())
+print('STOPPED:', type(r.error_in_exec).__name__, file=sys.stderr)
+'''
+
+@pytest.mark.parametrize('src, cause', [('/nowhere/colab_t4_nb-0.0.1-py3-none-any.whl', 'ERROR: '),
+                                        ('git+https://github.com/colab-t4-nb/no-such-repository', 'fatal: ')])
+def test_failed_install_stops_with_its_cause_in_one_line(src, cause, tmp_path, others, cpu_env):
+    "A bad address, or no network (none reaches GitHub here): the cell stops and says why in one line."
+    import importlib.util
+    spec = importlib.util.spec_from_file_location('install_cell', ROOT/'tools'/'install_cell.py')
+    tool = importlib.util.module_from_spec(spec); spec.loader.exec_module(tool)
+    cell = tool.source().replace(GITHUB, src)
+    py = fresh_python(tmp_path, others)
+    env = {k: v for k, v in cpu_env.items() if k != 'VIRTUAL_ENV'}
+    env.update(PIP_DISABLE_PIP_VERSION_CHECK='1', GIT_TERMINAL_PROMPT='0')
+    r = subprocess.run([str(py), '-c', RUN_CELL], input=cell, cwd=tmp_path, env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.stderr.strip().splitlines()[-1] == 'STOPPED: InstallError', r.stdout + r.stderr
+    shown = r.stdout.strip().splitlines()
+    assert len(shown) == 1 and shown[0].startswith(f'InstallError: pip could not install {src}: {cause}'), r.stdout

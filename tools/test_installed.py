@@ -10,17 +10,31 @@ namespace of the module it exports to (private names included), imported from th
 package, and after each remaining cell any attribute that cell added to a class or module of the
 package is reported: the examples then see exactly what users get. Cells carrying a skipped flag,
 `#| eval: false` cells and the `nbdev_export()` cell do not run, as under `nbdev_test`.
-Exit status 1 names the cell that failed and why.
+A DeprecationWarning or FutureWarning that pandas, numpy or PyTorch raise against the package's
+own code fails the run too. It needs only IPython (no nbdev), so it also runs in Colab's own
+software stack (tests/test_colab_stack.py). Exit status 1 names the cell that failed and why.
 """
-import argparse, os, sys, types
+import argparse, json, os, sys, types, warnings
 from pathlib import Path
-
-from execnb.shell import CaptureShell
-from nbdev.process import NBProcessor
-from nbdev.frontmatter import FrontmatterProc
 
 PKG = 'colab_t4_nb'
 EXPORTS = {'export', 'exports', 'exporti'}
+
+class Cell:
+    "A notebook cell with its source, its position and its `#|` directives (read as nbdev reads them)."
+    def __init__(self, d:dict, idx:int):
+        self.cell_type, self.idx_ = d['cell_type'], idx
+        self.source = ''.join(d['source']) if isinstance(d['source'], list) else d['source']
+        self.directives_ = {}
+        for line in self.source.splitlines():
+            line = line.strip()
+            if not line: continue
+            if not line.startswith('#|'): break
+            words = line[2:].split()
+            if words: self.directives_[words[0].rstrip(':')] = words[1:]
+
+def read_cells(path:Path)->list[Cell]:
+    return [Cell(c, i) for i, c in enumerate(json.loads(path.read_text(encoding='utf-8'))['cells'])]
 
 def _mod_name(cell, default:str|None)->str|None:
     "The module an exported cell goes to, or None for a cell that is not exported."
@@ -54,9 +68,9 @@ def added(before:dict, after:dict)->list[str]:
     return [f'{owner}.{n}' for owner, names in after.items() if owner in before for n in sorted(names - before[owner])]
 
 def run(path:Path, skip:set)->int:
-    nb = NBProcessor(path, procs=FrontmatterProc, process=True).nb
-    default = next((c.directives_['default_exp'][0] for c in nb.cells
-                    if c.cell_type == 'code' and 'default_exp' in (getattr(c, 'directives_', {}) or {})), None)
+    cells = read_cells(path)
+    default = next((c.directives_['default_exp'][0] for c in cells
+                    if c.cell_type == 'code' and 'default_exp' in c.directives_), None)
     import importlib
     pkg = importlib.import_module(PKG)
     print(f'{path.name}: examples against {PKG} from {Path(pkg.__file__).parent}', flush=True)
@@ -64,7 +78,7 @@ def run(path:Path, skip:set)->int:
     def pre(cell):
         if cell.cell_type != 'code' or 'nbdev_export' + '(' in cell.source: return True
         d = getattr(cell, 'directives_', {}) or {}
-        if d.get('eval:', [''])[0].lower() == 'false' or skip & d.keys(): return True
+        if d.get('eval', [''])[0].lower() == 'false' or skip & d.keys(): return True
         mod = _mod_name(cell, default)
         if mod: cell.source = _namespace_source(mod, 'from __future__ import annotations' in cell.source)
         state['cell'], state['export'], state['before'] = cell.idx_, bool(mod), snapshot()
@@ -75,17 +89,41 @@ def run(path:Path, skip:set)->int:
         if new: raise RuntimeError(
             f'cell {state["cell"]} of {path.name} adds {", ".join(new)} to the package, but that cell is not exported: '
             f'users of the installed package do not have it. Put the definition in an `#| export` cell.')
-    sh = CaptureShell(path)
+    from IPython.utils.capture import capture_output
+    sh = _shell(path)
     cwd = os.getcwd()
     os.chdir(path.parent)
     try:
-        sh.run_all(nb, exc_stop=True, preproc=pre, postproc=post)
+        for cell in cells:
+            if pre(cell): continue
+            with capture_output() as out:
+                r = sh.run_cell(cell.source, store_history=False)
+            err = r.error_before_exec or r.error_in_exec
+            if err is not None:
+                sys.stderr.write(f'{path.name}, cell {cell.idx_}: FAILED against the installed package\n'
+                                 f'{out.stdout[-6000:]}{out.stderr[-3000:]}\n{type(err).__name__}: {err}\n')
+                return 1
+            post(cell)
         return 0
-    except Exception as e:
-        tb = sh.prettytb(fname=path) if sh.exc else f'{type(e).__name__}: {e}'
-        sys.stderr.write(f'{path.name}, cell {state.get("cell")}: FAILED against the installed package\n{tb}\n')
+    except RuntimeError as e:
+        sys.stderr.write(f'{path.name}, cell {state.get("cell")}: FAILED against the installed package\n{e}\n')
         return 1
     finally: os.chdir(cwd)
+
+def _shell(path:Path):
+    "An in-process IPython shell as a notebook's kernel has it: inline plots, the notebook's folder on sys.path."
+    from IPython.core.interactiveshell import InteractiveShell
+    class Shell(InteractiveShell):
+        def enable_gui(self, gui=None): pass  # no event loop: figures are shown inline
+    sh = Shell.instance()
+    sh.history_manager.enabled = False
+    try: sh.enable_matplotlib('inline')
+    except (ImportError, ValueError): pass  # no matplotlib-inline: figures are not drawn
+    sys.path.insert(0, str(path.parent))
+    # Deprecations that pandas, numpy or torch raise against this package's own code fail the run.
+    for cat in (DeprecationWarning, FutureWarning):
+        warnings.filterwarnings('error', category=cat, module=rf'{PKG}(\.|$)')
+    return sh
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])

@@ -5,7 +5,15 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 NBS = ROOT/'nbs'
 
+PINS = ROOT/'tools'/'colab_stack.txt'  # Colab's published package versions
+CACHE = Path(os.environ.get('COLAB_T4_STACK_CACHE') or Path.home()/'.cache'/'colab_t4_nb')  # environments built from them
+
 def notebooks(): return sorted(p.name for p in NBS.glob('*.ipynb'))
+
+def pins()->dict:
+    "Colab's version of each package in tools/colab_stack.txt, by normalised name."
+    lines = [l.split('#')[0].strip() for l in PINS.read_text().splitlines()]
+    return {k.lower().replace('_', '-'): v for k, v in (l.split('==') for l in lines if l)}
 
 @pytest.fixture
 def cpu_env(tmp_path):

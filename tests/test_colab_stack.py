@@ -13,19 +13,13 @@ and IPython) as "Run all" runs it.
 import hashlib, json, os, platform, shutil, subprocess, sys
 from pathlib import Path
 import pytest
-from conftest import ROOT, NBS, notebooks
+from conftest import ROOT, NBS, CACHE, PINS, notebooks, pins
 
-PINS = ROOT/'tools'/'colab_stack.txt'
-CACHE = Path(os.environ.get('COLAB_T4_STACK_CACHE') or Path.home()/'.cache'/'colab_t4_nb')
 VERSIONS = '''import importlib.metadata as m, json
 seen = {}
 for d in m.distributions():  # in sys.path order: the first of a name is the one imported
     seen.setdefault(d.metadata['Name'].lower().replace('_', '-'), d.version)
 print(json.dumps(seen))'''
-
-def pins()->dict:
-    lines = [l.split('#')[0].strip() for l in PINS.read_text().splitlines()]
-    return {k.lower().replace('_', '-'): v for k, v in (l.split('==') for l in lines if l)}
 
 def versions(py:Path)->dict:
     r = subprocess.run([str(py), '-c', VERSIONS], capture_output=True, text=True, check=True, cwd=py.parent)

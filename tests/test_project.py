@@ -1,7 +1,7 @@
 """Packaging and docs-site configuration, as nbdev 2 and Quarto read them."""
 import configparser, json, re
 import yaml
-from conftest import ROOT, notebooks
+from conftest import ROOT, notebooks, pins
 
 def cfg(): c = configparser.ConfigParser(); c.read(ROOT/'settings.ini'); return c['DEFAULT']
 
@@ -22,12 +22,10 @@ def test_settings():
 def test_runtime_requirements_admit_what_colab_ships():
     "Every lower bound is at most Colab's version (tools/colab_stack.txt), and no upper bound excludes it."
     from packaging.requirements import Requirement
-    pins = dict(l.split('==') for l in (ROOT/'tools'/'colab_stack.txt').read_text().splitlines()
-                if l and not l.startswith('#'))
-    pins = {k.lower().replace('_', '-'): v for k, v in pins.items()}
+    colab = pins()
     for r in map(Requirement, cfg()['requirements'].split()):
-        assert r.name in pins, f'{r.name} is not in the Colab pin list'
-        assert r.specifier.contains(pins[r.name]), f'{r} excludes Colab\'s {r.name} {pins[r.name]}'
+        assert r.name in colab, f'{r.name} is not in the Colab pin list'
+        assert r.specifier.contains(colab[r.name]), f'{r} excludes Colab\'s {r.name} {colab[r.name]}'
 
 def test_one_quarto_config_read_from_both_places():
     top, nbs = ROOT/'_quarto.yml', ROOT/'nbs'/'_quarto.yml'

@@ -8,7 +8,8 @@
     python tools/store_outputs.py check [NB...]            # exit 1 if an output holds a local path
 
 Outputs must not carry local paths: `cpu` and `merge` replace the checkout's and the temporary
-folders' paths by short placeholders, and `check` fails on any that remain.
+folders' paths by short placeholders, and `check` fails on any that remain. A progress bar's
+redrawn line is kept as its last drawing.
 """
 import json, re, subprocess, sys, tempfile
 from pathlib import Path
@@ -26,6 +27,10 @@ def _texts(o):
     for k, v in o.get('data', {}).items():
         if k.startswith('text/') or k == 'application/json': yield k, o['data']
 
+def _overwritten(s:str)->str:
+    "What a terminal shows of text that redraws a line with carriage returns (a progress bar): the last drawing."
+    return re.sub(r'[^\n]*\r(?!\n)', '', s)
+
 def _scrub(s:str)->str:
     def rep(m):
         p = m.group(0)
@@ -35,6 +40,8 @@ def _scrub(s:str)->str:
 def scrub(nb:dict)->dict:
     for c in nb['cells']:
         for o in c.get('outputs', []):
+            if o.get('output_type') == 'stream':
+                o['text'] = _overwritten(''.join(o['text']) if isinstance(o['text'], list) else o['text'])
             for k, holder in _texts(o):
                 v = holder[k]
                 if isinstance(v, list): holder[k] = [_scrub(x) for x in v]

@@ -2,7 +2,7 @@
 
 A virtual environment is built from `tools/colab_stack.txt`, the versions of Google's published
 freeze of Colab's GPU runtime (torch 2.13.0 CPU standing in for Colab's CUDA build, tensorflow-cpu
-for tensorflow). It is built once per pin list and kept in `~/.cache/colab_t4_nb` (or
+for tensorflow, no torchvision). It is built once per pin list and kept in `~/.cache/colab_t4_nb` (or
 `$COLAB_T4_STACK_CACHE`); it is never changed afterwards. Each run lays a fresh environment over it
 (a `.pth` file makes the stack's packages visible), installs the wheel of this checkout there with
 Colab's pip, and fails if pip installs another version of any package the stack already had. Then,
@@ -39,6 +39,9 @@ def build_stack()->Path:
     subprocess.run([sys.executable, '-m', 'venv', str(tmp)], check=True)
     r = subprocess.run([str(tmp/'bin'/'python'), '-m', 'pip', 'install', '-q', '--disable-pip-version-check',
                         '-r', str(PINS)], capture_output=True, text=True, timeout=3600)
+    if r.returncode == 0:  # see the pin list: a torchvision that cannot load beside the CPU torch
+        r = subprocess.run([str(tmp/'bin'/'python'), '-m', 'pip', 'uninstall', '-y', '-q', 'torchvision'],
+                           capture_output=True, text=True)
     if r.returncode:
         shutil.rmtree(tmp, ignore_errors=True)
         pytest.fail(f'Colab stack could not be built from {PINS.name}:\n{r.stderr[-4000:]}')

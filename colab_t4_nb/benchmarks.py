@@ -230,8 +230,10 @@ def train_speed(wl:str|Workload='unet', # the workload
                  ctx.row(p, w.name, 'achieved TFLOP/s', tf, 'TFLOP/s',
                          f'{note}; {per * bs / 1e9:.4g} GFLOP per step, counted',
                          _t4(e, lambda m: per * bs / m / 1e9, 'step'))]
-        if peak: rows.append(ctx.row(p, w.name, 'of datasheet peak', tf / peak, 'fraction', f'peak {peak:g} TFLOP/s {p}'))
-    rows.append(ctx.row(amp, w.name, 'speed-up vs fp32', t.ratio('fp32', amp), 'x', note, _ratio(est['fp32'], est[amp])))
+        if peak:
+            rows.append(ctx.row(p, w.name, 'of datasheet peak', tf / peak, 'fraction', f'peak {peak:g} TFLOP/s {p}'))
+    rows.append(ctx.row(amp, w.name, 'speed-up vs fp32', t.ratio('fp32', amp), 'x', note,
+                        _ratio(est['fp32'], est[amp])))
     return ctx.rows(rows)
 
 # %% ../nbs/04_benchmarks.ipynb #bec2c1ec
@@ -389,7 +391,8 @@ def attention_speedup(ctx:Context|None=None, # where; None: `context()`
                                 f'{dt} SDPA against fp32 explicit softmax attention; {shape}',
                                 _ratio(est['fp32 explicit'], est[f'{dt} SDPA'])))
         rows.append(ctx.row(dt, 'bert', 'attention speed-up vs fp32, same code',
-                            t.ratio('fp32 explicit', f'{dt} explicit'), 'x', f'explicit softmax attention in both; {shape}',
+                            t.ratio('fp32 explicit', f'{dt} explicit'), 'x',
+                            f'explicit softmax attention in both; {shape}',
                             _ratio(est['fp32 explicit'], est[f'{dt} explicit'])))
     return ctx.rows(rows)
 
@@ -417,7 +420,8 @@ def embedding_throughput(ctx:Context|None=None, # where; None: `context()`
         gbs, note = nbytes[dt] / t.median(dt) / 1e6, f'{n} lookups ({uniq:.0f} distinct rows) in a {vocab}x{dim} table'
         rows.append(ctx.row(dt, 'bert', 'embedding throughput', gbs, 'GB/s', note,
                             _t4(_predict(calls[dt]), lambda m, b=nbytes[dt]: b / m / 1e6, 'lookup')))
-        if bw: rows.append(ctx.row(dt, 'bert', 'of datasheet bandwidth', gbs / bw, 'fraction', f'{bw:g} GB/s datasheet'))
+        if bw:
+            rows.append(ctx.row(dt, 'bert', 'of datasheet bandwidth', gbs / bw, 'fraction', f'{bw:g} GB/s datasheet'))
     return ctx.rows(rows)
 
 # %% ../nbs/04_benchmarks.ipynb #f6fa7dc0
@@ -517,7 +521,8 @@ def _recipe_rows(ctx, w, t, steps, calls, per, bs, ceiling, n, plain_dt, est)->p
         with peak_memory(ctx.device) as pm: calls[k]()
         held = 'above what was allocated before the step (every variant stays resident)'
         rows += [ctx.row(p, w.name, f'iterations/s [{k}]', 1e3 / ms, 'it/s', note, pred(k, lambda m: 1e3 / m)),
-                 ctx.row(p, w.name, f'samples/s [{k}]', bs * 1e3 / ms, 'samples/s', note, pred(k, lambda m: bs * 1e3 / m)),
+                 ctx.row(p, w.name, f'samples/s [{k}]', bs * 1e3 / ms, 'samples/s', note,
+                         pred(k, lambda m: bs * 1e3 / m)),
                  ctx.row(p, w.name, f'achieved TFLOP/s [{k}]', per / ms / 1e9, 'TFLOP/s',
                          f'{note}; {per / 1e9:.4g} GFLOP per step, counted', pred(k, lambda m: per / m / 1e9))]
         if ctx.cuda:  # CPU timings of a small step against a small product can exceed 1: they mean nothing

@@ -231,7 +231,7 @@ def _measure(fn, args, kwargs, repeats:int)->tuple:
     "(median ms, label) of `fn` here with the project's timing helper; (None, why) where nothing can be timed."
     devs = {t.device.type for t in _tensors(args) + _tensors(kwargs)}
     if 'meta' in devs: return None, 'meta tensors: counted, not run'
-    dev = 'cuda' if 'cuda' in devs else 'cpu'
+    dev = 'cuda' if 'cuda' in devs or (not devs and torch.cuda.is_available()) else 'cpu'  # a closure: the GPU's
     t = benchmark({'call': lambda: fn(*args, **kwargs)}, repeats=repeats, warmup=1, device=dev)
     where = torch.cuda.get_device_name() if dev == 'cuda' else 'the CPU (not a T4 figure)'
     return t.median('call'), where
@@ -321,8 +321,8 @@ def _rn(b, p): return _inference(resnet50_v15, (b, 3, 224, 224), p)
 def _bert(size, b, s, p): return _inference(lambda: bert_qa(size), (b, s), p, ids=30522)
 
 PUBLISHED = [
-    T4Measurement('ResNet-50 inference, fp32, batch 64', f'{_RN_PT}: 152.73 ms average latency', 152.73, _rn(64, 'fp32'),
-                  'PyTorch, NGC container, NCHW'),
+    T4Measurement('ResNet-50 inference, fp32, batch 64', f'{_RN_PT}: 152.73 ms average latency', 152.73,
+                  _rn(64, 'fp32'), 'PyTorch, NGC container, NCHW'),
     T4Measurement('ResNet-50 inference, fp32, batch 256', f'{_RN_PT}: 635.98 ms', 635.98, _rn(256, 'fp32'), 'PyTorch'),
     T4Measurement('ResNet-50 inference, fp16, batch 64', f'{_RN_PT}: 57.41 ms', 57.41, _rn(64, 'fp16'), 'PyTorch, AMP'),
     T4Measurement('ResNet-50 inference, fp16, batch 256', f'{_RN_PT}: 225.95 ms', 225.95, _rn(256, 'fp16'),
@@ -331,10 +331,10 @@ PUBLISHED = [
                   'TensorFlow 20.06'),
     T4Measurement('ResNet-50 inference, fp16, batch 64 (TF)', f'{_RN_TF}: 64.56 ms', 64.56, _rn(64, 'fp16'),
                   'TensorFlow 20.06, AMP'),
-    T4Measurement('BERT-base SQuAD, fp16, seq 128, batch 8', f'{_BERT_TF2}: 15.02 ms', 15.02, _bert('base', 8, 128, 'fp16'),
-                  'TensorFlow 2'),
-    T4Measurement('BERT-base SQuAD, fp16, seq 384, batch 8', f'{_BERT_TF2}: 41.53 ms', 41.53, _bert('base', 8, 384, 'fp16'),
-                  'TensorFlow 2'),
+    T4Measurement('BERT-base SQuAD, fp16, seq 128, batch 8', f'{_BERT_TF2}: 15.02 ms', 15.02,
+                  _bert('base', 8, 128, 'fp16'), 'TensorFlow 2'),
+    T4Measurement('BERT-base SQuAD, fp16, seq 384, batch 8', f'{_BERT_TF2}: 41.53 ms', 41.53,
+                  _bert('base', 8, 384, 'fp16'), 'TensorFlow 2'),
     T4Measurement('BERT-base SQuAD, fp32, seq 128, batch 8 (TF1)', f'{_BERT_TF1}: 80.98 ms (median)', 80.98,
                   _bert('base', 8, 128, 'fp32'), 'TensorFlow 1'),
     T4Measurement('BERT-base SQuAD, fp32, seq 384, batch 8 (TF1)', f'{_BERT_TF1}: 251.62 ms (median)', 251.62,
@@ -343,8 +343,8 @@ PUBLISHED = [
                   _bert('base', 8, 128, 'fp32'), 'TensorFlow 2'),
     T4Measurement('BERT-base SQuAD, fp32, seq 384, batch 8 (TF2)', f'{_BERT_TF2}: 155.85 ms', 155.85,
                   _bert('base', 8, 384, 'fp32'), 'TensorFlow 2'),
-    T4Measurement('BERT-large SQuAD, fp16, seq 384, batch 8', f'{_BERT_TF2}: 127 ms', 127.0, _bert('large', 8, 384, 'fp16'),
-                  'TensorFlow 2'),
+    T4Measurement('BERT-large SQuAD, fp16, seq 384, batch 8', f'{_BERT_TF2}: 127 ms', 127.0,
+                  _bert('large', 8, 384, 'fp16'), 'TensorFlow 2'),
     T4Measurement('BERT-large SQuAD, fp32, seq 384, batch 8', f'{_BERT_TF2}: 498.61 ms', 498.61,
                   _bert('large', 8, 384, 'fp32'), 'TensorFlow 2'),
 ]

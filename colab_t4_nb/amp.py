@@ -4,7 +4,7 @@
 
 # %% ../nbs/01_amp.ipynb #d460caa8
 from __future__ import annotations
-import functools, json, math, numbers, os, re, statistics, time, warnings
+import contextvars, dataclasses, functools, json, math, numbers, os, re, statistics, time, warnings
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -24,10 +24,10 @@ from .timing import benchmark, cpu_timer, needs_gpu, record
 
 # %% auto #0
 __all__ = ['DTYPES', 'AmpError', 'SkippedStepsError', 'EmulatedBF16Warning', 'SlowAMPWarning', 'parse_dtype', 'dtype_name',
-           'AmpChoice', 'amp_choice', 'amp_dtype', 'AmpStep', 'plain_amp_step', 'OpCounter', 'autocast_ops', 'in_fp32',
-           'softmax32', 'no_tf32', 'TensorCoreCheck', 'matmul_ms', 'tensor_core_check', 'amp_report', 'mlp',
-           'step_anatomy', 'Encoder', 'token_batch', 'token_loss', 'math_share', 'lint_dims', 'bench_encoder',
-           'needs_tf', 'KerasAmp', 'keras_amp']
+           'AmpChoice', 'amp_choice', 'decide_as', 'amp_dtype', 'AmpStep', 'plain_amp_step', 'OpCounter',
+           'autocast_ops', 'in_fp32', 'softmax32', 'no_tf32', 'TensorCoreCheck', 'matmul_ms', 'tensor_core_check',
+           'amp_report', 'mlp', 'step_anatomy', 'Encoder', 'token_batch', 'token_loss', 'math_share', 'lint_dims',
+           'bench_encoder', 'needs_tf', 'KerasAmp', 'keras_amp']
 
 # %% ../nbs/01_amp.ipynb #8bd5038a
 class AmpError(ColabT4Error, ValueError):
@@ -148,8 +148,9 @@ def amp_choice(device=None, # torch device, `GPU`, `GPUSpec`, driver name or com
                dtype:str|torch.dtype|None=None, # force a precision; None: decide from the card
               )->AmpChoice:
     "The precision to train in on `device`: bf16 where native, fp16 + GradScaler below cc 8.0, bf16 on the CPU."
-    kind, name, cc, spec = _card(device)
     want = None if dtype is None else parse_dtype(dtype)
+    if (stand := _stand_in(device)) is not None: return _rehearsed_choice(*stand, want)
+    kind, name, cc, spec = _card(device)
     if kind == 'cpu':
         if want == torch.float16:
             raise AmpError("fp16 autocast on the CPU is slow and barely supported: "
@@ -183,6 +184,34 @@ def _gpu_choice(card, cc, spec, want)->AmpChoice:
                f"faster. For speed, train in fp32 (dtype='fp32').")
         warnings.warn(why, SlowAMPWarning, stacklevel=3)
     return AmpChoice('cuda', dt, True, fp16, card, why)
+
+# %% ../nbs/01_amp.ipynb #09a84025
+_DECIDE_AS = contextvars.ContextVar('colab_t4_nb_decide_as', default=None)
+
+@contextmanager
+def decide_as(card:str|GPUSpec='T4', # the card `amp_choice` answers for
+              refuse_bf16:bool=False, # raise `AmpError` for bf16 where `card` only emulates it (else warn)
+             ):
+    "Inside the block, `amp_choice` asked about the device here decides as for `card` (a rehearsal)."
+    spec = card if isinstance(card, GPUSpec) else spec_for(card)
+    token = _DECIDE_AS.set((spec, refuse_bf16))
+    try: yield spec
+    finally: _DECIDE_AS.reset(token)
+
+# %% ../nbs/01_amp.ipynb #9e7e5a2e
+def _stand_in(device)->tuple|None:
+    "(card spec, refuse bf16, device here) when `decide_as` is on and `device` means the device at hand; else None."
+    if (stand := _DECIDE_AS.get()) is None or isinstance(device, (GPU, GPUSpec, tuple)): return None
+    here = torch.device('cuda' if torch.cuda.is_available() else 'cpu') if device is None else _torch_device(device)
+    return None if here is None else (*stand, here)
+
+def _rehearsed_choice(spec:GPUSpec, refuse_bf16:bool, here:torch.device, want)->AmpChoice:
+    "The choice for `spec`, to be run with autocast on `here`."
+    if refuse_bf16 and want == torch.bfloat16 and not native_bf16(spec.cc):
+        raise AmpError(f"bf16 was asked for while rehearsing a {spec.key}, which only emulates it: "
+                       "use dtype='fp16' with a GradScaler, as on the real card.")
+    c = _gpu_choice(f'{spec.key} (cc {spec.cc[0]}.{spec.cc[1]}), rehearsed on {here}', spec.cc, spec, want)
+    return dataclasses.replace(c, device_type=here.type)
 
 # %% ../nbs/01_amp.ipynb #db6eef60
 def amp_dtype(device=None, # as for `amp_choice`

@@ -6,7 +6,7 @@
 from __future__ import annotations
 import argparse, functools, itertools, json, math, re, sys, tempfile
 from importlib.util import find_spec
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -23,14 +23,15 @@ from .allocation import ColabT4Error, GPUSpec, SPECS, oom_kind, spec_for
 from .amp import AmpStep, Encoder, amp_choice, no_tf32, parse_dtype, plain_amp_step, token_batch, token_loss
 from .memory import NothingFits, cap_memory, find_max_size, free_memory, peak_memory, try_batch
 from .models import UNet, cls_batch, hf_bert, resnet50, seg_batch, seq_cls_loss
+from .t4 import T4Estimate, estimate_t4, t4_rehearsal
 from .timing import benchmark
 
 # %% auto #0
-__all__ = ['COLUMNS', 'WORKLOADS', 'GUIDE', 'DEFAULT_WORKLOADS', 'BenchError', 'Context', 'context', 'Workload', 'workload',
-           'workloads', 'step_flops', 'peak_tflops', 'train_speed', 'size_search', 'train_step_fn', 'memory_limits',
-           'longest_sequence', 'attention_speedup', 'embedding_throughput', 'cudnn_benchmark', 'recipe_step', 'recipe',
-           't4_estimate', 't4_estimates', 'check_workloads', 'writable_dir', 'plot_suite', 'save_suite', 'run_suite',
-           'bench_command']
+__all__ = ['COLUMNS', 'T4_COLUMNS', 'WORKLOADS', 'GUIDE', 'DEFAULT_WORKLOADS', 'BenchError', 'Context', 'context', 'Workload',
+           'workload', 'workloads', 'step_flops', 'peak_tflops', 'train_speed', 'size_search', 'train_step_fn',
+           'memory_limits', 'longest_sequence', 'attention_speedup', 'embedding_throughput', 'cudnn_benchmark',
+           'recipe_step', 'recipe', 't4_estimate', 't4_estimates', 'check_workloads', 'writable_dir', 'plot_suite',
+           'save_suite', 'run_suite', 'bench_command']
 
 # %% ../nbs/04_benchmarks.ipynb #691808dd
 class BenchError(ColabT4Error, ValueError):
@@ -41,6 +42,7 @@ def _installed(name:str)->bool: return find_spec(name) is not None
 
 # %% ../nbs/04_benchmarks.ipynb #1db2abfe
 COLUMNS = ['card', 'torch', 'precision', 'workload', 'metric', 'value', 'unit', 'note']
+T4_COLUMNS = ['t4_estimate', 't4_low', 't4_high', 't4_method']
 
 @dataclass
 class Context:
@@ -50,27 +52,34 @@ class Context:
     spec:GPUSpec|None    # its spec-table row; None on the CPU or for a card the table lacks
     small:bool           # small models and inputs (the CPU), labelled as such in every row
     quick:bool = False   # fewer timed rounds
+    as_t4:bool = False   # measured under `t4_rehearsal`, labelled as such in every row
 
     @property
     def cuda(self)->bool: return self.device.type == 'cuda'
 
-    def row(self, precision:str, workload:str, metric:str, value:float, unit:str, note:str='')->dict:
+    def row(self, precision:str, workload:str, metric:str, value:float, unit:str, note:str='',
+            t4:tuple|None=None, # (prediction, low, high, method) from the T4 model, for a figure it predicts
+           )->dict:
         "One result, labelled with this card and torch version."
-        if self.small: note = f'{note}; CPU quick shapes' if note else 'CPU quick shapes'
+        for label, on in (('rehearsing a T4', self.as_t4), ('CPU quick shapes', self.small)):
+            if on: note = f'{note}; {label}' if note else label
+        pred = dict(zip(T4_COLUMNS, t4)) if t4 else dict(t4_estimate=math.nan, t4_low=math.nan, t4_high=math.nan,
+                                                           t4_method='')
         return dict(card=self.card, torch=torch.__version__, precision=precision, workload=workload, metric=metric,
-                    value=float(value), unit=unit, note=note)
+                    value=float(value), unit=unit, note=note, **pred)
 
-    def rows(self, rows:list)->pd.DataFrame: return pd.DataFrame(rows, columns=COLUMNS)
+    def rows(self, rows:list)->pd.DataFrame: return pd.DataFrame(rows, columns=COLUMNS + T4_COLUMNS)
 
 # %% ../nbs/04_benchmarks.ipynb #d633629d
 def context(device=None, # a torch device; None: the GPU if there is one, else the CPU
             quick:bool=False, # fewer timed rounds
+            as_t4:bool=False, # rows say they were measured under `t4_rehearsal`
            )->Context:
     "The `Context` for `device`: its card and spec row on a GPU, small shapes on the CPU."
     dev = torch.device(device if device is not None else 'cuda' if torch.cuda.is_available() else 'cpu')
-    if dev.type != 'cuda': return Context(dev, 'CPU', None, True, quick)
+    if dev.type != 'cuda': return Context(dev, 'CPU', None, True, quick, as_t4)
     name = torch.cuda.get_device_name(dev)
-    return Context(dev, name, spec_for(name, strict=False), False, quick)
+    return Context(dev, name, spec_for(name, strict=False), False, quick, as_t4)
 
 # %% ../nbs/04_benchmarks.ipynb #698a10a0
 def _rounds(ctx:Context, repeats:int|None=None, warmup:int|None=None)->tuple:
@@ -178,13 +187,29 @@ def peak_tflops(spec:GPUSpec|None, # a spec-table row
 # %% ../nbs/04_benchmarks.ipynb #b883e5f5
 def _amp_name(ctx:Context)->str: return amp_choice(ctx.device).name
 
+# %% ../nbs/04_benchmarks.ipynb #b993e9b7
+def _t4(est:T4Estimate, # the T4 model's prediction for one call
+        figure:Callable, # figure(ms per call) -> the row's value, e.g. iterations/s
+        what:str='call', # what one call is, for the method
+       )->tuple:
+    "(prediction, low, high, method) of `figure` for a T4, from `est`."
+    ends = figure(est.ms), figure(est.low_ms), figure(est.high_ms)
+    return ends[0], min(ends), max(ends), f'T4 model: {est.ms:.4g} ms per {what}, {est.bound}-bound'
+
+def _ratio(a:T4Estimate, b:T4Estimate)->tuple:
+    "(prediction, low, high, method) of the T4 speed-up of `b` over `a`."
+    ends = a.ms / b.ms, a.low_ms / b.low_ms, a.high_ms / b.high_ms
+    return ends[0], min(ends), max(ends), f'T4 model: {a.ms:.4g} ms against {b.ms:.4g} ms'
+
+def _predict(fn:Callable)->T4Estimate: return estimate_t4(fn, repeats=0)
+
 # %% ../nbs/04_benchmarks.ipynb #2a7f5525
 def train_speed(wl:str|Workload='unet', # the workload
                 ctx:Context|None=None, # where; None: `context()`
                 batch:int|None=None, # samples per step; None: the workload's
                 repeats:int|None=None, warmup:int|None=None, # rounds of `benchmark`; None: by device and quick
                )->pd.DataFrame:
-    "Iterations/s, samples/s and achieved TFLOP/s (of the datasheet peak), fp32 (TF32 off) against AMP, interleaved."
+    "Iterations/s, samples/s, achieved TFLOP/s, fp32 (TF32 off) against AMP, interleaved; each with its T4 prediction."
     w, ctx = workload(wl), ctx or context()
     if (skip := _skipped(w, ctx)) is not None: return skip
     size, bs = w.shape(ctx)
@@ -194,17 +219,21 @@ def train_speed(wl:str|Workload='unet', # the workload
     opt, amp = torch.optim.AdamW(model.parameters(), lr=1e-5, foreach=True), _amp_name(ctx)
     calls = {p: functools.partial(AmpStep(model, opt, w.loss, p), *data) for p in ('fp32', amp)}
     with no_tf32(): t = benchmark(calls, *_rounds(ctx, repeats, warmup), ctx.device.type)
+    est = {p: _predict(c) for p, c in calls.items()}
     rows, note = [], w.describe(ctx, bs)
     for p in calls:
-        ms, peak = t.median(p), peak_tflops(ctx.spec, p)
+        ms, peak, e = t.median(p), peak_tflops(ctx.spec, p), est[p]
         tf = per * bs / ms / 1e9
-        rows += [ctx.row(p, w.name, 'iterations/s', 1e3 / ms, 'it/s', note),
-                 ctx.row(p, w.name, 'samples/s', bs * 1e3 / ms, 'samples/s', note),
+        rows += [ctx.row(p, w.name, 'iterations/s', 1e3 / ms, 'it/s', note, _t4(e, lambda m: 1e3 / m, 'step')),
+                 ctx.row(p, w.name, 'samples/s', bs * 1e3 / ms, 'samples/s', note,
+                         _t4(e, lambda m: bs * 1e3 / m, 'step')),
                  ctx.row(p, w.name, 'achieved TFLOP/s', tf, 'TFLOP/s',
-                         f'{note}; {per * bs / 1e9:.4g} GFLOP per step, counted'),
-                 ctx.row(p, w.name, 'of datasheet peak', tf / peak if peak else math.nan, 'fraction',
-                         f'peak {peak:g} TFLOP/s {p}' if peak else 'no datasheet peak for this device')]
-    rows.append(ctx.row(amp, w.name, 'speed-up vs fp32', t.ratio('fp32', amp), 'x', note))
+                         f'{note}; {per * bs / 1e9:.4g} GFLOP per step, counted',
+                         _t4(e, lambda m: per * bs / m / 1e9, 'step'))]
+        if peak:
+            rows.append(ctx.row(p, w.name, 'of datasheet peak', tf / peak, 'fraction', f'peak {peak:g} TFLOP/s {p}'))
+    rows.append(ctx.row(amp, w.name, 'speed-up vs fp32', t.ratio('fp32', amp), 'x', note,
+                        _ratio(est['fp32'], est[amp])))
     return ctx.rows(rows)
 
 # %% ../nbs/04_benchmarks.ipynb #bec2c1ec
@@ -353,14 +382,18 @@ def attention_speedup(ctx:Context|None=None, # where; None: `context()`
              for kind, fn in (('explicit', _explicit_attention), ('SDPA', F.scaled_dot_product_attention))}
     with no_tf32(): t = benchmark(calls, *_rounds(ctx, repeats, warmup), ctx.device.type)
     shape = f'batch {b}, {h} heads of {d}, sequence {s}'
-    rows = [ctx.row(k.split()[0], 'bert', f'attention fwd+bwd, {k.split()[1]}', t.median(k), 'ms', shape)
-            for k in calls]
+    est = {k: _predict(c) for k, c in calls.items()}
+    rows = [ctx.row(k.split()[0], 'bert', f'attention fwd+bwd, {k.split()[1]}', t.median(k), 'ms', shape,
+                    _t4(est[k], lambda m: m)) for k in calls]
     for dt in [k.split()[0] for k in calls if k.endswith('SDPA') and not k.startswith('fp32')]:
-        rows += [ctx.row(dt, 'bert', 'attention speed-up vs fp32', t.ratio('fp32 explicit', f'{dt} SDPA'), 'x',
-                         f'{dt} SDPA against fp32 explicit softmax attention; {shape}'),
-                 ctx.row(dt, 'bert', 'attention speed-up vs fp32, same code',
-                         t.ratio('fp32 explicit', f'{dt} explicit'), 'x',
-                         f'explicit softmax attention in both; {shape}')]
+        if ctx.cuda:  # on the CPU, half-precision SDPA against fp32 explicit code says nothing about a GPU
+            rows.append(ctx.row(dt, 'bert', 'attention speed-up vs fp32', t.ratio('fp32 explicit', f'{dt} SDPA'), 'x',
+                                f'{dt} SDPA against fp32 explicit softmax attention; {shape}',
+                                _ratio(est['fp32 explicit'], est[f'{dt} SDPA'])))
+        rows.append(ctx.row(dt, 'bert', 'attention speed-up vs fp32, same code',
+                            t.ratio('fp32 explicit', f'{dt} explicit'), 'x',
+                            f'explicit softmax attention in both; {shape}',
+                            _ratio(est['fp32 explicit'], est[f'{dt} explicit'])))
     return ctx.rows(rows)
 
 # %% ../nbs/04_benchmarks.ipynb #41416bf8
@@ -385,9 +418,10 @@ def embedding_throughput(ctx:Context|None=None, # where; None: `context()`
     bw, rows = ctx.spec.bandwidth_gbs if ctx.spec else None, []
     for dt in calls:
         gbs, note = nbytes[dt] / t.median(dt) / 1e6, f'{n} lookups ({uniq:.0f} distinct rows) in a {vocab}x{dim} table'
-        rows += [ctx.row(dt, 'bert', 'embedding throughput', gbs, 'GB/s', note),
-                 ctx.row(dt, 'bert', 'of datasheet bandwidth', gbs / bw if bw else math.nan, 'fraction',
-                         f'{bw:g} GB/s datasheet' if bw else 'no datasheet bandwidth for this device')]
+        rows.append(ctx.row(dt, 'bert', 'embedding throughput', gbs, 'GB/s', note,
+                            _t4(_predict(calls[dt]), lambda m, b=nbytes[dt]: b / m / 1e6, 'lookup')))
+        if bw:
+            rows.append(ctx.row(dt, 'bert', 'of datasheet bandwidth', gbs / bw, 'fraction', f'{bw:g} GB/s datasheet'))
     return ctx.rows(rows)
 
 # %% ../nbs/04_benchmarks.ipynb #f6fa7dc0
@@ -471,31 +505,37 @@ def recipe(wl:str|Workload='hf-bert', # the workload
     n = matmul_n or (256 if ctx.small else 8192)
     calls[ceiling] = _matmul_call(ctx, rec.choice.name, n)
     t = benchmark(calls, *_rounds(ctx, repeats, warmup), ctx.device.type)
-    return _recipe_rows(ctx, w, t, steps, calls, per, bs, ceiling, n, plain_dt)
+    est = {k: _predict(c) for k, c in calls.items() if 'compile' not in k}  # compiled code is not counted
+    return _recipe_rows(ctx, w, t, steps, calls, per, bs, ceiling, n, plain_dt, est)
 
 # %% ../nbs/04_benchmarks.ipynb #9e123364
-def _recipe_rows(ctx, w, t, steps, calls, per, bs, ceiling, n, plain_dt)->pd.DataFrame:
+def _recipe_rows(ctx, w, t, steps, calls, per, bs, ceiling, n, plain_dt, est)->pd.DataFrame:
     "The rows of `recipe`: speed, counted TFLOP/s against the measured ceiling, speed-ups and peak memory per variant."
     top = 2 * n**3 / t.median(ceiling) / 1e9
     note = w.describe(ctx, bs)
-    rows = [ctx.row(steps['recipe'][1], w.name, 'matmul ceiling', top, 'TFLOP/s', f'{n}x{n} matrix product, same run')]
+    pred = lambda k, f, what='step': _t4(est[k], f, what) if k in est else None
+    rows = [ctx.row(steps['recipe'][1], w.name, 'matmul ceiling', top, 'TFLOP/s', f'{n}x{n} matrix product, same run',
+                    pred(ceiling, lambda m: 2 * n**3 / m / 1e9, 'product'))]
     for k, (step, p) in steps.items():
         ms = t.median(k)
         with peak_memory(ctx.device) as pm: calls[k]()
         held = 'above what was allocated before the step (every variant stays resident)'
-        rows += [ctx.row(p, w.name, f'iterations/s [{k}]', 1e3 / ms, 'it/s', note),
-                 ctx.row(p, w.name, f'samples/s [{k}]', bs * 1e3 / ms, 'samples/s', note),
+        rows += [ctx.row(p, w.name, f'iterations/s [{k}]', 1e3 / ms, 'it/s', note, pred(k, lambda m: 1e3 / m)),
+                 ctx.row(p, w.name, f'samples/s [{k}]', bs * 1e3 / ms, 'samples/s', note,
+                         pred(k, lambda m: bs * 1e3 / m)),
                  ctx.row(p, w.name, f'achieved TFLOP/s [{k}]', per / ms / 1e9, 'TFLOP/s',
-                         f'{note}; {per / 1e9:.4g} GFLOP per step, counted'),
-                 ctx.row(p, w.name, f'of measured matmul ceiling [{k}]', per / ms / 1e9 / top, 'fraction',
-                         f'ceiling {top:.4g} TFLOP/s'),
-                 ctx.row(p, w.name, f'step memory [{k}]', pm.extra / 2**30, 'GiB',
-                         f'{note}; {held}' if ctx.cuda else 'not tracked on the CPU')]
+                         f'{note}; {per / 1e9:.4g} GFLOP per step, counted', pred(k, lambda m: per / m / 1e9))]
+        if ctx.cuda:  # CPU timings of a small step against a small product can exceed 1: they mean nothing
+            rows.append(ctx.row(p, w.name, f'of measured matmul ceiling [{k}]', per / ms / 1e9 / top, 'fraction',
+                                f'ceiling {top:.4g} TFLOP/s'))
+        rows.append(ctx.row(p, w.name, f'step memory [{k}]', pm.extra / 2**30, 'GiB',
+                            f'{note}; {held}' if ctx.cuda else 'not tracked on the CPU'))
+        both = lambda a: _ratio(est[a], est[k]) if a in est and k in est else None
         if not k.startswith('plain'):
             rows.append(ctx.row(p, w.name, f'speed-up vs plain {plain_dt} [{k}]', t.ratio(f'plain {plain_dt}', k), 'x',
-                                note))
+                                note, both(f'plain {plain_dt}')))
         if k.startswith('recipe') and 'fp32' in steps:
-            rows.append(ctx.row(p, w.name, f'speed-up vs fp32 [{k}]', t.ratio('fp32', k), 'x', note))
+            rows.append(ctx.row(p, w.name, f'speed-up vs fp32 [{k}]', t.ratio('fp32', k), 'x', note, both('fp32')))
     return ctx.rows(rows)
 
 # %% ../nbs/04_benchmarks.ipynb #5c6ab871
@@ -513,47 +553,32 @@ GUIDE = pd.DataFrame([dict(card=c, torch='-', precision='not stated', workload=w
     columns=COLUMNS)
 
 # %% ../nbs/04_benchmarks.ipynb #d187ced6
-_T4 = SPECS['T4']
-def _t4_peak(p:str)->float|None:
-    "A T4's datasheet peak for `p`: fp32, or fp16 for either half precision (a T4 trains AMP in fp16)."
-    return _T4.fp32_tflops if p == 'fp32' else _T4.fp16_tflops if p in ('fp16', 'bf16') else None
+_MEMORY_UNITS = ('samples', 'tokens', 'GiB')
 
 # %% ../nbs/04_benchmarks.ipynb #9a968e8d
-def t4_estimate(row:dict, # a row of `COLUMNS`
-                spec:GPUSpec, # the card it was measured on
+def t4_estimate(row:dict, # a row of `COLUMNS` + `T4_COLUMNS`
+                spec:GPUSpec|None, # the card it was measured on; None: the CPU or an unknown card
                )->tuple:
-    "The row's value estimated for a T4, and how: (estimate or NaN, method)."
-    v, unit, p, metric = row['value'], row['unit'], row['precision'], row['metric']
-    here, t4 = peak_tflops(spec, p), _t4_peak(p)
-    if unit in ('it/s', 'samples/s', 'TFLOP/s', 'ms'):
-        if not (here and t4): return math.nan, f'no estimate: no datasheet {p} peak for one of the cards'
-        f = t4 / here if unit != 'ms' else here / t4
-        ratio = f'{t4:g}/{here:g}' if unit != 'ms' else f'{here:g}/{t4:g}'
-        return v * f, f'same fraction of the datasheet {p} peak: x {ratio}'
-    if unit == 'GB/s':
-        t4b, b = _T4.bandwidth_gbs, spec.bandwidth_gbs
-        return v * t4b / b, f'same fraction of bandwidth: x {t4b:g}/{b:g} GB/s'
-    if unit == 'x' and (m := re.search(r'vs (?:plain )?(fp32|fp16|bf16)', metric)):
-        base, tb = peak_tflops(spec, m.group(1)), _t4_peak(m.group(1))
-        if not (here and t4 and base and tb): return math.nan, 'no estimate: a datasheet peak is missing'
-        how = f'x ({base:g}/{tb:g}) x ({t4:g}/{here:g}): both sides at the same share of peak'
-        return v * (base / tb) * (t4 / here), how
-    if unit == 'fraction': return v, 'carried over unchanged (the assumption itself)'
-    if unit in ('samples', 'tokens', 'GiB'):
-        if 'T4 memory cap' in row['note']: return v, 'measured under the T4 memory cap'
-        return math.nan, 'no estimate: not measured under the T4 memory cap'
-    return math.nan, 'no estimate for this unit'
+    "The row's value for a T4 and how it was had: (estimate, low, high, method), NaN where there is none."
+    v, nan = row['value'], math.nan
+    if spec is not None and spec.key == 'T4': return v, v, v, 'measured on a T4'
+    if isinstance(row.get('t4_method'), str) and row['t4_method'].startswith('T4 model'):
+        return row['t4_estimate'], row['t4_low'], row['t4_high'], row['t4_method']
+    if row['unit'] in _MEMORY_UNITS:
+        if 'T4 memory cap' in row['note'] or 'rehearsing a T4' in row['note']:
+            return v, v, v, 'measured under the T4 memory cap'
+        return nan, nan, nan, 'no estimate: not measured under the T4 memory cap'
+    if row['unit'] == 'fraction': return nan, nan, nan, "no estimate: a share of this card's ceiling"
+    return nan, nan, nan, 'no estimate: not a time the T4 model predicts'
 
 # %% ../nbs/04_benchmarks.ipynb #6394f55a
 def t4_estimates(df:pd.DataFrame, # rows of `COLUMNS`, all from one card
-                 spec:GPUSpec|None, # that card's spec row; None: no estimates (the CPU, an unknown card)
+                 spec:GPUSpec|None, # that card's spec row; None: the CPU or an unknown card
                 )->pd.DataFrame:
-    "`df` with `t4_estimate` and `t4_method` columns: the measured value on a T4, else the estimate."
-    df = df.copy()
-    if spec is None: est = [(math.nan, 'no estimate: no spec-table row for this device')] * len(df)
-    elif spec.key == 'T4': est = [(v, 'measured on a T4') for v in df.value]
-    else: est = [t4_estimate(r, spec) for r in df.to_dict('records')]
-    df['t4_estimate'], df['t4_method'] = [e[0] for e in est], [e[1] for e in est]
+    "`df` with `T4_COLUMNS` complete: measured on a T4, the model's prediction, or the memory figure that holds."
+    df = df.reindex(columns=list(dict.fromkeys([*df.columns, *T4_COLUMNS])))
+    est = [t4_estimate(r, spec) for r in df.to_dict('records')]
+    for j, c in enumerate(T4_COLUMNS): df[c] = [e[j] for e in est]
     return df
 
 # %% ../nbs/04_benchmarks.ipynb #fb6ff088
@@ -614,40 +639,53 @@ def _free_path(folder:Path, stem:str, ext:str)->Path:
 _PANELS = [('unet', 'iterations/s'), ('unet', 'largest batch'), ('unet', 'peak memory'),
            ('bert', 'attention speed-up vs fp32'), ('bert', 'longest sequence')]
 
-def _bars(df:pd.DataFrame, workload:str, metric:str)->list:
-    "(label, value, kind) for the guide's rows and the measured rows (and their T4 estimates) of one panel."
+def _bars(df:pd.DataFrame, workload:str, metric:str, guide:bool=True, t4:bool=True)->list:
+    "(label, value, kind) for one panel: the guide's rows, the measured rows, and their T4 predictions."
     pick = lambda d: d[(d.workload == workload) & ((d.metric == metric) | d.metric.str.startswith(metric + ' at'))]
-    bars = [(f'{r.card}\nguide', r.value, 'guide') for r in pick(GUIDE).itertuples()]
+    bars = [(f'{r.card}\nguide', r.value, 'guide') for r in pick(GUIDE).itertuples()] if guide else []
     for r in pick(df).itertuples():
         if math.isnan(r.value): continue
         extra = r.metric[len(metric):].replace(' at batch ', ' b').replace(' at ', ' ')
-        small = ' (small)' if 'CPU quick shapes' in r.note else ''
-        bars.append((f'{r.card.replace("NVIDIA ", "")}{small}\n{r.precision}{extra}', r.value, 'measured'))
+        bars.append((f'{r.card.replace("NVIDIA ", "")}\n{r.precision}{extra}', r.value, 'measured'))
         est = getattr(r, 't4_estimate', math.nan)
-        if not math.isnan(est) and 'measured on a T4' != getattr(r, 't4_method', ''):
-            bars.append((f'T4 est.\n{r.precision}{extra}', est, 'T4 estimate'))
+        if t4 and not math.isnan(est) and str(getattr(r, 't4_method', '')).startswith('T4 model'):
+            bars.append((f'T4 model\n{r.precision}{extra}', est, 'T4 prediction'))
     return bars
 
 # %% ../nbs/04_benchmarks.ipynb #868b0862
+_COLORS = {'guide': '#b0b0b0', 'measured': '#1f77b4', 'T4 prediction': '#ff7f0e'}
+
+def _panel(ax, bars:list, title:str, unit:str):
+    "One bar panel, labels slanted so they do not overlap; a line of text where there is nothing to draw."
+    if not bars:
+        ax.text(0.5, 0.5, 'not measured here', ha='center', va='center', fontsize=8, transform=ax.transAxes)
+        ax.set_yticks([])
+    ax.bar(range(len(bars)), [b[1] for b in bars], color=[_COLORS[b[2]] for b in bars])
+    ax.set_xticks(range(len(bars)), [b[0] for b in bars], fontsize=6, rotation=35, ha='right')
+    ax.set_title(title, fontsize=9); ax.set_ylabel(unit, fontsize=8)
+
 def plot_suite(df:pd.DataFrame # `run_suite`'s table
               ):
-    "The guide's figures beside the measured ones (and T4 estimates): one panel per row of the guide's table."
+    "The guide's figures beside the measured ones and their T4 predictions; CPU rows on a row of their own."
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
-    fig = Figure(figsize=(15, 3.6), layout='constrained')
-    colors = {'guide': '#b0b0b0', 'measured': '#1f77b4', 'T4 estimate': '#ff7f0e'}
-    for ax, (w, m) in zip(fig.subplots(1, len(_PANELS)), _PANELS):
-        bars = _bars(df, w, m)
-        ax.bar(range(len(bars)), [b[1] for b in bars], color=[colors[b[2]] for b in bars])
-        ax.set_xticks(range(len(bars)), [b[0] for b in bars], fontsize=6)
-        units = sorted({*GUIDE[(GUIDE.workload == w) & (GUIDE.metric == m)].unit,
-                        *df[(df.workload == w) & df.metric.str.startswith(m)].unit})
-        ax.set_title(f'{w}: {m}', fontsize=9); ax.set_ylabel(' / '.join(units), fontsize=8)
-    handles = [Patch(color=c, label=k) for k, c in colors.items()]
-    fig.legend(handles=handles, loc='outside lower center', ncols=3, fontsize=8)
+    cpu = bool(df.note.str.contains('CPU quick shapes').any()) if len(df) else False
+    fig = Figure(figsize=(15, 7.2 if cpu else 4.2), layout='constrained')
+    grid = fig.subplots(2 if cpu else 1, len(_PANELS), squeeze=False)
+    drawn = set()
+    for j, (w, m) in enumerate(_PANELS):
+        units = ' / '.join(sorted({*GUIDE[(GUIDE.workload == w) & (GUIDE.metric == m)].unit,
+                                   *df[(df.workload == w) & df.metric.str.startswith(m)].unit}))
+        rows = [(_bars(df, w, m, t4=not cpu), f'{w}: {m}')]
+        if cpu: rows = [(_bars(df.iloc[:0], w, m), f"{w}: {m}\nthe guide's T4, K80, RTX 3060"),
+                        (_bars(df, w, m, guide=False, t4=False), f'{w}: {m}\nthis CPU, small shapes')]
+        for i, (bars, title) in enumerate(rows):
+            _panel(grid[i][j], bars, title, units)
+            drawn |= {b[2] for b in bars}
+    fig.legend(handles=[Patch(color=c, label=k) for k, c in _COLORS.items() if k in drawn],
+               loc='outside lower center', ncols=3, fontsize=8)
     card = ', '.join(df.card.unique()) if len(df) else 'nothing measured'
-    cpu_small = df.note.str.contains('CPU quick shapes').any()
-    small = ': CPU quick shapes, not comparable with the guide' if cpu_small else ''
+    small = ': CPU quick shapes, shown apart (not comparable with the guide)' if cpu else ''
     fig.suptitle(f"{card} (torch {torch.__version__}){small}; grey: the guide's published figures (third-party claim)",
                  fontsize=10)
     return fig
@@ -680,20 +718,22 @@ def run_suite(quick:bool=False, # speed, attention and embeddings only (no searc
               device=None, # None: the GPU if there is one, else the CPU (small shapes)
               cap:str|None='T4', # memory cap of the searches; None: the whole card
               progress:bool=True, # show a progress bar
+              as_t4:bool=False, # run everything under `t4_rehearsal` (T4 memory, precision, attention)
              )->pd.DataFrame:
-    "The benchmark table (`COLUMNS` + T4 estimates) for `workloads` on this card, saved to `out` as CSV and PNG."
+    "The benchmark table (`COLUMNS` + `T4_COLUMNS`) for `workloads` on this card, saved to `out` as CSV and PNG."
     names, folder = check_workloads(workloads), None if out is None else writable_dir(out)
-    ctx = context(device, quick)
+    ctx = context(device, quick, as_t4)
     if ctx.small: print('No CUDA GPU: running small CPU shapes (every row says "CPU quick shapes"); '
                         'they say nothing about a GPU.', file=sys.stderr)
     parts = []
-    with tqdm(_plan(names, ctx, quick, cap), desc='colab-t4 bench', disable=not progress, file=sys.stderr) as bar:
+    with t4_rehearsal(verbose=False) if as_t4 else nullcontext(), \
+         tqdm(_plan(names, ctx, quick, cap), desc='colab-t4 bench', disable=not progress, file=sys.stderr) as bar:
         for label, call in bar:
             bar.set_postfix_str(label)
             parts.append(_guarded(call, ctx, label))
             free_memory()
     df = t4_estimates(pd.concat(parts, ignore_index=True), ctx.spec)
-    df.attrs.update(card=ctx.card, torch=torch.__version__, quick=quick, workloads=names)
+    df.attrs.update(card=ctx.card, torch=torch.__version__, quick=quick, workloads=names, as_t4=as_t4)
     if folder is not None: df.attrs['files'] = {k: str(v) for k, v in save_suite(df, folder).items()}
     return df
 
@@ -706,14 +746,16 @@ def _parser()->argparse.ArgumentParser:
                    f'known: {", ".join(WORKLOADS)}')
     p.add_argument('--out', default='colab-t4-bench', help='folder for bench.csv and bench.png (default: %(default)s)')
     p.add_argument('--json', action='store_true', help='print the rows as JSON instead of a table')
+    p.add_argument('--as-t4', action='store_true', help='run under t4_rehearsal: T4 memory, fp16, no TF32, '
+                   'no flash attention')
     return p
 
-_SHOW = ['workload', 'precision', 'metric', 'value', 'unit', 't4_estimate']
+_SHOW = ['workload', 'precision', 'metric', 'value', 'unit', 't4_estimate', 't4_low', 't4_high', 'note']
 
 # %% ../nbs/04_benchmarks.ipynb #62b8c3b3
 def bench_command(argv:list|None=None # arguments after `bench`; None: sys.argv[1:]
                  )->int:
-    "`colab-t4 bench [--quick] [--models ...] [--out DIR] [--json]`: print the table, write CSV and PNG; exit status."
+    "`colab-t4 bench [--quick] [--models ...] [--out DIR] [--json] [--as-t4]`: print the table, write CSV and PNG."
     p = _parser()
     try: a = p.parse_args(argv)
     except SystemExit as e: return int(e.code or 0)
@@ -721,11 +763,12 @@ def bench_command(argv:list|None=None # arguments after `bench`; None: sys.argv[
     except BenchError as e:
         print(f'colab-t4 bench: {e}', file=sys.stderr)
         return 1 if 'out=' in str(e) else 2
-    df = run_suite(a.quick, names, folder)
+    df = run_suite(a.quick, names, folder, as_t4=a.as_t4)
     files = df.attrs['files']
     if a.json: print(json.dumps(json.loads(df.to_json(orient='records')), indent=1))
     else:
-        print(f'{df.attrs["card"]}, torch {df.attrs["torch"]}' + (' (quick)' if a.quick else ''))
+        print(f'{df.attrs["card"]}, torch {df.attrs["torch"]}' + (' (quick)' if a.quick else '')
+              + (', rehearsing a T4' if a.as_t4 else ''))
         print(df[_SHOW].to_string(index=False, float_format=lambda v: f'{v:.4g}'))
     print(f'wrote {files["csv"]} and {files["png"]}', file=sys.stderr if a.json else sys.stdout)
     return 0

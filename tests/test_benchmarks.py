@@ -3,7 +3,8 @@ import json, subprocess, sys
 import pandas as pd
 from conftest import ROOT
 
-COLUMNS = ['card', 'torch', 'precision', 'workload', 'metric', 'value', 'unit', 'note', 't4_estimate', 't4_method']
+COLUMNS = ['card', 'torch', 'precision', 'workload', 'metric', 'value', 'unit', 'note',
+           't4_estimate', 't4_low', 't4_high', 't4_method']
 
 def bench(args, env, timeout=300):
     code = ('from colab_t4_nb.benchmarks import bench_command; '
@@ -19,7 +20,11 @@ def test_quick_writes_table_csv_and_png(cpu_env, tmp_path):
     df = pd.read_csv(out/'bench.csv')
     assert list(df.columns) == COLUMNS
     assert {'unet', 'bert'} <= set(df.workload) and df.note.str.contains('CPU quick shapes').all()
-    assert {'iterations/s', 'speed-up vs fp32', 'attention speed-up vs fp32', 'embedding throughput'} <= set(df.metric)
+    assert {'iterations/s', 'speed-up vs fp32', 'attention speed-up vs fp32, same code', 'embedding throughput'} <= set(df.metric)
+    assert not {'attention speed-up vs fp32', 'of datasheet peak'} & set(df.metric)  # meaningless on a CPU: dropped
+    timed = df[df.metric == 'iterations/s']
+    assert timed.t4_method.str.startswith('T4 model').all() and (timed.t4_low <= timed.t4_high).all()
+    assert 'note' in r.stdout.splitlines()[1] and 'CPU quick shapes' in r.stdout
     assert (df[df.metric == 'iterations/s'].value > 0).all()
     png = (out/'bench.png').read_bytes()
     assert png[:8] == b'\x89PNG\r\n\x1a\n' and len(png) > 10_000
@@ -32,6 +37,14 @@ def test_json_output_and_nothing_overwritten(cpu_env, tmp_path):
     assert rows and {row['workload'] for row in rows} == {'unet'} and set(rows[0]) == set(COLUMNS)
     assert (tmp_path/'bench.csv').read_text() == 'kept\n'
     assert len(pd.read_csv(tmp_path/'bench-2.csv')) == len(rows)
+
+def test_as_t4_rehearses_every_row(cpu_env, tmp_path):
+    r = bench(['--quick', '--models', 'unet', '--out', tmp_path, '--as-t4'], cpu_env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert 'rehearsing a T4' in r.stdout.splitlines()[0], r.stdout[:300]
+    df = pd.read_csv(tmp_path/'bench.csv')
+    assert df.note.str.contains('rehearsing a T4').all()
+    assert set(df.precision) == {'fp32', 'fp16'}, set(df.precision)  # fp16 + GradScaler, as on a T4
 
 def test_unknown_workload_lists_known_ones(cpu_env, tmp_path):
     r = bench(['--quick', '--models', 'unet', 'vgg', '--out', tmp_path], cpu_env)

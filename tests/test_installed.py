@@ -28,3 +28,16 @@ def test_notebook_only_definition_fails(tmp_path, cpu_env):
                        env=cpu_env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 1, r.stdout + r.stderr
     assert 'adds colab_t4_nb.allocation.Budget.only_here to the package, but that cell is not exported' in r.stderr, r.stderr
+
+def test_deprecation_raised_against_package_code_fails(tmp_path, cpu_env):
+    "The check itself: a FutureWarning attributed to a module of the package (as pandas attributes its own) fails it."
+    import json
+    warn = ("import colab_t4_nb.timing as t\n"
+            "exec('import warnings\\nwarnings.warn(\"fill value changes in pandas 4\", FutureWarning)', vars(t))")
+    nb = {'cells': [{'cell_type': 'code', 'metadata': {}, 'outputs': [], 'execution_count': None, 'source': s}
+                    for s in ['#| default_exp timing', warn]],
+          'metadata': {}, 'nbformat': 4, 'nbformat_minor': 5}
+    (tmp_path/'w.ipynb').write_text(json.dumps(nb))
+    r = subprocess.run([sys.executable, str(ROOT/'tools'/'test_installed.py'), str(tmp_path/'w.ipynb')], cwd=tmp_path,
+                       env=cpu_env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1 and 'FutureWarning: fill value changes in pandas 4' in r.stderr, r.stdout + r.stderr

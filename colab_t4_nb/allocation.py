@@ -548,11 +548,13 @@ def open_locked(path:str|Path, # the file
 def append_line(path:str|Path, # a line-based file (JSON lines); its folder is created
                 line:str, # one line; the newline is added
                ):
-    "Append `line` to `path` in one write, under an exclusive lock, then fsync."
+    "Append `line` to `path` in one write, under an exclusive lock, then fsync; a cut-off last line is ended first."
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open_locked(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT) as fd:
-        os.write(fd, (line.rstrip('\n') + '\n').encode()); os.fsync(fd)
+    with open_locked(path, os.O_RDWR | os.O_APPEND | os.O_CREAT) as fd:
+        size = os.fstat(fd).st_size
+        cut = size > 0 and os.pread(fd, 1, size - 1) != b'\n'
+        os.write(fd, (('\n' if cut else '') + line.rstrip('\n') + '\n').encode()); os.fsync(fd)
 
 # %% ../nbs/00_allocation.ipynb #b846ebc0
 def _describe(gpus:list[GPU])->str:

@@ -66,15 +66,16 @@ def training_state(step:int, # steps done: the step to continue from
                    model=None, optimizer=None, scaler=None, scheduler=None, # the training objects (any may be None)
                    extras:dict|None=None, # the caller's own values
                   )->dict:
-    "Everything needed to continue training exactly: state dicts, RNG states and `extras`."
+    "Everything needed to continue training exactly: state dicts, their classes, RNG states and `extras`."
     step = check_int('step', step)
-    for k, o in dict(model=model, optimizer=optimizer, scaler=scaler, scheduler=scheduler).items():
-        check_stateful(k, o)
+    objs = dict(model=model, optimizer=optimizer, scaler=scaler, scheduler=scheduler)
+    for k, o in objs.items(): check_stateful(k, o)
     if extras is not None and not isinstance(extras, Mapping):
         raise TypeError(f'extras must be a dict or None, got {type(extras).__name__}.')
     sd = lambda o: None if o is None else o.state_dict()
     return {'step': step, 'model': sd(None if model is None else _unwrap(model)), 'optimizer': sd(optimizer),
             'scaler': sd(scaler), 'scheduler': sd(scheduler), 'rng': rng_state(), 'extras': dict(extras or {}),
+            'classes': {k: type(o).__name__ for k, o in objs.items() if o is not None and k != 'model'},
             'torch': str(torch.__version__)}
 
 # %% ../nbs/05_persistence.ipynb #1655db0f
@@ -384,9 +385,20 @@ def _pick(self:CheckpointManager, checkpoint)->Checkpoint:
 def _few(xs:list, n:int=6)->str: return ', '.join(xs[:n]) + (f' and {len(xs) - n} more' if len(xs) > n else '')
 
 # %% ../nbs/05_persistence.ipynb #c9b43b2b
-def _mismatch(st:dict, model, optimizer, strict:bool)->list[str]:
-    "What keeps checkpoint state `st` from loading into `model` and `optimizer`, in words."
-    out = []
+def _opt_mismatch(saved:dict, opt)->list[str]:
+    "What keeps the optimizer state `saved` from fitting `opt`: group sizes, or state shapes unlike the parameters'."
+    sizes = [len(g['params']) for g in saved['param_groups']], [len(g['params']) for g in opt.param_groups]
+    if sizes[0] != sizes[1]: return [f'optimizer parameter groups of sizes {sizes[0]}, {sizes[1]} here']
+    ids = [i for g in saved['param_groups'] for i in g['params']]
+    params = [p for g in opt.param_groups for p in g['params']]
+    bad = [f'{k} of parameter {n} {tuple(v.shape)} vs {tuple(p.shape)} here'
+           for n, (i, p) in enumerate(zip(ids, params)) for k, v in saved['state'].get(i, {}).items()
+           if isinstance(v, torch.Tensor) and v.dim() and tuple(v.shape) != tuple(p.shape)]
+    return [f'optimizer state of other shapes ({_few(bad, 3)}): parameters in another order?'] if bad else []
+
+def _mismatch(st:dict, objs:dict, strict:bool)->list[str]:
+    "What keeps checkpoint state `st` from loading into the objects `objs` (model, optimizer...), in words."
+    out, model, classes = [], objs.get('model'), st.get('classes') or {}
     if model is not None:
         want, got = _unwrap(model).state_dict(), st.get('model')
         if got is None: return ['it holds no model state']
@@ -395,11 +407,32 @@ def _mismatch(st:dict, model, optimizer, strict:bool)->list[str]:
         shapes = [f'{k} {tuple(got[k].shape)} vs {tuple(want[k].shape)} here' for k in want
                   if k in got and hasattr(got[k], 'shape') and tuple(got[k].shape) != tuple(want[k].shape)]
         if shapes: out.append(f'different shapes {_few(shapes)}')
-    if optimizer is not None and st.get('optimizer') is not None:
-        saved = [len(g['params']) for g in st['optimizer']['param_groups']]
-        here = [len(g['params']) for g in optimizer.param_groups]
-        if saved != here: out.append(f'optimizer parameter groups of sizes {saved}, {here} here')
+    for k in ('optimizer', 'scheduler', 'scaler'):
+        o = objs.get(k)
+        if o is None or not st.get(k): continue
+        if k in classes and classes[k] != type(o).__name__:
+            out.append(f'the {k} state of {classes[k]}, not of {type(o).__name__}')
+        elif k == 'optimizer': out += _opt_mismatch(st[k], o)
     return out
+
+# %% ../nbs/05_persistence.ipynb #930e150a
+def _apply(st:dict, objs:dict, name:str, strict:bool, restore_rng:bool):
+    "Load `st` into `objs`, the model last; if one refuses, put back those already loaded and raise."
+    undo, k = [], None
+    try:
+        for k in ('optimizer', 'scheduler', 'scaler'):
+            if (o := objs[k]) is None: continue
+            if not st.get(k): _warn(f'{name} holds no {k} state; the {k} was left as it is.'); continue
+            undo.append((o, o.state_dict() if k == 'optimizer' else copy.deepcopy(o.state_dict())))
+            o.load_state_dict(st[k])
+        if restore_rng: k = 'random generators'; undo.append((None, rng_state())); set_rng_state(st['rng'])
+        if objs['model'] is not None: k = 'model'; _unwrap(objs['model']).load_state_dict(st['model'], strict=strict)
+    except Exception as e:
+        for o, s in reversed(undo): set_rng_state(s) if o is None else o.load_state_dict(s)
+        partly = ' (the model may be partly loaded: load again into a new one)' if k == 'model' else ''
+        raise CheckpointMismatch(f'{name} could not be loaded into the {k} ({type(e).__name__}: {e}); the objects '
+                                 f'loaded before it were put back as they were{partly}. Load it into the objects '
+                                 'it was saved from.') from e
 
 # %% ../nbs/05_persistence.ipynb #0a6b3ccb
 class Resumed(NamedTuple):
@@ -415,9 +448,9 @@ def load(self:CheckpointManager, model=None, optimizer=None, scaler=None, schedu
          restore_rng:bool=True, # also restore the random generators
          weights_only:bool=True, # `torch.load`'s safe mode; False only for files you trust
         )->Resumed:
-    "Restore the training objects in place from a verified checkpoint; return its step and extras."
-    for k, o in dict(model=model, optimizer=optimizer, scaler=scaler, scheduler=scheduler).items():
-        check_stateful(k, o)
+    "Restore the training objects in place from a verified checkpoint, all or nothing; return its step and extras."
+    objs = dict(model=model, optimizer=optimizer, scaler=scaler, scheduler=scheduler)
+    for k, o in objs.items(): check_stateful(k, o)
     for k, v in dict(strict=strict, restore_rng=restore_rng, weights_only=weights_only).items(): check_flag(k, v)
     if not (checkpoint is None or isinstance(checkpoint, (Checkpoint, str, os.PathLike))):
         raise TypeError(f'checkpoint must be a Checkpoint, a path or None, got {checkpoint!r} '
@@ -429,15 +462,11 @@ def load(self:CheckpointManager, model=None, optimizer=None, scaler=None, schedu
         raise CheckpointError(f'{c.path} holds objects that torch.load(weights_only=True) refuses '
                               f'({str(e).splitlines()[0]}). If you trust the file, '
                               'load(..., weights_only=False).') from e
-    if problems := _mismatch(st, model, optimizer, strict):
+    if problems := _mismatch(st, objs, strict):
         raise CheckpointMismatch(f'{c.path.name} does not fit: {"; ".join(problems)}. Nothing was changed. Load it '
                                  'into the model and optimizer it was saved from (strict=False ignores missing and '
                                  'unexpected keys).')
-    if model is not None: _unwrap(model).load_state_dict(st['model'], strict=strict)
-    for o, k in [(optimizer, 'optimizer'), (scaler, 'scaler'), (scheduler, 'scheduler')]:
-        if o is not None and st.get(k): o.load_state_dict(st[k])
-        elif o is not None: _warn(f'{c.path.name} holds no {k} state; the {k} was left as it is.')
-    if restore_rng: set_rng_state(st['rng'])
+    _apply(st, objs, c.path.name, strict, restore_rng)
     self.last_loaded = c
     return Resumed(st['step'], st.get('extras', {}))
 

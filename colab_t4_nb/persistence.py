@@ -4,8 +4,8 @@
 
 # %% ../nbs/05_persistence.ipynb #420f6f86
 from __future__ import annotations
-import atexit, copy, gc, json, numbers, os, pickle, random, re, shutil, subprocess, sys, threading, time, warnings
-import weakref, zipfile
+import atexit, copy, errno, gc, json, numbers, os, pickle, random, re, shutil, socket, subprocess, sys, threading
+import time, uuid, warnings, weakref, zipfile
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from fastcore.basics import patch, store_attr
 
-from .allocation import ColabT4Error, atomic_write, oom_kind, runtime, state_dir
+from .allocation import COLAB_DRIVE, ColabT4Error, atomic_write, oom_kind, runtime, state_dir
 from .checkpoint_format import *
 
 # %% auto #0
@@ -92,6 +92,7 @@ class CheckpointDir:
         new_hash(checksum)
         self.path, self.keep, self.checksum = check_path('path', path), keep, checksum
         self._verified, self._deleting = {}, None
+        self.on_drive = runtime() == 'colab' and (COLAB_DRIVE/'MyDrive') in self.path.absolute().parents
 
     @property
     def manifest(self)->Path: return self.path/'manifest.json'
@@ -213,9 +214,13 @@ def _clean_tmp(self:CheckpointDir):
         if p.name.startswith(('.ckpt-', '.manifest.json.')): p.unlink(missing_ok=True)
 
 # %% ../nbs/05_persistence.ipynb #8796c8fb
-def _unlink_all(paths:list):
+def _unlink_all(paths:list, free:bool=False):
+    "Delete `paths`; with `free` (a folder on Google Drive) truncate each first, so its bytes leave the quota."
     for p in paths:
-        try: p.unlink(missing_ok=True)
+        try:
+            if free: os.truncate(p, 0)  # Drive keeps deleted files in its trash, counted against the quota
+            p.unlink(missing_ok=True)
+        except FileNotFoundError: pass
         except OSError as e: _warn(f'Could not delete the old checkpoint {p} ({e}); the next save tries again.')
 
 # %% ../nbs/05_persistence.ipynb #1885f6ef
@@ -242,7 +247,11 @@ def _commit(self:CheckpointDir, c:Checkpoint, old:list):
         why = self.verify(o)
         if why is None: kept.append(o)
         elif o.path.exists(): self._set_aside(o.path, why)
-    self._write_manifest(kept)
+    try: self._write_manifest(kept)
+    except OSError as e:  # the checkpoint is complete and verified: say so, and rotate nothing until it is listed
+        _warn(f'Checkpoint {c.path.name} is saved and verified, but {self.manifest} could not be updated ({e}); '
+              'it is found from its own trailer, the next save records it, and no older checkpoint was deleted.')
+        return
     names = {k.path.name for k in kept}
     doomed = []
     for p in self.path.glob('ckpt-*.pt'):
@@ -250,7 +259,7 @@ def _commit(self:CheckpointDir, c:Checkpoint, old:list):
         if read_trailer(p) is None: self._set_aside(p, 'it has no valid trailer')  # damaged, not a rotated-out one
         else: doomed.append(p)
     if doomed:
-        self._deleting = threading.Thread(target=_unlink_all, args=(doomed,), name='checkpoint-rotation', daemon=True)
+        self._deleting = threading.Thread(target=_unlink_all, args=(doomed, self.on_drive), name='checkpoint-rotation', daemon=True)
         self._deleting.start()
 
 # %% ../nbs/05_persistence.ipynb #c6f10303
@@ -617,7 +626,9 @@ def drive_checkpoints(name:str='run', # the run's folder name
         from google.colab import drive
         drive.mount(str(mountpoint))
     local = Path.cwd()/'checkpoints'/name if local is None else local
-    return CheckpointManager(local, keep, mirror=my_drive/folder/name, name=name, **kwargs)
+    ckpt = CheckpointManager(local, keep, mirror=my_drive/folder/name, name=name, **kwargs)
+    ckpt.mirror.on_drive = True
+    return ckpt
 
 # %% ../nbs/05_persistence.ipynb #af6672c4
 def flush_drive(mountpoint:str|Path='/content/drive' # where Drive is mounted

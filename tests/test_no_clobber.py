@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from colab_t4_nb import checkpoint_format as F, persistence as P
-from colab_t4_nb.testing import failing, fake_colab, small_run, train_step
+from colab_t4_nb.testing import failing, fake_colab, patched, small_run, train_step
 
 def states(*objs)->list:
     "Deep copies of the state dicts of `objs`, to compare before and after."
@@ -64,3 +64,29 @@ def test_failing_load_state_dict_leaves_everything_as_it_was(tmp_path):
     with failing(o['model'], 'load_state_dict', RuntimeError('a hook refused it')):
         with pytest.raises(F.CheckpointMismatch, match='a hook refused it'): ckpt.load(**o)
     assert same(states(*o.values()), before) and torch.equal(torch.get_rng_state(), rng)
+
+# ---------------------------------------------------------------- a full disk at the manifest write
+def test_full_disk_at_the_manifest_write_keeps_the_saved_checkpoint(tmp_path):
+    ckpt, m = P.CheckpointManager(tmp_path, keep=2), nn.Linear(4, 2)
+    for s in (1, 2): ckpt.save(s, model=m)
+    full = OSError(errno.ENOSPC, 'No space left on device')
+    with failing(P.CheckpointDir, '_write_manifest', full), pytest.warns(F.CheckpointWarning, match='is saved'):
+        c = ckpt.save(3, model=m)
+    assert c.step == 3 and F.verify_file(c) is None
+    assert sorted(p.name for p in tmp_path.glob('ckpt-*.pt')) == [f'ckpt-00000000{s}.pt' for s in (1, 2, 3)]
+    again = P.CheckpointManager(tmp_path, keep=2)
+    assert again.latest().path == c.path and again.load(model=nn.Linear(4, 2)).step == 3
+
+# ---------------------------------------------------------------- rotation on Google Drive frees the bytes
+def test_rotation_on_drive_truncates_before_deleting(tmp_path):
+    sizes = {}
+    def unlink(orig, p, *a, **k):
+        if str(p).endswith('.pt'): sizes[Path(p).name, Path(p).parent.name] = os.stat(p).st_size
+        return orig(p, *a, **k)
+    with fake_colab(), patched(os, 'unlink', unlink):
+        ckpt = P.drive_checkpoints('run', keep=1, mountpoint=tmp_path/'drive', local=tmp_path/'local')
+        for s in (1, 2): ckpt.save(s, model=nn.Linear(64, 64))
+        ckpt.wait()
+    assert ckpt.mirror.path.is_relative_to(tmp_path/'drive'/'MyDrive')
+    assert sizes[('ckpt-000000001.pt', ckpt.mirror.path.name)] == 0  # its bytes freed before it went to the trash
+    assert sizes[('ckpt-000000001.pt', 'local')] > 0  # a local disk has no trash: plain unlink

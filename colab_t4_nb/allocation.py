@@ -459,10 +459,11 @@ def _fsync_dir(d:Path):
 @contextmanager
 def atomic_write(path:str|Path, # the file to (re)write; its folder must exist
                  check:Callable|None=None, # check(tmp_path) before the rename; raise to abandon the write
+                 tmp_prefix:str|None=None, # the temporary file's name starts so; default `.<name>.`
                 ):
     "Context manager giving a binary file that replaces `path` atomically when the block ends without error."
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.', suffix='.tmp')
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=tmp_prefix or f'.{path.name}.', suffix='.tmp')
     try:
         with os.fdopen(fd, 'w+b') as f:
             yield f

@@ -408,7 +408,8 @@ def test_manifest_lists_only_verified_after_rotation(tmp_path):
         warnings.simplefilter('error', P.CheckpointWarning)
         for s in range(1, 6): ckpt.save(s, model=torch.nn.Linear(8, 8))
     ckpt.wait()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ['ckpt-000000004.pt', 'ckpt-000000005.pt', 'manifest.json']
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['.colab_t4_nb-owner.json', 'ckpt-000000004.pt', 'ckpt-000000005.pt',
+                                                          'colab_t4_nb-manifest.json']
 
 # ---------------------------------------------------------------- run_resumable's default schedule
 def test_run_resumable_without_schedule_bounds_the_loss(tmp_path):

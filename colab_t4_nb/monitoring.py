@@ -319,6 +319,7 @@ class GPUMonitor:
         self.source, self.names, self.available, self.busy_s, self.errors = None, {}, None, 0.0, []
         self._thread = self._csvf = self._session = self._view = self._crash = self._last_t = None
         self._pending, self._due, self._warned = [], {}, set()
+        self._flushed, self.csv_recreated = deque(maxlen=max_rows), 0  # rows in the CSV; times it was made again
 
 # %% ../nbs/06_monitoring.ipynb #a99c69e1
 def _gpu_label(names)->str:
@@ -455,16 +456,37 @@ def _warn_once(self:GPUMonitor, what:str, e:Exception):
     if what not in self._warned:
         self._warned.add(what); warnings.warn(f'GPUMonitor: {what} failed ({e}); sampling goes on and it is retried.')
 
+# %% ../nbs/06_monitoring.ipynb #390b2a42
+@patch
+def _csv_gone(self:GPUMonitor)->bool:
+    "True when the CSV open for appending is no longer the file at its path (it or its folder was removed)."
+    try: return not os.path.samestat(os.fstat(self._csvf.fileno()), os.stat(self.csv))
+    except OSError: return True
+
+# %% ../nbs/06_monitoring.ipynb #1f1879c6
+@patch
+def _reopen_csv(self:GPUMonitor):
+    "Create the removed CSV again, with its header and the samples written to it that are still in memory."
+    f = _open_csv(Path(self.csv))  # a MonitorError keeps the rows pending: `unwritten` counts them
+    try: self._csvf.close()
+    except OSError: pass
+    self._csvf, n = f, len(self._flushed)
+    self._pending[:0] = self._flushed; self._flushed.clear()
+    self.csv_recreated += 1
+    warnings.warn(f'GPUMonitor: {self.csv} was removed while monitoring; created it again with its header and the '
+                  f'{n} earlier sample(s) still in memory.')
+
 # %% ../nbs/06_monitoring.ipynb #2c9f7d4c
 @patch
 def _flush(self:GPUMonitor, sync:bool=False):
-    "Write the pending rows to the CSV; on a failing disk keep them and retry at the next flush."
+    "Write the pending rows to the CSV, made again if it was removed; on a failing disk keep them and retry later."
     try:
+        if self._csv_gone(): self._reopen_csv()
         csv.writer(self._csvf).writerows(_csv_row(r, self.names) for r in self._pending)
         self._csvf.flush()
         if sync: os.fsync(self._csvf.fileno())
-        self._pending.clear()
-    except OSError as e:
+        self._flushed.extend(self._pending); self._pending.clear()
+    except (OSError, MonitorError) as e:
         self._warn_once('writing the CSV', e)
         del self._pending[:-self._rows.maxlen]
 
@@ -736,7 +758,7 @@ def _check_every(every, interval:float)->float:
 # %% ../nbs/06_monitoring.ipynb #e9126aee
 @patch(as_prop=True)
 def unwritten(self:GPUMonitor)->int:
-    "Samples that did not reach the CSV (its disk failed)."
+    "Samples that did not reach the CSV (its disk failed, or it was removed and could not be made again)."
     return len(self._pending)
 
 # %% ../nbs/06_monitoring.ipynb #fc02eb24
@@ -791,7 +813,10 @@ def run_monitor(interval:float=1.0, # seconds between samples
         try: plot_samples(df).savefig(plot_path, dpi=100); print(f'Plot saved to {plot_path}')
         except (OSError, ValueError) as e: failed.append(f'the plot {plot_path} ({e})')
     if csv and mon.unwritten: failed.append(f'{mon.unwritten} sample(s) to {csv}')
-    elif csv: print(f'Samples appended to {csv}')
+    elif csv and not Path(csv).is_file(): failed.append(f'the samples to {csv} (it is gone)')
+    elif csv:
+        again = f' (removed during the run: written again {mon.csv_recreated} time(s))' if mon.csv_recreated else ''
+        print(f'Samples appended to {csv}{again}')
     if not failed: return 0
     with mon._lock: rows = list(mon._rows)
     where = save_samples(rows, mon.names)

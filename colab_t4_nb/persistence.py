@@ -214,6 +214,7 @@ def own(self:CheckpointDir):
             if other is not None: other._owned = False
             if self._claim(rec):
                 if rec.get('run') and not here: self._clean_tmp(rec['run'])  # what that run left half-written
+                if here and not alive: break  # its manager in this process is gone: nothing to say
                 _warn(f'Took over {self.path} from {_who(rec)}: '
                       + ('as asked (take_over=True); that manager can no longer save there.' if alive else
                          'that run has ended.'))

@@ -296,33 +296,37 @@ def accelerate_saver(model:nn.Module, opt:torch.optim.Optimizer, folder:str|Path
 
 # %% ../nbs/04a_acceptance.ipynb #2ae60ac7
 def save_throughput(model:nn.Module, opt:torch.optim.Optimizer, # the state saved
-                    folder:str|Path, # where every variant writes
+                    folder:str|Path, # the disk to measure: every variant writes in a private subfolder of it
                     repeats:int=4, warmup:int=1, # interleaved rounds
                     accelerate:bool=True, # add accelerate's `save_state`, when installed
                    )->pd.DataFrame:
     "Median time and MiB/s of `torch.save` + fsync, `CheckpointManager.save` and accelerate's `save_state`."
-    folder, n = Path(folder), iter(range(1, 10**6))
-    ckpt, st = CheckpointManager(folder/'managed', keep=1), training_state(0, model, opt)
-    def plain():
-        p = folder/f'plain{next(n):06d}.pt'
-        torch.save(st, p); fsync_tree(p)
-    def managed(): ckpt.save(next(n), model, opt)
-    def tidy():  # untimed: the manager's deletions finish, accelerate's files reach the disk, old files go
-        ckpt.local.settle()
-        for p in sorted(folder.glob('plain*.pt'))[:-1]: p.unlink()
-        for p in sorted(folder.glob('accelerate*')): fsync_tree(p)
-        for p in sorted(folder.glob('accelerate*'))[:-1]: shutil.rmtree(p)
-    variants = {'torch.save + fsync': plain, 'CheckpointManager.save': managed}
-    if accelerate and (acc := accelerate_saver(model, opt, folder)):
-        variants['accelerate save_state'] = acc  # as a user calls it: the files may still be in the page cache
-        variants['accelerate save_state + fsync'] = lambda: fsync_tree(acc())  # on the disk, as the other two
-    for f in variants.values():
-        for _ in range(warmup): tidy(); f()
-    t, names = Timings({k: [] for k in variants}), list(variants)
-    for r in range(repeats):
-        for k in names[r % len(names):] + names[:r % len(names)]: tidy(); t.samples[k].append(cpu_timer(variants[k]))
-    tidy()
-    mib = max(folder.glob('plain*.pt')).stat().st_size / 2**20
+    st, n = training_state(0, model, opt), iter(range(1, 10**6))
+    work = Path(tempfile.mkdtemp(dir=folder, prefix='.save_throughput-'))
+    ckpt = CheckpointManager(work/'managed', keep=1)
+    try:
+        def plain():
+            p = work/f'plain{next(n):06d}.pt'
+            torch.save(st, p); fsync_tree(p)
+        def managed(): ckpt.save(next(n), model, opt)
+        def tidy():  # untimed: the manager's deletions finish, accelerate's files reach the disk, old files go
+            ckpt.local.settle()
+            for p in sorted(work.glob('plain*.pt'))[:-1]: p.unlink()
+            for p in sorted(work.glob('accelerate*')): fsync_tree(p)
+            for p in sorted(work.glob('accelerate*'))[:-1]: shutil.rmtree(p)
+        variants = {'torch.save + fsync': plain, 'CheckpointManager.save': managed}
+        if accelerate and (acc := accelerate_saver(model, opt, work)):
+            variants['accelerate save_state'] = acc  # as a user calls it: the files may still be in the page cache
+            variants['accelerate save_state + fsync'] = lambda: fsync_tree(acc())  # on the disk, as the other two
+        for f in variants.values():
+            for _ in range(warmup): tidy(); f()
+        t, names = Timings({k: [] for k in variants}), list(variants)
+        for r in range(repeats):
+            for k in names[r % len(names):] + names[:r % len(names)]:
+                tidy(); t.samples[k].append(cpu_timer(variants[k]))
+        tidy()
+        mib = max(work.glob('plain*.pt')).stat().st_size / 2**20
+    finally: ckpt.wait(); shutil.rmtree(work, ignore_errors=True)
     df = t.df[['median_ms', 'min_ms', 'n']].assign(MiB=round(mib), MiB_per_s=lambda d: mib / (d.median_ms / 1e3))
     return df.assign(vs_plain=lambda d: d.MiB_per_s / d.MiB_per_s['torch.save + fsync'])
 

@@ -459,10 +459,11 @@ def _fsync_dir(d:Path):
 @contextmanager
 def atomic_write(path:str|Path, # the file to (re)write; its folder must exist
                  check:Callable|None=None, # check(tmp_path) before the rename; raise to abandon the write
+                 tmp_prefix:str|None=None, # the temporary file's name starts so; default `.<name>.`
                 ):
     "Context manager giving a binary file that replaces `path` atomically when the block ends without error."
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.', suffix='.tmp')
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=tmp_prefix or f'.{path.name}.', suffix='.tmp')
     try:
         with os.fdopen(fd, 'w+b') as f:
             yield f
@@ -548,11 +549,13 @@ def open_locked(path:str|Path, # the file
 def append_line(path:str|Path, # a line-based file (JSON lines); its folder is created
                 line:str, # one line; the newline is added
                ):
-    "Append `line` to `path` in one write, under an exclusive lock, then fsync."
+    "Append `line` to `path` in one write, under an exclusive lock, then fsync; a cut-off last line is ended first."
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open_locked(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT) as fd:
-        os.write(fd, (line.rstrip('\n') + '\n').encode()); os.fsync(fd)
+    with open_locked(path, os.O_RDWR | os.O_APPEND | os.O_CREAT) as fd:
+        size = os.fstat(fd).st_size
+        cut = size > 0 and os.pread(fd, 1, size - 1) != b'\n'
+        os.write(fd, (('\n' if cut else '') + line.rstrip('\n') + '\n').encode()); os.fsync(fd)
 
 # %% ../nbs/00_allocation.ipynb #b846ebc0
 def _describe(gpus:list[GPU])->str:

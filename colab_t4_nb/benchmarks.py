@@ -725,15 +725,21 @@ def run_suite(quick:bool=False, # speed, attention and embeddings only (no searc
     ctx = context(device, quick, as_t4)
     if ctx.small: print('No CUDA GPU: running small CPU shapes (every row says "CPU quick shapes"); '
                         'they say nothing about a GPU.', file=sys.stderr)
-    parts = []
+    parts, stopped = [], None
     with t4_rehearsal(verbose=False) if as_t4 else nullcontext(), \
          tqdm(_plan(names, ctx, quick, cap), desc='colab-t4 bench', disable=not progress, file=sys.stderr) as bar:
         for label, call in bar:
             bar.set_postfix_str(label)
-            parts.append(_guarded(call, ctx, label))
-            free_memory()
+            try: parts.append(_guarded(call, ctx, label))
+            except KeyboardInterrupt: stopped = label; break  # keep what is finished
+            finally: free_memory()
+    if not parts:  # stopped before the first measurement ended: nothing to save
+        df = pd.DataFrame(columns=COLUMNS)
+        df.attrs.update(card=ctx.card, torch=torch.__version__, as_t4=as_t4, interrupted=stopped)
+        return df
     df = t4_estimates(pd.concat(parts, ignore_index=True), ctx.spec)
-    df.attrs.update(card=ctx.card, torch=torch.__version__, quick=quick, workloads=names, as_t4=as_t4)
+    df.attrs.update(card=ctx.card, torch=torch.__version__, quick=quick, workloads=names, as_t4=as_t4,
+                    interrupted=stopped)
     if folder is not None: df.attrs['files'] = {k: str(v) for k, v in save_suite(df, folder).items()}
     return df
 
@@ -764,11 +770,19 @@ def bench_command(argv:list|None=None # arguments after `bench`; None: sys.argv[
         print(f'colab-t4 bench: {e}', file=sys.stderr)
         return 1 if 'out=' in str(e) else 2
     df = run_suite(a.quick, names, folder, as_t4=a.as_t4)
+    if (stopped := df.attrs.get('interrupted')) and not len(df):
+        print(f'colab-t4 bench: stopped by Ctrl-C during {stopped}, before any measurement finished: nothing was '
+              'saved.', file=sys.stderr)
+        return 130
     files = df.attrs['files']
     if a.json: print(json.dumps(json.loads(df.to_json(orient='records')), indent=1))
     else:
         print(f'{df.attrs["card"]}, torch {df.attrs["torch"]}' + (' (quick)' if a.quick else '')
               + (', rehearsing a T4' if a.as_t4 else ''))
         print(df[_SHOW].to_string(index=False, float_format=lambda v: f'{v:.4g}'))
+    if stopped:
+        print(f'colab-t4 bench: stopped by Ctrl-C during {stopped}: the {len(df)} row(s) measured before it are saved '
+              f'in {files["csv"]} and {files["png"]}.', file=sys.stderr)
+        return 130
     print(f'wrote {files["csv"]} and {files["png"]}', file=sys.stderr if a.json else sys.stdout)
     return 0

@@ -337,12 +337,13 @@ def write_checkpoint(path:str|Path, # the final file name
                      step:int=0, seq:int=0, # recorded in the trailer
                      checksum:str='crc32', # 'crc32' or a `hashlib` algorithm
                      writeback:int|None=64 << 20, # bytes between starts of the disk write-back; None: only fsync
+                     tmp_prefix:str|None=None, # the temporary file's name starts so (see `atomic_write`)
                     )->Checkpoint:
     "Save `obj` to `path` atomically, followed by a trailer recording its size and checksum."
     path, step, seq = check_path('path', path), check_int('step', step), check_int('seq', seq)
     new_hash(checksum); writeback = check_int('writeback', writeback, 1, none=True)
     try:
-        with atomic_write(path) as f:
+        with atomic_write(path, tmp_prefix=tmp_prefix) as f:
             w = _HashingWriter(f, checksum, comment=_TRAILER, writeback=writeback)
             try: torch.save(obj, w); w.close()
             except Exception as e:

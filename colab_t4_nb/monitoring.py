@@ -4,8 +4,9 @@
 
 # %% ../nbs/06_monitoring.ipynb #499a92ff
 from __future__ import annotations
-import atexit, csv, errno, math, numbers, os, re, shutil, subprocess, sys, tempfile, threading, time, uuid, warnings
-import weakref
+import atexit, csv, errno, math, numbers, os, re, shutil, signal, subprocess, sys, tempfile, threading, time
+import uuid, warnings, weakref
+from contextlib import contextmanager
 from collections import deque
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -320,6 +321,7 @@ class GPUMonitor:
         self.source, self.names, self.available, self.busy_s, self.errors = None, {}, None, 0.0, []
         self._thread = self._csvf = self._session = self._view = self._crash = self._last_t = None
         self._pending, self._due, self._warned = [], {}, set()
+        self._flushed, self.csv_recreated = deque(maxlen=max_rows), 0  # rows in the CSV; times it was made again
 
 # %% ../nbs/06_monitoring.ipynb #a99c69e1
 def _gpu_label(names)->str:
@@ -456,16 +458,37 @@ def _warn_once(self:GPUMonitor, what:str, e:Exception):
     if what not in self._warned:
         self._warned.add(what); warnings.warn(f'GPUMonitor: {what} failed ({e}); sampling goes on and it is retried.')
 
+# %% ../nbs/06_monitoring.ipynb #390b2a42
+@patch
+def _csv_gone(self:GPUMonitor)->bool:
+    "True when the CSV open for appending is no longer the file at its path (it or its folder was removed)."
+    try: return not os.path.samestat(os.fstat(self._csvf.fileno()), os.stat(self.csv))
+    except OSError: return True
+
+# %% ../nbs/06_monitoring.ipynb #1f1879c6
+@patch
+def _reopen_csv(self:GPUMonitor):
+    "Create the removed CSV again, with its header and the samples written to it that are still in memory."
+    f = _open_csv(Path(self.csv))  # a MonitorError keeps the rows pending: `unwritten` counts them
+    try: self._csvf.close()
+    except OSError: pass
+    self._csvf, n = f, len(self._flushed)
+    self._pending[:0] = self._flushed; self._flushed.clear()
+    self.csv_recreated += 1
+    warnings.warn(f'GPUMonitor: {self.csv} was removed while monitoring; created it again with its header and the '
+                  f'{n} earlier sample(s) still in memory.')
+
 # %% ../nbs/06_monitoring.ipynb #2c9f7d4c
 @patch
 def _flush(self:GPUMonitor, sync:bool=False):
-    "Write the pending rows to the CSV; on a failing disk keep them and retry at the next flush."
+    "Write the pending rows to the CSV, made again if it was removed; on a failing disk keep them and retry later."
     try:
+        if self._csv_gone(): self._reopen_csv()
         csv.writer(self._csvf).writerows(_csv_row(r, self.names) for r in self._pending)
         self._csvf.flush()
         if sync: os.fsync(self._csvf.fileno())
-        self._pending.clear()
-    except OSError as e:
+        self._flushed.extend(self._pending); self._pending.clear()
+    except (OSError, MonitorError) as e:
         self._warn_once('writing the CSV', e)
         del self._pending[:-self._rows.maxlen]
 
@@ -737,7 +760,7 @@ def _check_every(every, interval:float)->float:
 # %% ../nbs/06_monitoring.ipynb #e9126aee
 @patch(as_prop=True)
 def unwritten(self:GPUMonitor)->int:
-    "Samples that did not reach the CSV (its disk failed)."
+    "Samples that did not reach the CSV (its disk failed, or it was removed and could not be made again)."
     return len(self._pending)
 
 # %% ../nbs/06_monitoring.ipynb #fc02eb24
@@ -760,13 +783,46 @@ def save_samples(rows:list[tuple], # samples in `ROW` layout
 def _wait(mon:GPUMonitor, duration, every):
     end, nxt = time.monotonic() + (duration or math.inf), time.monotonic() + (every or math.inf)
     while (now := time.monotonic()) < end:
-        time.sleep(max(0.0, min(end, nxt) - now))
+        time.sleep(min(max(0.0, min(end, nxt) - now), 1.0))  # in steps: `inf` is no time to sleep
         if every and time.monotonic() >= nxt:
             print(status_text(mon.latest(), mon.names), flush=True); nxt += every
 
+# %% ../nbs/06_monitoring.ipynb #21585e81
+@contextmanager
+def _stop_on_signals(names:tuple=('SIGTERM', 'SIGHUP'))->list:
+    "Inside the block, the first of these signals stops the run as Ctrl-C does (later ones wait); handlers restored after."
+    got = []
+    if threading.current_thread() is not threading.main_thread(): yield got; return  # only the main thread may
+    def handler(signum, frame):
+        got.append(signal.Signals(signum).name)
+        if len(got) == 1: raise KeyboardInterrupt(got[0])
+    old = {s: signal.signal(s, handler) for s in (getattr(signal, n) for n in names if hasattr(signal, n))}
+    try: yield got
+    finally:
+        for s, h in old.items(): signal.signal(s, h)
+
+# %% ../nbs/06_monitoring.ipynb #41ecb501
+def _report(mon:GPUMonitor, csv:str|None, plot_path:str|None)->int:
+    "After a stopped run: print the summary, save the plot, say where the samples are; the exit status."
+    df, failed = mon.df, []
+    print(summarize(df).round(1).to_string() if len(df) else 'No samples.')
+    if plot_path:
+        try: plot_samples(df).savefig(plot_path, dpi=100); print(f'Plot saved to {plot_path}')
+        except (OSError, ValueError) as e: failed.append(f'the plot {plot_path} ({e})')
+    if csv and mon.unwritten: failed.append(f'{mon.unwritten} sample(s) to {csv}')
+    elif csv and not Path(csv).is_file(): failed.append(f'the samples to {csv} (it is gone)')
+    elif csv:
+        again = f' (removed during the run: written again {mon.csv_recreated} time(s))' if mon.csv_recreated else ''
+        print(f'Samples appended to {csv}{again}')
+    if not failed: return 0
+    with mon._lock: rows = list(mon._rows)
+    where = save_samples(rows, mon.names)
+    print(f'Could not write {" and ".join(failed)}. All {len(rows)} samples are saved in {where}.', file=sys.stderr)
+    return 1
+
 # %% ../nbs/06_monitoring.ipynb #44c000ba
 def run_monitor(interval:float=1.0, # seconds between samples
-                duration:float|None=None, # seconds to run; None: until Ctrl-C
+                duration:float|None=None, # seconds to run; None: until Ctrl-C, SIGTERM or SIGHUP
                 csv:str|None=None, # append samples to this CSV
                 plot_path:str|None=None, # save the plot here at the end (.png, .pdf, .svg)
                 every:float=10.0, # print the latest sample every so many seconds (at most once per sample); 0: never
@@ -788,18 +844,8 @@ def run_monitor(interval:float=1.0, # seconds between samples
     if not mon.start().available: return 1
     print(f"Monitoring {_gpu_label(mon.names.values())} every {interval:g} s through {mon.source.kind}"
           + (f' for {duration:g} s.' if duration else '; Ctrl-C stops.'), flush=True)
-    try: _wait(mon, duration, every)
-    except KeyboardInterrupt: print('Stopped.')
-    finally: mon.stop()
-    df, failed = mon.df, []
-    print(summarize(df).round(1).to_string() if len(df) else 'No samples.')
-    if plot_path:
-        try: plot_samples(df).savefig(plot_path, dpi=100); print(f'Plot saved to {plot_path}')
-        except (OSError, ValueError) as e: failed.append(f'the plot {plot_path} ({e})')
-    if csv and mon.unwritten: failed.append(f'{mon.unwritten} sample(s) to {csv}')
-    elif csv: print(f'Samples appended to {csv}')
-    if not failed: return 0
-    with mon._lock: rows = list(mon._rows)
-    where = save_samples(rows, mon.names)
-    print(f'Could not write {" and ".join(failed)}. All {len(rows)} samples are saved in {where}.', file=sys.stderr)
-    return 1
+    with _stop_on_signals() as got:  # a SIGTERM (`timeout`) or SIGHUP (a closed terminal) stops it as Ctrl-C does
+        try: _wait(mon, duration, every)
+        except KeyboardInterrupt: print(f'Stopped by {got[0]}.' if got else 'Stopped.', flush=True)
+        finally: mon.stop()
+        return _report(mon, csv, plot_path)

@@ -4,8 +4,8 @@
 
 # %% ../nbs/05_persistence.ipynb #420f6f86
 from __future__ import annotations
-import atexit, copy, gc, json, numbers, os, pickle, random, re, shutil, subprocess, sys, threading, time, warnings
-import weakref, zipfile
+import atexit, copy, errno, gc, json, numbers, os, pickle, random, re, shutil, socket, subprocess, sys, threading
+import time, uuid, warnings, weakref, zipfile
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -16,13 +16,14 @@ import numpy as np
 import torch
 from fastcore.basics import patch, store_attr
 
-from .allocation import ColabT4Error, atomic_write, oom_kind, runtime, state_dir
+from .allocation import COLAB_DRIVE, ColabT4Error, atomic_write, oom_kind, runtime, state_dir
 from .checkpoint_format import *
 
 # %% auto #0
-__all__ = ['DEFAULT_EVERY_MINUTES', 'rng_state', 'set_rng_state', 'training_state', 'CheckpointDir', 'CheckpointManager',
-           'Resumed', 'drive_checkpoints', 'flush_drive', 'SessionEnding', 'SessionClock', 'is_oom', 'is_context_lost',
-           'CudaContextLost', 'RunReport', 'run_resumable', 'RestartLimit', 'Attempt', 'run_with_restarts']
+__all__ = ['OWNER_STALE_S', 'DEFAULT_EVERY_MINUTES', 'rng_state', 'set_rng_state', 'training_state', 'CheckpointDir',
+           'FolderInUse', 'CheckpointManager', 'Resumed', 'drive_checkpoints', 'flush_drive', 'SessionEnding',
+           'SessionClock', 'is_oom', 'is_context_lost', 'CudaContextLost', 'RunReport', 'run_resumable', 'RestartLimit',
+           'Attempt', 'run_with_restarts']
 
 # %% ../nbs/05_persistence.ipynb #8fbdefe5
 def rng_state()->dict:
@@ -66,45 +67,207 @@ def training_state(step:int, # steps done: the step to continue from
                    model=None, optimizer=None, scaler=None, scheduler=None, # the training objects (any may be None)
                    extras:dict|None=None, # the caller's own values
                   )->dict:
-    "Everything needed to continue training exactly: state dicts, RNG states and `extras`."
+    "Everything needed to continue training exactly: state dicts, their classes, RNG states and `extras`."
     step = check_int('step', step)
-    for k, o in dict(model=model, optimizer=optimizer, scaler=scaler, scheduler=scheduler).items():
-        check_stateful(k, o)
+    objs = dict(model=model, optimizer=optimizer, scaler=scaler, scheduler=scheduler)
+    for k, o in objs.items(): check_stateful(k, o)
     if extras is not None and not isinstance(extras, Mapping):
         raise TypeError(f'extras must be a dict or None, got {type(extras).__name__}.')
     sd = lambda o: None if o is None else o.state_dict()
     return {'step': step, 'model': sd(None if model is None else _unwrap(model)), 'optimizer': sd(optimizer),
             'scaler': sd(scaler), 'scheduler': sd(scheduler), 'rng': rng_state(), 'extras': dict(extras or {}),
+            'classes': {k: type(o).__name__ for k, o in objs.items() if o is not None and k != 'model'},
             'torch': str(torch.__version__)}
 
 # %% ../nbs/05_persistence.ipynb #1655db0f
 _FORMAT = 'colab_t4_nb checkpoints v1'
 _NAME_RE = re.compile(r'ckpt-\d{9,}\.pt')
+_MANIFEST, _OWNER = 'colab_t4_nb-manifest.json', '.colab_t4_nb-owner.json'  # names that mark the manager's files
 
 class CheckpointDir:
-    "One folder of checkpoint files plus `manifest.json`: atomic writes, verification, keep-N rotation."
+    "One folder of checkpoint files and their manifest, owned by one run: atomic writes, checks, keep-N rotation."
     def __init__(self, path:str|Path, # the folder; created on the first save
                  keep:int=3, # checkpoints kept; older ones are deleted once a new one is written and checked
                  checksum:str='crc32', # 'crc32' or a `hashlib` algorithm
+                 take_over:bool=False, # take the folder from another run that may still hold it
                 ):
         keep = check_int('keep', keep, 1)
         new_hash(checksum)
         self.path, self.keep, self.checksum = check_path('path', path), keep, checksum
-        self._verified, self._deleting = {}, None
+        self.take_over, self.run = check_flag('take_over', take_over), uuid.uuid4().hex[:12]
+        self._verified, self._deleting, self._owned, self._busy = {}, None, False, False
+        self._written, self._found = set(), set()  # files this run wrote; files it found and did not write
+        self.on_drive = runtime() == 'colab' and (COLAB_DRIVE/'MyDrive') in self.path.absolute().parents
 
     @property
-    def manifest(self)->Path: return self.path/'manifest.json'
+    def manifest(self)->Path: return self.path/_MANIFEST
+    @property
+    def owner_file(self)->Path: return self.path/_OWNER
+    def _tmp(self, run:str|None=None)->str: return f'.colab_t4_nb-{run or self.run}-'  # this run's temporary files
     def file_for(self, step:int)->Path: return self.path/f'ckpt-{check_int("step", step):09d}.pt'
     def __repr__(self): return f'CheckpointDir({str(self.path)!r}, keep={self.keep})'
+
+# %% ../nbs/05_persistence.ipynb #6d8b2a48
+class FolderInUse(CheckpointError):
+    "The checkpoint folder belongs to another run that may still be going."
+
+# %% ../nbs/05_persistence.ipynb #d2103838
+OWNER_STALE_S = 600.0  # an owner record of another host not refreshed for this long belongs to a run that ended
+_BEAT_S = 60.0  # how often a run refreshes the owner records of its folders
+
+def _proc_start(pid:int)->str|None:
+    "When process `pid` started, in clock ticks since boot (Linux's /proc); None where that cannot be read."
+    try: return Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()[19]
+    except (OSError, IndexError): return None
+
+# %% ../nbs/05_persistence.ipynb #0c9edafa
+def _alive(rec:dict, age:float)->str|None:
+    "Why the run of owner record `rec`, refreshed `age` s ago, may still be going; None when it has surely ended."
+    if rec.get('host') != socket.gethostname():  # another machine: only the record's age tells
+        return f'its record was refreshed {age:.0f} s ago' if age < OWNER_STALE_S else None
+    pid = rec.get('pid')
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0: return None
+    try: os.kill(pid, 0)
+    except ProcessLookupError: return None
+    except PermissionError: pass  # a process of another user: running
+    if rec.get('proc_start') and _proc_start(pid) not in (None, rec['proc_start']): return None  # the pid was reused
+    return f'process {pid} is running'
+
+# %% ../nbs/05_persistence.ipynb #efce82dd
+def _who(rec:dict)->str:
+    return (f"run {rec.get('run', '?')} (process {rec.get('pid', '?')} on {rec.get('host', '?')}, "
+            f"since {rec.get('since', '?')})")
+
+@patch
+def _owner(self:CheckpointDir)->tuple:
+    "The folder's owner record ({} while it is unreadable) and its age in seconds; (None, None) when it has none."
+    try:
+        with open(self.owner_file, 'rb') as f: age, text = time.time() - os.fstat(f.fileno()).st_mtime, f.read()
+    except FileNotFoundError: return None, None
+    try: rec = json.loads(text)
+    except ValueError: rec = {}
+    return (rec if isinstance(rec, dict) else {}), age
+
+# %% ../nbs/05_persistence.ipynb #93436e94
+_BEATING, _BEAT = weakref.WeakSet(), []
+
+def _beat():
+    while True:
+        time.sleep(_BEAT_S)
+        for d in list(_BEATING):
+            try:
+                if d._owned: os.utime(d.owner_file)  # its modification time says the run is alive
+            except OSError: pass
+
+def _heartbeat(d:CheckpointDir):
+    "Keep `d`'s owner record fresh, from one daemon thread for the whole process."
+    _BEATING.add(d)
+    if not _BEAT: _BEAT.append(threading.Thread(target=_beat, name='checkpoint-owner', daemon=True)); _BEAT[0].start()
+
+# %% ../nbs/05_persistence.ipynb #63b8517e
+_OWNERS, _OWNERS_LOCK = {}, threading.RLock()  # folder -> the CheckpointDir of this process that owns it (weakly)
+
+@patch
+def _record(self:CheckpointDir)->bytes:
+    return json.dumps({'format': 'colab_t4_nb owner v1', 'run': self.run, 'host': socket.gethostname(),
+                       'pid': os.getpid(), 'proc_start': _proc_start(os.getpid()),
+                       'since': datetime.now(timezone.utc).isoformat(timespec='seconds')}).encode()
+
+@patch
+def _claim(self:CheckpointDir, rec:dict|None)->bool:
+    "Write this run's owner record: a new file when there is none (`rec` None), else over `rec`'s. True if done."
+    if rec is None:
+        try: fd = os.open(self.owner_file, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError: return False  # another run was quicker: look again
+        try: os.write(fd, self._record()); os.fsync(fd)
+        finally: os.close(fd)
+    else:
+        with atomic_write(self.owner_file, tmp_prefix=self._tmp()) as f: f.write(self._record())
+    return self._owner()[0].get('run') == self.run
+
+# %% ../nbs/05_persistence.ipynb #d3cfd590
+@patch
+def own(self:CheckpointDir):
+    "Make this run the folder's owner (kept until `release`), or raise `FolderInUse` naming the run that is."
+    with _OWNERS_LOCK:
+        if self._owned:
+            rec, _ = self._owner()
+            if rec and rec.get('run') == self.run: self._busy = True; return
+            self._owned = False
+            raise FolderInUse(f'{self.path} was taken over by {_who(rec or {})}; this manager no longer writes there. '
+                              'Save this run to another folder.')
+        self._mkdir()
+        while True:
+            rec, age = self._owner()
+            if rec is None:
+                if self._claim(None): break
+                continue
+            if not rec and age < 5: time.sleep(0.05); continue  # its owner is writing it
+            here = rec.get('host') == socket.gethostname() and rec.get('pid') == os.getpid()
+            other = _OWNERS.get(os.path.realpath(self.path), lambda: None)() if here else None
+            alive = (other is not None and other._owned and 'a manager of this process holds it (release() it)') \
+                    if here else (rec and _alive(rec, age))
+            if alive and not self.take_over:
+                raise FolderInUse(f'{self.path} belongs to another run: {_who(rec)}; {alive}. Give this run its own '
+                                  'folder (another path or name), or, if that run has ended, take the folder over: '
+                                  'CheckpointManager(..., take_over=True).')
+            if other is not None: other._owned = False
+            if self._claim(rec):
+                if rec.get('run') and not here: self._clean_tmp(rec['run'])  # what that run left half-written
+                if here and not alive: break  # its manager in this process is gone: nothing to say
+                _warn(f'Took over {self.path} from {_who(rec)}: '
+                      + ('as asked (take_over=True); that manager can no longer save there.' if alive else
+                         'that run has ended.'))
+                break
+        self._owned = self._busy = True
+        _OWNERS[os.path.realpath(self.path)] = weakref.ref(self)
+        _heartbeat(self)
+
+# %% ../nbs/05_persistence.ipynb #3cadaf8c
+@patch
+def release(self:CheckpointDir):
+    "Give the folder up: remove this run's owner record, so that another run may save there."
+    with _OWNERS_LOCK:
+        self.settle()
+        rec, _ = self._owner()
+        if self._owned and rec and rec.get('run') == self.run: self.owner_file.unlink(missing_ok=True)
+        self._owned = False
+        _BEATING.discard(self)
+
+@patch
+def _may_write(self:CheckpointDir)->bool:
+    "True when no other run is writing the folder (its manifest may be rebuilt)."
+    rec, age = self._owner()
+    if rec is None or rec.get('run') == self.run: return True
+    if rec.get('host') == socket.gethostname() and rec.get('pid') == os.getpid():  # a manager of this process
+        other = _OWNERS.get(os.path.realpath(self.path), lambda: None)()
+        return other is None or not other._owned or not other._busy
+    return bool(rec) and not _alive(rec, age)
+
+@atexit.register
+def _release_at_exit():
+    for d in list(_BEATING):
+        try: d.release()
+        except (OSError, CheckpointError): pass
 
 # %% ../nbs/05_persistence.ipynb #c1074a5e
 _ENTRY = {'file': str, 'step': int, 'seq': int, 'size': int, 'checksum': str}
 
+def _ours(text:str)->bool:
+    "True when `text` is a manifest this package wrote (format tag and all)."
+    try: data = json.loads(text)
+    except ValueError: return False
+    return isinstance(data, dict) and data.get('format') == _FORMAT
+
 @patch
 def _read_manifest(self:CheckpointDir)->tuple:
-    "(entries, None) or (None, what is wrong with the manifest)."
+    "(entries, None) or (None, what is wrong with the manifest); a folder of an older version has `manifest.json`."
     try: data = json.loads(self.manifest.read_text())
-    except FileNotFoundError: return None, 'is missing'
+    except FileNotFoundError:
+        try: text = (self.path/'manifest.json').read_text()
+        except OSError: return None, 'is missing'
+        if not _ours(text): return None, 'is missing'  # a manifest.json of the user's own
+        data = json.loads(text)
     except (OSError, ValueError) as e: return None, f'is unreadable ({type(e).__name__}: {e})'
     ok = isinstance(data, dict) and data.get('format') == _FORMAT and isinstance(data.get('checkpoints'), list)
     ok = ok and all(isinstance(e, dict) and all(isinstance(e.get(k), t) for k, t in _ENTRY.items())
@@ -118,10 +281,24 @@ def _read_manifest(self:CheckpointDir)->tuple:
 
 # %% ../nbs/05_persistence.ipynb #22816975
 @patch
-def _write_manifest(self:CheckpointDir, cks:list):
+def _write_manifest(self:CheckpointDir, cks:list, retired:list=()):
+    "Write the manifest listing `cks`, and the `retired` files being deleted (so that a later run finishes that)."
     data = {'format': _FORMAT, 'written': datetime.now(timezone.utc).isoformat(timespec='seconds'),
-            'checkpoints': [c.as_dict() for c in cks]}
-    with atomic_write(self.manifest) as f: f.write(json.dumps(data, indent=1).encode())
+            'checkpoints': [{**c.as_dict(), **({'found': True} if c.path.name in self._found else {})}
+                            for c in cks], **({'retired': list(retired)} if retired else {})}
+    with atomic_write(self.manifest, tmp_prefix=self._tmp()) as f: f.write(json.dumps(data, indent=1).encode())
+    old = self.path/'manifest.json'  # an older version's manifest, now superseded; one of the user's stays
+    try:
+        if old.exists() and _ours(old.read_text()): old.unlink()
+    except OSError: pass
+
+@patch
+def _retired(self:CheckpointDir)->list[str]:
+    "The files the last save of this folder was deleting, as its manifest says."
+    try: data = json.loads(self.manifest.read_text())
+    except (OSError, ValueError): return []
+    names = data.get('retired', []) if isinstance(data, dict) else []
+    return [n for n in names if isinstance(n, str) and _NAME_RE.fullmatch(n)] if isinstance(names, list) else []
 
 # %% ../nbs/05_persistence.ipynb #eec28bab
 def _warn(msg): warnings.warn(msg, CheckpointWarning, stacklevel=3)
@@ -143,6 +320,7 @@ def verify(self:CheckpointDir, c:Checkpoint)->str|None:
 # %% ../nbs/05_persistence.ipynb #7a3b415e
 @patch
 def _try_write_manifest(self:CheckpointDir, cks:list):
+    if not self._may_write(): return  # another run holds the folder: its manifest is its own to update
     try: self._write_manifest(cks)
     except OSError as e: _warn(f'Could not update {self.manifest} ({e}); it will be rebuilt on the next save.')
 
@@ -155,6 +333,7 @@ def _rebuild(self:CheckpointDir, problem:str, files:dict)->list[Checkpoint]:
         if why is None: good.append(t)
         else: bad.append(f'{name}: {why}')
     good.sort(key=lambda c: c.seq, reverse=True)
+    self._found |= {c.path.name for c in good} - self._written  # whose they are is unknown: rotation leaves them
     _warn(f'Manifest {self.manifest} {problem}; rebuilt from the {len(good)} checkpoint file(s) that verify'
           + (f" (left out {'; '.join(bad)})." if bad else '.'))
     self._try_write_manifest(good)
@@ -170,6 +349,7 @@ def checkpoints(self:CheckpointDir)->list[Checkpoint]:
     out, changed = {}, False
     for e in listed:
         name, t = e['file'], files.get(e['file'], 'gone')
+        if e.get('found'): self._found.add(name)
         if t == 'gone':
             _warn(f'Checkpoint {self.path/name} is listed in {self.manifest.name} but missing; using the previous one.')
             changed = True
@@ -207,14 +387,18 @@ def _mkdir(self:CheckpointDir):
 
 # %% ../nbs/05_persistence.ipynb #de2d73bf
 @patch
-def _clean_tmp(self:CheckpointDir):
-    for p in self.path.glob('.*.tmp'):
-        if p.name.startswith(('.ckpt-', '.manifest.json.')): p.unlink(missing_ok=True)
+def _clean_tmp(self:CheckpointDir, run:str|None=None):
+    "Remove the temporary files left by run `run` (default this one); no other file."
+    for p in self.path.glob(f'{self._tmp(run)}*.tmp'): p.unlink(missing_ok=True)
 
 # %% ../nbs/05_persistence.ipynb #8796c8fb
-def _unlink_all(paths:list):
+def _unlink_all(paths:list, free:bool=False):
+    "Delete `paths`; with `free` (a folder on Google Drive) truncate each first, so its bytes leave the quota."
     for p in paths:
-        try: p.unlink(missing_ok=True)
+        try:
+            if free: os.truncate(p, 0)  # Drive keeps deleted files in its trash, counted against the quota
+            p.unlink(missing_ok=True)
+        except FileNotFoundError: pass
         except OSError as e: _warn(f'Could not delete the old checkpoint {p} ({e}); the next save tries again.')
 
 # %% ../nbs/05_persistence.ipynb #1885f6ef
@@ -234,22 +418,33 @@ def _commit(self:CheckpointDir, c:Checkpoint, old:list):
     "Check `c` on disk, list it in the manifest with the newest `keep - 1` others that verify, delete the rest."
     if read_trailer(c.path) != c:
         raise CheckpointCorrupt(f'{c.path} does not read back as written: the file system lost data.')
+    rec, _ = self._owner()
+    if not rec or rec.get('run') != self.run:
+        self._owned = False
+        raise FolderInUse(f'{self.path} was taken over by {_who(rec or {})} while {c.path.name} was written; it is '
+                          'left there, and nothing was deleted. Save this run to another folder.')
     kept = [c]
     for o in old:
         if len(kept) == self.keep: break
         if o.path == c.path: continue
         why = self.verify(o)
         if why is None: kept.append(o)
-        elif o.path.exists(): self._set_aside(o.path, why)
-    self._write_manifest(kept)
-    names = {k.path.name for k in kept}
-    doomed = []
-    for p in self.path.glob('ckpt-*.pt'):
-        if p.name in names or not _NAME_RE.fullmatch(p.name): continue
-        if read_trailer(p) is None: self._set_aside(p, 'it has no valid trailer')  # damaged, not a rotated-out one
-        else: doomed.append(p)
+        elif o.path.exists() and o.path.name not in self._found: self._set_aside(o.path, why)
+    names = {k.path.name for k in kept}  # rotation takes only files of this folder's runs: listed, retired, written
+    ours = sorted(({o.path.name for o in old} | self._written | set(self._retired())) - names
+                  - (self._found - self._written))
+    doomed = [self.path/n for n in ours if (self.path/n).exists()]
+    try: self._write_manifest(kept, retired=[p.name for p in doomed])
+    except OSError as e:  # the checkpoint is complete and verified: say so, and rotate nothing until it is listed
+        _warn(f'Checkpoint {c.path.name} is saved and verified, but {self.manifest} could not be updated ({e}); '
+              'it is found from its own trailer, the next save records it, and no older checkpoint was deleted.')
+        return
+    self._written &= names
+    for p in [p for p in doomed if read_trailer(p) is None]:  # damaged, not a rotated-out one
+        self._set_aside(p, 'it has no valid trailer'); doomed.remove(p)
     if doomed:
-        self._deleting = threading.Thread(target=_unlink_all, args=(doomed,), name='checkpoint-rotation', daemon=True)
+        self._deleting = threading.Thread(target=_unlink_all, args=(doomed, self.on_drive),
+                                          name='checkpoint-rotation', daemon=True)
         self._deleting.start()
 
 # %% ../nbs/05_persistence.ipynb #c6f10303
@@ -261,15 +456,17 @@ def save(self:CheckpointDir, obj, # what to save (see `training_state`)
     "Write `obj` as the checkpoint of `step` atomically, record it in the manifest, then rotate."
     step, seq = check_int('step', step), check_int('seq', seq, none=True)
     self.settle()
-    self._mkdir()
     try:
+        self.own()
         self._clean_tmp()
         old = self.checkpoints()
         if seq is None: seq = 1 + max((o.seq for o in old), default=0)
-        c = write_checkpoint(self.file_for(step), obj, step, seq, self.checksum)
+        c = write_checkpoint(self.file_for(step), obj, step, seq, self.checksum, tmp_prefix=self._tmp())
+        self._written.add(c.path.name)
         self._commit(c, old)
     except CheckpointWriteError: raise  # already says which file and why
-    except OSError as e: raise write_error(e, self.path) from e
+    except OSError as e: raise write_error(e, self.path, self.file_for(step)) from e
+    finally: self._busy = False
     return c
 
 # %% ../nbs/05_persistence.ipynb #3ca4ca18
@@ -281,19 +478,26 @@ def settle(self:CheckpointDir):
 # %% ../nbs/05_persistence.ipynb #3ff8cd14
 _live = weakref.WeakSet()  # managers with possibly a save in flight, checked at exit
 
+def _run_name()->str:
+    "A folder name of its own for a run that was given none: the time it started and a random tag."
+    return f"run-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
+
 class CheckpointManager:
     "Full-state training checkpoints: atomic, verified, rotated, optionally mirrored and saved in the background."
     def __init__(self, path:str|Path|None=None, # folder; default `state_dir()/'checkpoints'/name`
                  keep:int=3, # checkpoints kept in each folder
                  mirror:str|Path|None=None, # a second folder that gets a verified copy of each checkpoint
                  checksum:str='crc32', # 'crc32' or a `hashlib` algorithm
-                 name:str='run', # subfolder of the default folder
+                 name:str|None=None, # subfolder of the default folder; default a new one for each run
+                 take_over:bool=False, # take the folders from another run that may still hold them
                 ):
+        if name is None: name = _run_name()
         if not isinstance(name, str) or not name.strip() or name in ('.', '..') or set(name) & {'/', '\\', '\0'}:
             raise ValueError(f'name must be a folder name (no slashes), such as "run", got {name!r}.')
         path, mirror = check_path('path', path, none=True), check_path('mirror', mirror, none=True)
-        self.local = CheckpointDir(state_dir()/'checkpoints'/name if path is None else path, keep, checksum)
-        self.mirror = None if mirror is None else CheckpointDir(mirror, keep, checksum)
+        self.local = CheckpointDir(state_dir()/'checkpoints'/name if path is None else path, keep, checksum,
+                                   take_over)
+        self.mirror = None if mirror is None else CheckpointDir(mirror, keep, checksum, take_over)
         self._thread = self._error = self._host = None
         self.last_saved = self.last_loaded = self.mirror_error = None
         _live.add(self)
@@ -384,9 +588,20 @@ def _pick(self:CheckpointManager, checkpoint)->Checkpoint:
 def _few(xs:list, n:int=6)->str: return ', '.join(xs[:n]) + (f' and {len(xs) - n} more' if len(xs) > n else '')
 
 # %% ../nbs/05_persistence.ipynb #c9b43b2b
-def _mismatch(st:dict, model, optimizer, strict:bool)->list[str]:
-    "What keeps checkpoint state `st` from loading into `model` and `optimizer`, in words."
-    out = []
+def _opt_mismatch(saved:dict, opt)->list[str]:
+    "What keeps the optimizer state `saved` from fitting `opt`: group sizes, or state shapes unlike the parameters'."
+    sizes = [len(g['params']) for g in saved['param_groups']], [len(g['params']) for g in opt.param_groups]
+    if sizes[0] != sizes[1]: return [f'optimizer parameter groups of sizes {sizes[0]}, {sizes[1]} here']
+    ids = [i for g in saved['param_groups'] for i in g['params']]
+    params = [p for g in opt.param_groups for p in g['params']]
+    bad = [f'{k} of parameter {n} {tuple(v.shape)} vs {tuple(p.shape)} here'
+           for n, (i, p) in enumerate(zip(ids, params)) for k, v in saved['state'].get(i, {}).items()
+           if isinstance(v, torch.Tensor) and v.dim() and tuple(v.shape) != tuple(p.shape)]
+    return [f'optimizer state of other shapes ({_few(bad, 3)}): parameters in another order?'] if bad else []
+
+def _mismatch(st:dict, objs:dict, strict:bool)->list[str]:
+    "What keeps checkpoint state `st` from loading into the objects `objs` (model, optimizer...), in words."
+    out, model, classes = [], objs.get('model'), st.get('classes') or {}
     if model is not None:
         want, got = _unwrap(model).state_dict(), st.get('model')
         if got is None: return ['it holds no model state']
@@ -395,11 +610,32 @@ def _mismatch(st:dict, model, optimizer, strict:bool)->list[str]:
         shapes = [f'{k} {tuple(got[k].shape)} vs {tuple(want[k].shape)} here' for k in want
                   if k in got and hasattr(got[k], 'shape') and tuple(got[k].shape) != tuple(want[k].shape)]
         if shapes: out.append(f'different shapes {_few(shapes)}')
-    if optimizer is not None and st.get('optimizer') is not None:
-        saved = [len(g['params']) for g in st['optimizer']['param_groups']]
-        here = [len(g['params']) for g in optimizer.param_groups]
-        if saved != here: out.append(f'optimizer parameter groups of sizes {saved}, {here} here')
+    for k in ('optimizer', 'scheduler', 'scaler'):
+        o = objs.get(k)
+        if o is None or not st.get(k): continue
+        if k in classes and classes[k] != type(o).__name__:
+            out.append(f'the {k} state of {classes[k]}, not of {type(o).__name__}')
+        elif k == 'optimizer': out += _opt_mismatch(st[k], o)
     return out
+
+# %% ../nbs/05_persistence.ipynb #930e150a
+def _apply(st:dict, objs:dict, name:str, strict:bool, restore_rng:bool):
+    "Load `st` into `objs`, the model last; if one refuses, put back those already loaded and raise."
+    undo, k = [], None
+    try:
+        for k in ('optimizer', 'scheduler', 'scaler'):
+            if (o := objs[k]) is None: continue
+            if not st.get(k): _warn(f'{name} holds no {k} state; the {k} was left as it is.'); continue
+            undo.append((o, o.state_dict() if k == 'optimizer' else copy.deepcopy(o.state_dict())))
+            o.load_state_dict(st[k])
+        if restore_rng: k = 'random generators'; undo.append((None, rng_state())); set_rng_state(st['rng'])
+        if objs['model'] is not None: k = 'model'; _unwrap(objs['model']).load_state_dict(st['model'], strict=strict)
+    except Exception as e:
+        for o, s in reversed(undo): set_rng_state(s) if o is None else o.load_state_dict(s)
+        partly = ' (the model may be partly loaded: load again into a new one)' if k == 'model' else ''
+        raise CheckpointMismatch(f'{name} could not be loaded into the {k} ({type(e).__name__}: {e}); the objects '
+                                 f'loaded before it were put back as they were{partly}. Load it into the objects '
+                                 'it was saved from.') from e
 
 # %% ../nbs/05_persistence.ipynb #0a6b3ccb
 class Resumed(NamedTuple):
@@ -415,9 +651,9 @@ def load(self:CheckpointManager, model=None, optimizer=None, scaler=None, schedu
          restore_rng:bool=True, # also restore the random generators
          weights_only:bool=True, # `torch.load`'s safe mode; False only for files you trust
         )->Resumed:
-    "Restore the training objects in place from a verified checkpoint; return its step and extras."
-    for k, o in dict(model=model, optimizer=optimizer, scaler=scaler, scheduler=scheduler).items():
-        check_stateful(k, o)
+    "Restore the training objects in place from a verified checkpoint, all or nothing; return its step and extras."
+    objs = dict(model=model, optimizer=optimizer, scaler=scaler, scheduler=scheduler)
+    for k, o in objs.items(): check_stateful(k, o)
     for k, v in dict(strict=strict, restore_rng=restore_rng, weights_only=weights_only).items(): check_flag(k, v)
     if not (checkpoint is None or isinstance(checkpoint, (Checkpoint, str, os.PathLike))):
         raise TypeError(f'checkpoint must be a Checkpoint, a path or None, got {checkpoint!r} '
@@ -429,15 +665,11 @@ def load(self:CheckpointManager, model=None, optimizer=None, scaler=None, schedu
         raise CheckpointError(f'{c.path} holds objects that torch.load(weights_only=True) refuses '
                               f'({str(e).splitlines()[0]}). If you trust the file, '
                               'load(..., weights_only=False).') from e
-    if problems := _mismatch(st, model, optimizer, strict):
+    if problems := _mismatch(st, objs, strict):
         raise CheckpointMismatch(f'{c.path.name} does not fit: {"; ".join(problems)}. Nothing was changed. Load it '
                                  'into the model and optimizer it was saved from (strict=False ignores missing and '
                                  'unexpected keys).')
-    if model is not None: _unwrap(model).load_state_dict(st['model'], strict=strict)
-    for o, k in [(optimizer, 'optimizer'), (scaler, 'scaler'), (scheduler, 'scheduler')]:
-        if o is not None and st.get(k): o.load_state_dict(st[k])
-        elif o is not None: _warn(f'{c.path.name} holds no {k} state; the {k} was left as it is.')
-    if restore_rng: set_rng_state(st['rng'])
+    _apply(st, objs, c.path.name, strict, restore_rng)
     self.last_loaded = c
     return Resumed(st['step'], st.get('extras', {}))
 
@@ -513,6 +745,14 @@ def wait(self:CheckpointManager)->Checkpoint|None:
     for d in self._dirs(): d.settle()
     return self.last_saved
 
+# %% ../nbs/05_persistence.ipynb #8de52b7e
+@patch
+def release(self:CheckpointManager):
+    "Wait for the save in flight, then give the folders up, so that another run may save there."
+    try: self.wait()
+    finally:
+        for d in self._dirs(): d.release()
+
 # %% ../nbs/05_persistence.ipynb #51fc2dd6
 @patch(as_prop=True)
 def pending(self:CheckpointManager)->bool:
@@ -543,14 +783,18 @@ def copy_in(self:CheckpointDir, c:Checkpoint)->Checkpoint:
         why = 'its trailer differs' if read_trailer(tmp) != copy else verify_file(copy)
         if why: raise CheckpointCorrupt(f'The copy of {c.path.name} in {self.path} does not verify: {why}.')
     self.settle()
-    self._mkdir()
     try:
+        self.own()
         self._clean_tmp()
         old = self.checkpoints()
-        with open(c.path, 'rb') as src, atomic_write(dst, check) as f: shutil.copyfileobj(src, f, 16 << 20)
+        with open(c.path, 'rb') as src, atomic_write(dst, check, tmp_prefix=self._tmp()) as f:
+            shutil.copyfileobj(src, f, 16 << 20)
+        self._written.add(dst.name)
         new = Checkpoint(dst, c.step, c.seq, c.size, c.checksum)
         self._commit(new, old)
+    except CheckpointWriteError: raise  # already says which file and why
     except OSError as e: raise write_error(e, self.path) from e
+    finally: self._busy = False
     return new
 
 # %% ../nbs/05_persistence.ipynb #d33779ea
@@ -565,7 +809,7 @@ def _copy_to_mirror(self:CheckpointManager, c:Checkpoint):
 # %% ../nbs/05_persistence.ipynb #e6e360bb
 _TOLD = set()  # local folders drive_checkpoints has named outside Colab
 
-def drive_checkpoints(name:str='run', # the run's folder name
+def drive_checkpoints(name:str|None=None, # the run's folder name; default a new one for each run
                       keep:int=3, # checkpoints kept, locally and on Drive
                       mountpoint:str|Path='/content/drive', # where Colab mounts Drive
                       folder:str='colab_t4_nb/checkpoints', # folder under MyDrive
@@ -577,6 +821,7 @@ def drive_checkpoints(name:str='run', # the run's folder name
     if not isinstance(folder, str) or not folder.strip('/') or '\0' in folder or '..' in Path(folder).parts:
         raise ValueError('folder must be a folder path under MyDrive such as "colab_t4_nb/checkpoints", got '
                          f'{folder!r}.')
+    new, name = name is None, _run_name() if name is None else name
     if runtime() != 'colab':
         ckpt = CheckpointManager(None if local is None else local, keep, name=name, **kwargs)
         if ckpt.path not in _TOLD:
@@ -588,7 +833,10 @@ def drive_checkpoints(name:str='run', # the run's folder name
         from google.colab import drive
         drive.mount(str(mountpoint))
     local = Path.cwd()/'checkpoints'/name if local is None else local
-    return CheckpointManager(local, keep, mirror=my_drive/folder/name, name=name, **kwargs)
+    ckpt = CheckpointManager(local, keep, mirror=my_drive/folder/name, name=name, **kwargs)
+    ckpt.mirror.on_drive = True
+    if new: print(f'Checkpoints go to {ckpt.mirror.path}: resume this run later with drive_checkpoints({name!r}).')
+    return ckpt
 
 # %% ../nbs/05_persistence.ipynb #af6672c4
 def flush_drive(mountpoint:str|Path='/content/drive' # where Drive is mounted

@@ -61,3 +61,17 @@ def test_unwritable_out_fails_before_any_benchmark(cpu_env, tmp_path):
 def test_bad_flag_is_a_usage_error(cpu_env):
     r = bench(['--fast'], cpu_env, timeout=60)
     assert r.returncode == 2 and 'usage: colab-t4 bench' in r.stderr, r.stderr
+
+def test_ctrl_c_keeps_and_saves_the_finished_measurements(cpu_env, tmp_path):
+    "Ctrl-C during the second measurement: no traceback, the first one's rows saved, and the message says so."
+    code = ('from colab_t4_nb import benchmarks as B\n'
+            'def interrupted(*a, **k): raise KeyboardInterrupt\n'
+            'B.attention_speedup = interrupted\n'
+            f"raise SystemExit(B.bench_command(['--quick', '--models', 'bert', '--out', {str(tmp_path)!r}]))")
+    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=300,
+                       env={**cpu_env, 'PYTHONPATH': str(ROOT)})
+    assert r.returncode == 130 and 'Traceback' not in r.stderr, r.stderr[-3000:]
+    df = pd.read_csv(tmp_path/'bench.csv')
+    assert set(df.workload) == {'bert'} and 'iterations/s' in set(df.metric), df
+    assert f'stopped by Ctrl-C during attention: the {len(df)} row(s) measured before it are saved in' in r.stderr, r.stderr
+    assert (tmp_path/'bench.png').exists() and 'iterations/s' in r.stdout, r.stdout

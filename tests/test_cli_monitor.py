@@ -107,6 +107,42 @@ def test_samples_saved_elsewhere_when_the_plot_cannot_be_written(smi_env, tmp_pa
     from colab_t4_nb.monitoring import read_csv
     assert saved.parent == Path(smi_env['COLAB_T4_HOME'])/'monitor' and len(read_csv(saved)) >= 3, stderr
 
+@no_real_gpu
+def test_csv_removed_mid_run_is_written_again(smi_env, tmp_path):
+    "The CSV's folder is removed while sampling: the file is made again with every sample, and the message says so."
+    out = tmp_path/'out'; out.mkdir()
+    csv = out/'gpu.csv'
+    env = {**smi_env, 'PYTHONPATH': str(ROOT), 'MPLBACKEND': 'Agg'}
+    args = ['monitor', '--interval', '0.2', '--duration', '2', '--every', '0', '--csv', str(csv)]
+    p = subprocess.Popen([EXE, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.stdout.readline().startswith('Monitoring NVIDIA H200'), p.stderr.read()
+    shutil.rmtree(out)
+    stdout, stderr = p.communicate(timeout=120)
+    assert p.returncode == 0 and 'Traceback' not in stderr, stdout + stderr
+    from colab_t4_nb.monitoring import read_csv
+    assert csv.is_file() and len(read_csv(csv)) >= 5, stdout + stderr
+    assert f'{csv} was removed while monitoring; created it again' in stderr, stderr
+    assert stdout.rstrip().endswith(f'Samples appended to {csv} (removed during the run: written again 1 time(s))'), stdout
+
+@no_real_gpu
+@pytest.mark.parametrize('sig', ['SIGTERM', 'SIGHUP'])
+def test_signal_stops_like_ctrl_c(smi_env, tmp_path, sig):
+    "`timeout` (SIGTERM) or a closed terminal (SIGHUP): every sample kept, the summary printed, the ledger written."
+    import signal, time
+    csv, ledger = tmp_path/'gpu.csv', tmp_path/'ledger.jsonl'
+    env = {**smi_env, 'PYTHONPATH': str(ROOT), 'MPLBACKEND': 'Agg'}
+    args = ['monitor', '--interval', '0.2', '--every', '0', '--csv', str(csv), '--ledger', str(ledger)]
+    p = subprocess.Popen([EXE, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.stdout.readline().startswith('Monitoring NVIDIA H200'), p.stderr.read()
+    time.sleep(1.5)
+    p.send_signal(getattr(signal, sig))
+    stdout, stderr = p.communicate(timeout=120)
+    assert p.returncode == 0 and 'Traceback' not in stderr, (p.returncode, stdout, stderr)
+    assert stdout.startswith(f'Stopped by {sig}.') and 'util_gpu' in stdout, stdout
+    from colab_t4_nb.monitoring import read_csv
+    assert len(read_csv(csv)) >= 5 and f'Samples appended to {csv}' in stdout, stdout
+    assert ledger.read_text().strip(), 'no ledger record'
+
 def test_help_lists_monitor(cpu_env):
     r = run(['monitor', '--help'], cpu_env)
     assert r.returncode == 0 and all(o in r.stdout for o in ['--interval', '--duration', '--csv', '--plot', '--ledger'])

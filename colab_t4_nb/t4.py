@@ -22,8 +22,9 @@ from .memory import cap_memory
 from .timing import benchmark
 
 # %% auto #0
-__all__ = ['T4_CONSTANTS', 'T4_CLOCKS', 'PUBLISHED', 'Rehearsal', 't4_rehearsal', 'T4Constant', 'Op', 'WorkCounter', 'count_work',
-           'T4Estimate', 'estimate_t4', 'Bottleneck', 'resnet50_v15', 'bert_qa', 'T4Measurement', 'validation_table']
+__all__ = ['T4_CONSTANTS', 'T4_CLOCKS', 'T4_FP16_GEMM_SOURCE', 'T4_FP16_GEMM', 'PUBLISHED', 'Rehearsal', 't4_rehearsal',
+           'T4Constant', 'Op', 'WorkCounter', 'count_work', 'T4Estimate', 'estimate_t4', 'Bottleneck', 'resnet50_v15',
+           'bert_qa', 'T4Measurement', 'validation_table']
 
 # %% ../nbs/03b_t4.ipynb #2e4be2bb
 @dataclass
@@ -94,12 +95,41 @@ T4_CONSTANTS = {c.name: c for c in [
 ]}
 T4_CLOCKS = dict(base_mhz=585, boost_mhz=1590, power_w=70, fp16_peak_tflops=65.0)  # NVIDIA T4 datasheet
 
+# %% ../nbs/03b_t4.ipynb #0a3f0395
+T4_FP16_GEMM_SOURCE = ('github.com/NVIDIA/cutlass/issues/106 (2020): cuBLAS fp16 tensor-core GEMM '
+                       'on a Tesla T4, ms per call for each m-n-k, the cuBLAS column')
+T4_FP16_GEMM = [(32, 1024, 2048, 0.056032), (64, 1024, 2048, 0.0653234), (128, 1024, 2048, 0.070236),
+                (256, 1024, 2048, 0.09387), (512, 1024, 2048, 0.149984), (1024, 1024, 2048, 0.274183),
+                (128, 128, 128, 0.01254), (256, 256, 256, 0.017251), (512, 512, 512, 0.04283),
+                (1024, 1024, 1024, 0.153455), (1024, 1024, 512, 0.141054), (1024, 1024, 256, 0.063555),
+                (1024, 512, 2048, 0.149918), (1024, 256, 2048, 0.107762)]  # (m, n, k, ms)
+_LARGE = 2 * 4096**3  # FLOPs from which the large-size fp16 rate holds
+
+
+# %% ../nbs/03b_t4.ipynb #734aca1f
+def _fp16_curve()->list:
+    "(FLOPs, TFLOP/s) of fp16 products on a T4: the published sweep, then the large-size rate at 4096³."
+    by = {}
+    for m, n, k, ms in T4_FP16_GEMM: by.setdefault(2 * m * n * k, []).append(2 * m * n * k / ms / 1e9)
+    pts = [(f, math.exp(statistics.fmean(math.log(r) for r in rs))) for f, rs in sorted(by.items())]
+    return pts + [(_LARGE, T4_CONSTANTS['fp16 matmul'].value)]
+
+def _fp16_share(flops:float)->float:
+    "Share of the large-size fp16 rate that a product of `flops` attains (1 from 4096³ up)."
+    pts = _fp16_curve()
+    if flops >= pts[-1][0]: return 1.0
+    if flops <= pts[0][0]: return pts[0][1] / pts[-1][1]
+    (f0, r0), (f1, r1) = next((a, b) for a, b in zip(pts, pts[1:]) if flops <= b[0])
+    return (r0 + (r1 - r0) * math.log(flops / f0) / math.log(f1 / f0)) / pts[-1][1]
+
+
 # %% ../nbs/03b_t4.ipynb #8db30753
-def _rate(kind:str, dtype:str, end:str='value')->float|None:
+def _rate(kind:str, dtype:str, end:str='value', flops:float|None=None)->float|None:
     "FLOP/s a T4 attains for `kind` ('matmul', 'conv', 'attention') in `dtype`, at `end` of its range."
     name = {'fp16': 'fp16 matmul', 'bf16': 'bf16 matmul'}.get(dtype, 'fp32 matmul')
-    c = T4_CONSTANTS[name]
-    return getattr(c, end) * 1e12 if end != 'value' else c.value * 1e12
+    rate = getattr(T4_CONSTANTS[name], end) * 1e12
+    return rate * _fp16_share(flops) if kind == 'matmul' and dtype == 'fp16' and flops else rate
+
 
 # %% ../nbs/03b_t4.ipynb #a030e93a
 _ATTENTION = ('_scaled_dot_product_flash_attention_for_cpu', '_scaled_dot_product_efficient_attention',
@@ -184,7 +214,7 @@ def _charge(ops:list, end:str='value')->pd.DataFrame:
     bw, launch = getattr(T4_CONSTANTS['copy bandwidth'], slow) * 1e9, getattr(T4_CONSTANTS['launch'], end) * 1e-6
     rows = []
     for o in ops:
-        compute = o.flops / _rate(o.kind, o.dtype, slow) if o.flops else 0.0
+        compute = o.flops / _rate(o.kind, o.dtype, slow, o.flops) if o.flops else 0.0
         memory = o.nbytes / bw
         rows.append(dict(op=o.name, kind=o.kind, dtype=o.dtype, flops=o.flops, nbytes=o.nbytes,
                          compute_ms=compute * 1e3, memory_ms=memory * 1e3, launch_ms=launch * 1e3,

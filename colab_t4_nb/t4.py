@@ -83,7 +83,7 @@ _TORCH_PERF = ('github.com/zzc0721/torch-performance-test-data, database.md: thr
                '(Colab PyTorch 2.8: {0}; Kaggle PyTorch 2.6: {1} and {2}), best of square products 1024-10240')
 T4_CONSTANTS = {c.name: c for c in [
     T4Constant('fp16 matmul', 25.0, 42.7, 'TFLOP/s', _TORCH_PERF.format(41.91, 42.71, 41.93) + '; the low end, '
-               '25 TFLOP/s sustained under the 70 W cap, is the figure this project\'s issue 19 quotes'),
+               '25 TFLOP/s, is an assumed floor for a card held at its 70 W cap (no published measurement behind it)'),
     T4Constant('fp32 matmul', 4.17, 4.43, 'TFLOP/s', _TORCH_PERF.format(4.17, 4.43, 4.35)),
     T4Constant('bf16 matmul', 2.01, 2.46, 'TFLOP/s', _TORCH_PERF.format(2.46, 2.27, 2.01) + ' (emulated on a T4)'),
     T4Constant('copy bandwidth', 0.722 * 320, 0.832 * 320, 'GB/s',

@@ -12,9 +12,9 @@ from . import __version__
 __all__ = ['info_dict', 'info_text', 'main']
 
 # %% ../nbs/07_cli.ipynb #44ce6001
-def info_dict(gpus:list[GPU]|None=None, # default: `gpu_search()`
+def info_dict(gpus:list|None=None, # `GPU`s; default: `gpu_search()`
               why:dict|None=None, # source -> why it found no GPU; default: from `gpu_search()`
-              compat:CudaCompat|None=None, # PyTorch's CUDA build against the driver; default: `cuda_compat()`
+              compat=None, # a `CudaCompat`: PyTorch's CUDA build against the driver; default: `cuda_compat()`
              )->dict:
     "What `colab-t4 info --json` prints: the runtime, the GPUs, why each source passed over found none, the CUDA match."
     from colab_t4_nb.allocation import gpu_search, runtime
@@ -80,7 +80,7 @@ def _parser()->argparse.ArgumentParser:
     return p
 
 # %% ../nbs/07_cli.ipynb #a20c9e1b
-def _shell_hint(e:ColabT4Error)->str:
+def _shell_hint(e:Exception)->str:
     "The message of `e` with the Python way out replaced by the command's."
     have = getattr(e, 'have', None)
     return str(e).replace(f'ensure_gpu(want={have!r})', f'colab-t4 ensure --want {have}') if have else str(e)

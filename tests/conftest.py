@@ -35,3 +35,12 @@ def wheel(tmp_path_factory)->Path:
                         str(ROOT)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
     return next(out.glob('colab_t4_nb-*.whl'))
+
+def layered_venv(dest:Path, sees:Path, python:str=sys.executable)->Path:
+    "A venv without pip at `dest` whose Python also sees the packages in `sees` (through a .pth file); its python."
+    subprocess.run([python, '-m', 'venv', '--without-pip', str(dest)], check=True)
+    py = dest/'bin'/'python'
+    purelib = subprocess.run([str(py), '-c', 'import sysconfig; print(sysconfig.get_paths()["purelib"])'],
+                             capture_output=True, text=True, check=True, cwd=dest).stdout.strip()
+    Path(purelib, 'sees.pth').write_text(f'{sees}\n')
+    return py

@@ -13,7 +13,7 @@ and IPython) as "Run all" runs it.
 import hashlib, json, os, platform, shutil, subprocess, sys
 from pathlib import Path
 import pytest
-from conftest import ROOT, NBS, CACHE, PINS, notebooks, pins
+from conftest import ROOT, NBS, CACHE, PINS, layered_venv, notebooks, pins
 
 VERSIONS = '''import importlib.metadata as m, json
 seen = {}
@@ -60,9 +60,7 @@ def colab(tmp_path_factory, wheel):
     "(python, env, versions before, versions after, pip's output): the wheel installed over the stack."
     stack = build_stack()
     venv = tmp_path_factory.mktemp('colab')/'venv'
-    subprocess.run([sys.executable, '-m', 'venv', '--without-pip', str(venv)], check=True)
-    (site_packages(venv)/'colab_stack.pth').write_text(f'{site_packages(stack)}\n')
-    py = venv/'bin'/'python'
+    py = layered_venv(venv, site_packages(stack))
     env = {k: v for k, v in os.environ.items() if k not in ('VIRTUAL_ENV', 'PYTHONPATH', 'IN_TEST')}
     env.update(PATH=f"{venv/'bin'}{os.pathsep}{env['PATH']}", CUDA_VISIBLE_DEVICES='', PYTHONNOUSERSITE='1',
                PIP_DISABLE_PIP_VERSION_CHECK='1', MPLBACKEND='Agg', PYTHONUNBUFFERED='1')

@@ -5,7 +5,7 @@ GitHub; the environment sees every other installed package (PyTorch, pandas...),
 import os, re, shutil, site, subprocess, sys, sysconfig
 from pathlib import Path
 import pytest
-from conftest import ROOT, NBS, notebooks
+from conftest import ROOT, NBS, layered_venv, notebooks
 
 GITHUB = 'git+https://github.com/colab-t4-nb/colab_t4_nb'
 
@@ -19,12 +19,7 @@ def others(tmp_path_factory):
     return d
 
 def fresh_python(tmp:Path, others:Path)->Path:
-    subprocess.run([sys.executable, '-m', 'venv', '--without-pip', str(tmp/'venv')], check=True)  # pip, like the rest, comes from `others`
-    py = tmp/'venv'/'bin'/'python'
-    purelib = subprocess.run([str(py), '-c', 'import sysconfig; print(sysconfig.get_paths()["purelib"])'],
-                             capture_output=True, text=True, check=True).stdout.strip()
-    Path(purelib, 'installed_elsewhere.pth').write_text(str(others) + '\n')
-    return py
+    return layered_venv(tmp/'venv', others)  # pip, like the rest, comes from `others`
 
 def test_fresh_environment_lacks_the_package(tmp_path, others, cpu_env):
     py = fresh_python(tmp_path, others)

@@ -12,7 +12,7 @@ import ast, glob, hashlib, os, shutil, subprocess
 from pathlib import Path
 import pytest
 from conftest import ROOT
-from conftest import CACHE, pins
+from conftest import CACHE, layered_venv, pins
 
 REMOVED_MODULES = {'aifc', 'asynchat', 'asyncore', 'audioop', 'cgi', 'cgitb', 'chunk', 'crypt', 'distutils', 'imghdr',
                    'imp', 'lib2to3', 'mailcap', 'msilib', 'nis', 'nntplib', 'ossaudiodev', 'pipes', 'smtpd', 'sndhdr',
@@ -61,9 +61,7 @@ def py313(wheel):
         (venv/'complete').write_text(' '.join(want))
     layer = wheel.parent/'py313'
     if not layer.exists():
-        subprocess.run([exe, '-m', 'venv', '--without-pip', str(layer)], check=True)
-        sp = next((layer/'lib').glob('python3.13*'))/'site-packages'
-        (sp/'base.pth').write_text(str(next((venv/'lib').glob('python3.13*'))/'site-packages') + '\n')
+        layered_venv(layer, next((venv/'lib').glob('python3.13*'))/'site-packages', python=exe)
         r = subprocess.run([str(layer/'bin'/'python'), '-m', 'pip', 'install', '-q', '--no-deps', str(wheel)],
                            capture_output=True, text=True, cwd=layer)
         assert r.returncode == 0, r.stderr[-3000:]

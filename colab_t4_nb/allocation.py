@@ -16,17 +16,16 @@ from typing import Callable
 import pandas as pd
 from fastcore.basics import patch
 
+from .core import ColabT4Error
+
 # %% auto #0
-__all__ = ['SPECS', 'SOURCES', 'COLAB_DRIVE', 'LOCK_STALE_S', 'ColabT4Error', 'UnknownGPUError', 'NoGPUError', 'WrongGPUError',
-           'BudgetExhausted', 'BadArgument', 'oom_kind', 'GPUSpec', 'native_bf16', 'spec_table', 'spec_for', 'GPU',
-           'readings', 'reading', 'parse_smi_csv', 'parse_smi_table', 'parse_tf_devices', 'nvml_gpus', 'gpu_search',
-           'gpu_info', 'runtime', 'state_dir', 'Budget', 'atomic_write', 'file_lock', 'open_locked', 'append_line',
-           'record_allocation', 'wanted_specs', 'want_label', 'ensure_gpu', 'compare']
+__all__ = ['SPECS', 'SOURCES', 'COLAB_DRIVE', 'LOCK_STALE_S', 'UnknownGPUError', 'NoGPUError', 'WrongGPUError', 'BudgetExhausted',
+           'BadArgument', 'oom_kind', 'GPUSpec', 'native_bf16', 'spec_table', 'spec_for', 'GPU', 'readings', 'reading',
+           'parse_smi_csv', 'parse_smi_table', 'parse_tf_devices', 'nvml_gpus', 'gpu_search', 'gpu_info', 'runtime',
+           'state_dir', 'Budget', 'atomic_write', 'file_lock', 'open_locked', 'append_line', 'record_allocation',
+           'wanted_specs', 'want_label', 'ensure_gpu', 'compare']
 
 # %% ../nbs/00_allocation.ipynb #aafa5028
-class ColabT4Error(Exception):
-    "Base class of every error `colab_t4_nb` raises on purpose."
-
 class UnknownGPUError(ColabT4Error, KeyError):
     "A GPU name that is not in the spec table (or matches several rows)."
     def __str__(self): return str(self.args[0]) if self.args else ''

@@ -21,6 +21,7 @@ from fastcore.basics import patch, store_attr
 
 from .allocation import ColabT4Error, GPU, GPUSpec, NoGPUError, SPECS, UnknownGPUError, native_bf16, spec_for
 from .timing import benchmark, cpu_timer, needs_gpu, record
+from .core import check_int
 
 # %% auto #0
 __all__ = ['DTYPES', 'AmpError', 'SkippedStepsError', 'EmulatedBF16Warning', 'SlowAMPWarning', 'parse_dtype', 'dtype_name',
@@ -221,11 +222,9 @@ def amp_dtype(device=None, # as for `amp_choice`
     return amp_choice(device, dtype).dtype
 
 # %% ../nbs/01_amp.ipynb #bbcff70e
-def _check_int(name:str, value, lo:int=1):
-    "`value` if it is an integer >= `lo`; otherwise an `AmpError` naming `name`."
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < lo:
-        raise AmpError(f'{name} must be an integer >= {lo}, got {name}={value!r}')
-    return int(value)
+def _check_int(name:str, value, lo:int=1)->int:
+    "`check_int` raising the page's `AmpError`."
+    return check_int(name, value, lo=lo, err=AmpError)
 
 # %% ../nbs/01_amp.ipynb #7114b556
 def _model_device(model:nn.Module)->torch.device:

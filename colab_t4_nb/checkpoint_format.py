@@ -11,12 +11,13 @@ from pathlib import Path
 import torch
 from fastcore.basics import patch
 
-from .allocation import ColabT4Error, atomic_write
+from .allocation import atomic_write
+from .core import ColabT4Error, check_flag, check_int, check_num, check_path, check_stateful
 
 # %% auto #0
 __all__ = ['CheckpointError', 'CheckpointCorrupt', 'NoCheckpoint', 'CheckpointMismatch', 'CheckpointWriteError',
-           'CheckpointWarning', 'check_int', 'check_num', 'check_path', 'check_flag', 'check_stateful', 'new_hash',
-           'crc32_combine', 'Checkpoint', 'read_trailer', 'verify_file', 'write_error', 'write_checkpoint']
+           'CheckpointWarning', 'new_hash', 'crc32_combine', 'Checkpoint', 'read_trailer', 'verify_file', 'write_error',
+           'write_checkpoint']
 
 # %% ../nbs/05a_checkpoint_format.ipynb #a1f11d12
 class CheckpointError(ColabT4Error):
@@ -37,71 +38,6 @@ class CheckpointWriteError(CheckpointError, OSError):
 
 class CheckpointWarning(UserWarning):
     "Something was wrong with a checkpoint folder and was worked around (file skipped, manifest rebuilt)."
-
-# %% ../nbs/05a_checkpoint_format.ipynb #484254f2
-def check_int(name:str, # the argument's name, for the message
-              v, # its value
-              lo:int=0, # the least value allowed
-              none:bool=False, # None allowed
-             )->int|None:
-    "`v` as an int >= `lo` (None allowed when `none`); otherwise an error naming `name`."
-    if v is None and none: return None
-    want = f'an int >= {lo}' + (' or None' if none else '')
-    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
-        raise TypeError(f'{name} must be {want}, got {v!r} ({type(v).__name__}): pass a whole number such as '
-                        f'{max(lo, 1)}.')
-    v = int(v)
-    if v < lo: raise ValueError(f'{name} must be {want}, got {v}.')
-    return v
-
-# %% ../nbs/05a_checkpoint_format.ipynb #87fe95aa
-def check_num(name:str, # the argument's name, for the message
-              v, # its value
-              lo:float=0, # the bound
-              none:bool=False, # None allowed
-              eq:bool=False, # `lo` itself allowed
-             )->float|None:
-    "`v` as a float > `lo` (>= with `eq`; None allowed when `none`); otherwise an error naming `name`."
-    if v is None and none: return None
-    want = f'a number {">=" if eq else ">"} {lo:g}' + (' or None' if none else '')
-    if isinstance(v, bool) or not isinstance(v, numbers.Real):
-        raise TypeError(f'{name} must be {want}, got {v!r} ({type(v).__name__}).')
-    if math.isnan(v) or v < lo or (v == lo and not eq):
-        raise ValueError(f'{name} must be {want}, got {v!r}.')
-    return float(v)
-
-# %% ../nbs/05a_checkpoint_format.ipynb #d9e2df16
-def check_path(name:str, # the argument's name, for the message
-               v, # its value
-               none:bool=False, # None allowed
-              )->Path|None:
-    "`v` as a `Path` (None allowed when `none`); otherwise an error naming `name`."
-    if v is None and none: return None
-    if not isinstance(v, (str, os.PathLike)) or isinstance(v, bytes):
-        raise TypeError(f'{name} must be a path (str or Path), got {v!r} ({type(v).__name__}).')
-    s = os.fspath(v)
-    if not isinstance(s, str) or not s or '\0' in s:
-        raise ValueError(f'{name} must be a non-empty path without NUL characters, got {v!r}.')
-    return Path(s)
-
-# %% ../nbs/05a_checkpoint_format.ipynb #0bb2217e
-def check_flag(name:str, # the argument's name, for the message
-               v, # its value
-              )->bool:
-    "`v` if it is True or False; otherwise an error naming `name`."
-    if not isinstance(v, bool):
-        raise TypeError(f'{name} must be True or False, got {v!r} ({type(v).__name__}).')
-    return v
-
-# %% ../nbs/05a_checkpoint_format.ipynb #4117b430
-def check_stateful(name:str, # the argument's name, for the message
-                   o, # a model, optimizer, scaler, scheduler or None
-                  ):
-    "`o` if it is None or has `state_dict` and `load_state_dict`; otherwise an error naming `name`."
-    if o is not None and not all(callable(getattr(o, m, None)) for m in ('state_dict', 'load_state_dict')):
-        raise TypeError(f'{name} must be an object with state_dict() and load_state_dict() (a module, optimizer, '
-                        f'scaler or scheduler) or None, got {type(o).__name__}.')
-    return o
 
 # %% ../nbs/05a_checkpoint_format.ipynb #f2ec2edc
 class _Crc32:

@@ -18,6 +18,7 @@ from torch.utils.checkpoint import checkpoint
 
 from .allocation import ColabT4Error, NoGPUError, UnknownGPUError, nvml_gpus, oom_kind, spec_for
 from .timing import benchmark
+from .core import check_int
 
 # %% auto #0
 __all__ = ['REPORTED_MIB', 'BatchSizeError', 'NothingFits', 'SplitError', 'MemoryGrowthError', 'DeviceError', 'StepError',
@@ -47,13 +48,8 @@ class StepError(ColabT4Error, ValueError):
 
 # %% ../nbs/02_memory.ipynb #2942c069
 def _int_arg(name:str, value, what:str='size', lo:int=1)->int:
-    "`value` as an int if it is a whole number >= `lo`; otherwise a `BatchSizeError` naming `name` and the way out."
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        fix = f': pass {name}={int(value)}' if isinstance(value, str) and value.strip().isdigit() else ''
-        raise BatchSizeError(f'{name} must be an integer ({what}s and step counts are whole numbers), '
-                             f'got {name}={value!r}{fix}')
-    if value < lo: raise BatchSizeError(f'{name} must be an integer >= {lo}, got {name}={value!r}')
-    return int(value)
+    "`check_int` raising the page's `BatchSizeError`; `what` is kept for the callers' readability."
+    return check_int(name, value, lo=lo, err=BatchSizeError)
 
 # %% ../nbs/02_memory.ipynb #3370df52
 def _clear_exception(e:BaseException|None, seen=None):

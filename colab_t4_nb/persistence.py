@@ -18,6 +18,7 @@ from fastcore.basics import patch, store_attr
 
 from .allocation import COLAB_DRIVE, ColabT4Error, atomic_write, oom_kind, runtime, state_dir
 from .checkpoint_format import *
+from .core import check_flag, check_int, check_num, check_path, check_stateful
 
 # %% auto #0
 __all__ = ['OWNER_STALE_S', 'DEFAULT_EVERY_MINUTES', 'rng_state', 'set_rng_state', 'training_state', 'CheckpointDir',

@@ -1,0 +1,253 @@
+"""Every public function, class and method of the package, called with junk in one argument at a time.
+
+The callables are found, not listed: each module's `__all__` (what it defines itself), each public class's
+constructor and its public methods. For each parameter the test passes values a user gets wrong (None, a bool, a
+string, 0, -1, NaN, infinity, a huge number, an empty list...) while the other arguments keep a working value:
+their default (or a value that keeps the call short, `CHEAP`), or for required ones an example chosen by the
+parameter's name (`_examples`) or annotation. Every
+call must either work (and finish within `LIMIT_S`; a result's `str`/`repr` must work too) or raise the
+package's `ColabT4Error` or a `ValueError`/`TypeError` whose message names the parameter. A new public function
+is covered as soon as it is exported; one whose required parameter has a name the table does not know fails
+here, asking for an example.
+Each module is one test: `pytest tests/test_every_function.py -k memory` checks one page's API.
+"""
+from __future__ import annotations
+import contextlib, dataclasses, importlib, inspect, io, math, os, pkgutil, re, signal, sys, threading, typing, warnings
+from pathlib import Path
+
+import pytest, torch
+from torch import nn
+
+import colab_t4_nb
+from colab_t4_nb.core import ColabT4Error
+
+LIMIT_S = 20  # a call that accepts junk and runs longer than this "hangs"
+HUGE = 2**40
+JUNK = {'None': None, 'True': True, "'x'": 'x', "''": '', '-1': -1, '0': 0, 'nan': math.nan, 'inf': math.inf,
+        '2**40': HUGE, '[]': [], '()': (), 'object()': object()}
+FORBIDDEN = (IndexError, StopIteration, AttributeError, KeyError, ZeroDivisionError, OverflowError, RecursionError)
+
+# --- where the callables come from -------------------------------------------------------------------------
+
+def modules()->list[str]:
+    return sorted(m.name for m in pkgutil.iter_modules(colab_t4_nb.__path__) if not m.name.startswith('_'))
+
+def _exception(o)->bool: return inspect.isclass(o) and issubclass(o, BaseException)
+
+def public(mod:str)->list[tuple[str, object]]:
+    "(name, object) for each callable `mod` defines and exports, exceptions and warnings aside."
+    M = importlib.import_module(f'colab_t4_nb.{mod}')
+    return [(n, o) for n in getattr(M, '__all__', []) for o in [getattr(M, n)]
+            if callable(o) and not _exception(o) and getattr(o, '__module__', None) == M.__name__]
+
+def methods(cls)->list[str]:
+    "Public methods `cls` defines (with `__call__`), properties aside."
+    return [k for k, v in vars(cls).items() if (not k.startswith('_') or k == '__call__') and inspect.isfunction(v)]
+
+# --- working values for required parameters ---------------------------------------------------------------
+
+def _model(): torch.manual_seed(0); return nn.Linear(4, 2)
+
+def _examples(tmp:Path)->dict:
+    "Working values by parameter name; each is a function of nothing, so every call gets a fresh one."
+    from colab_t4_nb import allocation as A
+    m = _model()
+    t4 = A.SPECS['T4']
+    ex = dict(
+        model=lambda: _model(), module=lambda: _model(), m=lambda: _model(),
+        opt=lambda: torch.optim.SGD(m.parameters(), lr=0.1), optimizer=lambda: torch.optim.SGD(m.parameters(), lr=0.1),
+        fn=lambda: (lambda *a, **k: None), step_fn=lambda: (lambda *a, **k: None), func=lambda: (lambda *a, **k: None),
+        loss_fn=lambda: torch.nn.functional.mse_loss, cond=lambda: (lambda: True),
+        make_batch=lambda: (lambda n: (torch.randn(n, 4), torch.randn(n, 2))), model_fn=lambda: _model,
+        x=lambda: torch.randn(2, 4), logits=lambda: torch.randn(2, 3, 5), target=lambda: torch.zeros(2, 3, dtype=torch.long),
+        folder=lambda: tmp/'folder', path=lambda: tmp/'file', out=lambda: tmp/'out', where=lambda: tmp/'where',
+        spec=lambda: t4, specs=lambda: [t4], gpu=lambda: 'Tesla T4', card=lambda: 'Tesla T4', name=lambda: 'T4',
+        names=lambda: ['a'], text=lambda: '', e=lambda: RuntimeError('CUDA out of memory. Tried to allocate 2.00 MiB'),
+        exc=lambda: RuntimeError('boom'), variants=lambda: {'a': lambda: None}, a=lambda: 'a', b=lambda: 'b',
+        device=lambda: 'cpu', dtype=lambda: 'fp32', precision=lambda: 'fp32', cc=lambda: (7, 5), size=lambda: 2,
+        batch=lambda: 2, steps=lambda: 2, step=lambda: 1, n=lambda: 64, block=lambda: 128, rows=lambda: [],
+        what=lambda: 'this', key=lambda: 'k', v=Alt((lambda: 1, lambda: 'a', lambda: [1], lambda: print, lambda: True)), o=lambda: None, obj=lambda: {'step': 1},
+        cmd=lambda: [sys.executable, '-c', 'pass'], line=lambda: 'a line', mask=lambda: 0, readings=lambda: [],
+        parts=lambda: 2, sizes=lambda: [1, 2], input_shape=lambda: (4,), num_classes=lambda: 2, choices=lambda: [1],
+        types=lambda: int, st=lambda: None, ns=lambda: [1.0], seconds=lambda: 0.1, ms=lambda: 1.0,
+    )
+    # -- core, allocation, timing, testing: examples
+    ex.update()
+
+    # -- amp, models, memory: examples
+    ex.update()
+
+    # -- kernels, switches, t4, benchmarks: examples
+    ex.update()
+
+    # -- acceptance, results, persistence, checkpoint_format, monitoring, ledger, cli: examples
+    ex.update()
+
+    # -- callbacks: examples
+    ex.update()
+    return ex
+
+# Values that keep a working call short (a call with junk elsewhere still runs with these), by parameter name.
+CHEAP = dict(repeats=2, warmup=0)
+# -- core, allocation, timing, testing: cheap values
+CHEAP.update()
+
+# -- amp, models, memory: cheap values
+CHEAP.update()
+
+# -- kernels, switches, t4, benchmarks: cheap values
+CHEAP.update()
+
+# -- acceptance, results, persistence, checkpoint_format, monitoring, ledger, cli: cheap values
+CHEAP.update()
+
+# -- callbacks: cheap values
+CHEAP.update()
+
+ANNOTATION = {'int': 2, 'float': 1.0, 'str': 'x', 'bool': False, 'dict': {}, 'list': [], 'tuple': ()}
+
+def _by_annotation(p:inspect.Parameter):
+    ann = p.annotation if isinstance(p.annotation, str) else getattr(p.annotation, '__name__', '')
+    first = re.split(r'[|\[ ]', str(ann))[0] if ann else ''
+    return ANNOTATION.get(first, inspect.Parameter.empty)
+
+class NoExample(Exception): pass
+
+class Alt(tuple):
+    "Several candidate values for one parameter name; the first that makes the call work is used."
+
+def base_kwargs(f, tmp:Path)->dict:
+    "Working keyword arguments for the required parameters of `f`."
+    ex, kw = _examples(tmp), {}
+    for p in inspect.signature(f).parameters.values():
+        if p.name in ('self', 'cls') or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.POSITIONAL_ONLY): continue
+        if p.default is not p.empty:
+            if p.name in CHEAP: kw[p.name] = CHEAP[p.name]
+            continue
+        if p.name in ex: kw[p.name] = ex[p.name]() if not isinstance(ex[p.name], Alt) else ex[p.name]
+        elif (v := _by_annotation(p)) is not inspect.Parameter.empty: kw[p.name] = v
+        else: raise NoExample(f'{f.__qualname__}: add a working value for parameter {p.name!r} to _examples')
+    return kw
+
+# --- one call ------------------------------------------------------------------------------------------------
+
+class Hang(BaseException): pass
+
+@contextlib.contextmanager
+def limit(seconds:float):
+    def _alarm(*_): raise Hang(f'still running after {seconds} s')
+    old = signal.signal(signal.SIGALRM, _alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try: yield
+    finally: signal.setitimer(signal.ITIMER_REAL, 0); signal.signal(signal.SIGALRM, old)
+
+def _named(msg:str, name:str)->bool:
+    pat = rf'(?<![\w.]){re.escape(name)}(?=\s*=|`|\b)' if len(name) > 1 else rf'(?<!\w){re.escape(name)}(?==|`)'
+    return re.search(pat, msg) is not None
+
+def _shows(msg:str, v)->bool:
+    "The message quotes the value itself, when its repr is distinctive enough to tell (not 0 or -1)."
+    r = repr(v)[:20]
+    return not (isinstance(v, int) and not isinstance(v, bool) and abs(v) < 10) and r in msg
+
+def outcome(f, kw:dict, name:str, alias:str|None=None)->str|None:
+    "None if `f(**kw)` behaves (works, or refuses naming `name` or quoting its value); otherwise what went wrong."
+    value = kw[name]
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with limit(LIMIT_S), warnings.catch_warnings(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            warnings.simplefilter('ignore')
+            r = f(**kw)
+            if inspect.isgenerator(r): r.close()
+            str(r), repr(r)
+            if hasattr(r, '__exit__') and hasattr(r, '__enter__') and not isinstance(r, io.IOBase): pass
+        return None
+    except Hang as e: return f'hangs: {e}'
+    except (ColabT4Error, ValueError, TypeError) as e:
+        if isinstance(e, FORBIDDEN) and not isinstance(e, ColabT4Error): return f'{type(e).__name__}: {e}'
+        if not isinstance(e, ColabT4Error) and type(e).__module__.split('.')[0] not in ('builtins', 'colab_t4_nb'):
+            return f'{type(e).__module__}.{type(e).__name__} passed through: {str(e)[:200]}'
+        if _named(str(e), name) or (alias and _named(str(e), alias)) or _shows(str(e), value): return None
+        return f'{type(e).__name__} does not name {name}: {str(e)[:200]}'
+    except SystemExit as e: return f'SystemExit({e.code})'
+    except Exception as e: return f'{type(e).__name__}: {str(e)[:200]}'
+
+def junk_for(p:inspect.Parameter)->dict:
+    "The junk values to try for `p`, its default aside."
+    d = p.default
+    return {k: v for k, v in JUNK.items()
+            if not (d is not p.empty and type(v) is type(d) and (v == d or (isinstance(v, float) and math.isnan(v) and d != d)))}
+
+def targets(mod:str)->list[tuple[str, object, object]]:
+    "(label, callable, maker) where maker(tmp) builds the callable's owner when it is a method."
+    out = []
+    for n, o in public(mod):
+        out.append((n, o, None))
+        if inspect.isclass(o):
+            for k in methods(o): out.append((f'{n}.{k}', o, k))
+    return out
+
+def resolve(f, kw:dict)->dict:
+    "`kw` with each `Alt` replaced by its first candidate that lets `f(**kw)` run without an error."
+    alts = [k for k, v in kw.items() if isinstance(v, Alt)]
+    if not alts: return kw
+    import itertools
+    combos = list(itertools.islice(itertools.product(*(kw[k] for k in alts)), 16))
+    for combo in combos:
+        trial = {**kw, **{k: make() for k, make in zip(alts, combo)}}
+        if outcome(f, dict(trial), alts[0]) is None and _works(f, trial): return trial
+    return {**kw, **{k: make() for k, make in zip(alts, combos[0])}}
+
+def _works(f, kw:dict)->bool:
+    try:
+        with limit(LIMIT_S), warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter('ignore'); f(**kw)
+        return True
+    except (Exception, Hang): return False
+
+def check(label:str, o, meth:str|None, tmp:Path)->list[str]:
+    "The problems found calling `label` with junk, one line each."
+    problems = []
+    if meth is None: f, owner = o, None
+    else:
+        try: kw0 = resolve(o, base_kwargs(o, tmp))
+        except NoExample as e: return [str(e)]
+        try:
+            with limit(LIMIT_S), warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+                warnings.simplefilter('ignore'); owner = o(**kw0)
+        except (Exception, Hang): return []  # no working instance from examples alone: its constructor is tested
+        f = getattr(owner, meth)
+    try: sig = inspect.signature(f)
+    except (TypeError, ValueError): return []
+    try: kw = resolve(f, base_kwargs(f, tmp))
+    except NoExample as e: return [str(e)]
+    for p in sig.parameters.values():
+        if p.name in ('self', 'cls') or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.POSITIONAL_ONLY): continue
+        for jn, jv in junk_for(p).items():
+            # a check of core is told the name of the argument it checks: its messages use that name
+            told = getattr(f, '__module__', '') == 'colab_t4_nb.core' and p.name != 'name'
+            alias = kw.get('name') if told and isinstance(kw.get('name'), str) else None
+            why = outcome(f, {**kw, p.name: jv}, p.name, alias)
+            if why: problems.append(f'{label}({p.name}={jn}): {why}')
+    return problems
+
+@pytest.fixture
+def sandbox(tmp_path, monkeypatch):
+    "Each module's calls run in a fresh folder, with the package's state there too."
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv('COLAB_T4_HOME', str(tmp_path/'home'))
+    monkeypatch.setenv('HOME', str(tmp_path))
+    before = threading.active_count()
+    yield tmp_path
+    torch.set_default_dtype(torch.float32)
+
+@pytest.mark.parametrize('mod', modules())
+def test_junk_arguments(mod, sandbox):
+    problems = [p for label, o, meth in targets(mod) for p in check(label, o, meth, sandbox)]
+    assert not problems, f'{len(problems)} calls misbehaved:\n' + '\n'.join(problems)
+
+def test_every_public_callable_is_reached():
+    "The walk finds the package's API: every module's exports, and the methods of its classes."
+    found = {f'{m}.{label}' for m in modules() for label, _, _ in targets(m)}
+    assert {'core.check_int', 'timing.Timings.ratio', 'persistence.CheckpointManager.save'} <= found
+    assert len(found) > 300

@@ -11,19 +11,21 @@ from datetime import date, datetime, timezone
 from importlib import resources
 from importlib.util import find_spec
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Callable
 
 import pandas as pd
 from fastcore.basics import patch
 
-from .core import ColabT4Error
+from .core import (ArgumentError, ArgumentTypeError, ColabT4Error, check_callable, check_int, check_num, check_path,
+                              check_seq, check_str, check_type)
 
 # %% auto #0
-__all__ = ['SPECS', 'SOURCES', 'COLAB_DRIVE', 'LOCK_STALE_S', 'UnknownGPUError', 'NoGPUError', 'WrongGPUError', 'BudgetExhausted',
-           'BadArgument', 'oom_kind', 'GPUSpec', 'native_bf16', 'spec_table', 'spec_for', 'GPU', 'readings', 'reading',
-           'parse_smi_csv', 'parse_smi_table', 'parse_tf_devices', 'nvml_gpus', 'gpu_search', 'gpu_info', 'runtime',
-           'state_dir', 'Budget', 'atomic_write', 'file_lock', 'open_locked', 'append_line', 'record_allocation',
-           'wanted_specs', 'want_label', 'ensure_gpu', 'compare']
+__all__ = ['BadArgument', 'SPECS', 'SOURCES', 'COLAB_DRIVE', 'LOCK_STALE_S', 'UnknownGPUError', 'NoGPUError', 'WrongGPUError',
+           'BudgetExhausted', 'oom_kind', 'GPUSpec', 'native_bf16', 'spec_table', 'spec_for', 'GPU', 'readings',
+           'reading', 'parse_smi_csv', 'parse_smi_table', 'parse_tf_devices', 'nvml_gpus', 'gpu_search', 'gpu_info',
+           'runtime', 'state_dir', 'Budget', 'atomic_write', 'file_lock', 'open_locked', 'append_line',
+           'record_allocation', 'wanted_specs', 'want_label', 'ensure_gpu', 'compare']
 
 # %% ../nbs/00_allocation.ipynb #aafa5028
 class UnknownGPUError(ColabT4Error, KeyError):
@@ -39,8 +41,7 @@ class WrongGPUError(ColabT4Error):
 class BudgetExhausted(ColabT4Error):
     "Today's allowance of runtime re-assignments is spent."
 
-class BadArgument(ColabT4Error, ValueError):
-    "An argument of the wrong kind or value; the message names it and what is accepted."
+BadArgument = ArgumentError  # the name this page used before the core checks; the same class
 
 # %% ../nbs/00_allocation.ipynb #81ee3f5e
 _OOM_MESSAGES = {'CUDA out of memory': 'cuda', 'CUDA error: out of memory': 'cuda',
@@ -166,7 +167,10 @@ def spec_for(name:str, # a driver's name ("Tesla T4") or a table key ("T4")
              strict:bool=True, # raise for unknown names; else return None
             )->GPUSpec|None:
     "The spec-table row for the card called `name`."
-    found = _matches(str(name))
+    if not isinstance(name, str) or not name.strip():
+        raise UnknownGPUError(f"name={name!r} is not a card's name: pass a table key such as 'T4' or a driver's "
+                              f"name such as 'Tesla T4'. Known cards: {', '.join(SPECS)}.")
+    found = _matches(name)
     if len(found) == 1: return found[0]
     if not strict: return None
     if found: msg = f"{name!r} matches several cards ({', '.join(s.key for s in found)}): name one of them."
@@ -217,9 +221,19 @@ def reading(name:str # a recorded file, e.g. 't4_colab_nvidia-smi_2023.txt'; `re
            )->str:
     "The text of a GPU reading recorded on a real card, shipped with the package."
     if not isinstance(name, str) or name not in readings():
-        raise BadArgument(f'No recorded reading {name!r}. The package has: {", ".join(readings())}.')
+        raise BadArgument(f'No recorded reading name={name!r}. The package has: {", ".join(readings())}.')
     f = _readings()/name
     return f.read_text()
+
+# %% ../nbs/00_allocation.ipynb #3e12a7b9
+def _gpu(name:str, g)->GPU: return check_type(name, g, GPU, 'a GPU (see gpu_info)')
+
+def _col(name:str, c)->str: return check_str(name, c)
+
+def _card(name:str, v)->GPUSpec:
+    "The spec row for the card named by argument `name`, or an error naming the argument."
+    try: return spec_for(v)
+    except UnknownGPUError as e: raise UnknownGPUError(f'{name}={v!r}: {e}') from None
 
 # %% ../nbs/00_allocation.ipynb #6c1cd621
 def _num(s:str)->float|None:
@@ -233,6 +247,7 @@ def parse_smi_csv(text:str, # output of `nvidia-smi --query-gpu=... --format=csv
                   columns:list|None=None, # the fields asked for, needed when there is no header
                  )->list[dict]:
     "Rows of an `nvidia-smi` CSV as dicts keyed by field name (units dropped from the names)."
+    text, columns = check_str('text', text, empty=True), check_seq('columns', columns, _col, none=True)
     lines = [l for l in text.strip().splitlines() if l.strip()]
     if not lines: return []
     first = [_colname(c) for c in lines[0].split(',')]
@@ -247,6 +262,7 @@ _SMI_MEM = re.compile(r'(\d+)MiB\s*/\s*(\d+)MiB')
 def parse_smi_table(text:str # output of plain `nvidia-smi`
                    )->list[GPU]:
     "GPUs listed by the plain `nvidia-smi` table."
+    text = check_str('text', text, empty=True)
     drv = re.search(r'Driver Version:\s*([\d.]+)', text)
     cuda = re.search(r'CUDA Version:\s*([\d.]+)', text)
     gpus, lines = [], text.splitlines()
@@ -278,6 +294,7 @@ _TF_DESC = re.compile(r'device: (\d+), name: (.+?), pci bus id: ([\w:.]+), compu
 def parse_tf_devices(text:str # str(device_lib.list_local_devices()), or TensorFlow's log
                     )->list[GPU]:
     "GPUs described in TensorFlow's device list or device-creation log."
+    text = check_str('text', text, empty=True)
     gpus = {}
     for rec in re.split(r'\n(?=, name:|I\d{4} )|^\[', text):
         m = _TF_DESC.search(rec)
@@ -295,6 +312,8 @@ def _s(v): return v.decode() if isinstance(v, bytes) else v
 def nvml_gpus(nvml # the `pynvml` module (or a stand-in with the same functions)
              )->list[GPU]:
     "GPUs as NVML lists them; raises `nvml.NVMLError` where NVML is missing or fails."
+    if not callable(getattr(nvml, 'nvmlInit', None)):
+        raise ArgumentTypeError(f'nvml must be the pynvml module or a stand-in for it (see fake_nvml), got nvml={nvml!r}.')
     nvml.nvmlInit()
     try:
         driver = _s(nvml.nvmlSystemGetDriverVersion())
@@ -399,8 +418,8 @@ def runtime(env:dict|None=None, # environment to inspect; default `os.environ`
             modules:dict|None=None, # loaded modules; default `sys.modules`
            )->str:
     "'colab', 'kaggle' or 'local'."
-    env = os.environ if env is None else env
-    modules = sys.modules if modules is None else modules
+    env = os.environ if env is None else check_type('env', env, Mapping, 'a dict of environment variables')
+    modules = sys.modules if modules is None else check_type('modules', modules, Mapping, 'a dict of modules')
     if 'google.colab' in modules or 'COLAB_RELEASE_TAG' in env: return 'colab'
     if 'KAGGLE_KERNEL_RUN_TYPE' in env: return 'kaggle'
     return 'local'
@@ -413,7 +432,9 @@ def state_dir(env:dict|None=None, # environment; default `os.environ`
               create:bool=True, # create the folder
              )->Path:
     "The folder where `colab_t4_nb` keeps state: $COLAB_T4_HOME, Drive in Colab, else ~/.colab_t4_nb."
-    env, drive = os.environ if env is None else env, COLAB_DRIVE if drive is None else drive
+    env = os.environ if env is None else check_type('env', env, Mapping, 'a dict of environment variables')
+    drive = COLAB_DRIVE if drive is None else check_path('drive', drive)
+    check_type('create', create, bool, 'True or False')
     if env.get('COLAB_T4_HOME'): d = Path(env['COLAB_T4_HOME'])
     elif runtime(env) == 'colab' and (Path(drive)/'MyDrive').is_dir(): d = Path(drive)/'MyDrive'/'colab_t4_nb'
     else: d = Path.home()/'.colab_t4_nb'
@@ -427,9 +448,8 @@ class Budget:
                  per_day:int=5, # attempts allowed per calendar day
                  today=date.today, # clock, replaceable in tests
                 ):
-        if isinstance(per_day, bool) or not isinstance(per_day, int) or per_day < 0:
-            raise BadArgument(f'per_day must be a whole number >= 0, got {per_day!r}.')
-        self.path, self.per_day, self.today = Path(path), per_day, today
+        path, per_day = check_path('path', path), check_int('per_day', per_day, hi=1000)
+        self.path, self.per_day, self.today = path, per_day, check_callable('today', today)
 
     def _read(self)->dict:
         try: data = json.loads(self.path.read_text())
@@ -549,7 +569,8 @@ def append_line(path:str|Path, # a line-based file (JSON lines); its folder is c
                 line:str, # one line; the newline is added
                ):
     "Append `line` to `path` in one write, under an exclusive lock, then fsync; a cut-off last line is ended first."
-    path = Path(path)
+    path, line = check_path('path', path), check_str('line', line, empty=True)
+    if path.is_dir(): raise BadArgument(f'path={str(path)!r} is a folder: pass the file to append to.')
     path.parent.mkdir(parents=True, exist_ok=True)
     with open_locked(path, os.O_RDWR | os.O_APPEND | os.O_CREAT) as fd:
         size = os.fstat(fd).st_size
@@ -574,7 +595,10 @@ def record_allocation(ledger:str|Path, # the usage ledger file (JSON lines)
                       runtime_id:str|None=None, # tells this runtime from others; default host name and boot id
                      )->dict:
     "Append one allocation attempt to `ledger`; returns the record."
-    when = time.time() if when is None else when
+    ledger, gpus = check_path('ledger', ledger), check_seq('gpus', gpus, _gpu, lo=0)
+    wanted, action = check_seq('wanted', wanted, check_str, lo=0), check_str('action', action)
+    when = time.time() if when is None else check_num('when', when, hi=2**33)
+    runtime_id = check_str('runtime_id', runtime_id, none=True)
     spec = next((g.spec for g in gpus if g.spec), None)
     rec = {'kind': 'allocation', 'time': datetime.fromtimestamp(when, timezone.utc).isoformat(timespec='seconds'),
            'runtime_id': runtime_id or _runtime_id(), 'got': _describe(gpus), 'got_key': spec.key if spec else None,
@@ -598,6 +622,7 @@ def wanted_specs(want:str|list, # a spec key, family or driver name, or a list o
 # %% ../nbs/00_allocation.ipynb #2ec78025
 def want_label(specs:list[GPUSpec])->str:
     "How to name `specs` in a sentence: a family where all its rows are wanted, else the keys."
+    specs = check_seq('specs', specs, lambda n, s: check_type(n, s, GPUSpec, 'a GPUSpec (see spec_for)'))
     fams = {}
     for s in specs: fams.setdefault(s.family, []).append(s.key)
     return ' or '.join(f if len(ks) > 1 and len(ks) == sum(s.family == f for s in SPECS.values()) else ' or '.join(ks)
@@ -638,9 +663,9 @@ def ensure_gpu(want:str|list='T4', # card(s) accepted: spec keys, families or dr
                ledger:str|Path|bool=True, # file recording each Colab attempt; True: the usage ledger in `state_dir()`
               )->list[GPU]:
     "Return the GPUs here if one is `want`; in Colab hand the runtime back (within `budget`), elsewhere raise."
-    specs = wanted_specs(want)
-    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
-        raise BadArgument(f'budget={budget!r}: give the runtime re-assignments allowed per day, e.g. budget=5.')
+    specs, budget = wanted_specs(want), check_int('budget', budget, hi=1000)
+    budget_path, today = check_path('budget_path', budget_path, none=True), check_callable('today', today)
+    gpus = check_seq('gpus', gpus, _gpu, lo=0, none=True)
     accepted, wanted, led = {s.key for s in specs}, want_label(specs), _ledger_path(ledger)
     gpus = gpu_info() if gpus is None else gpus
     ok, here = any(g.spec and g.spec.key in accepted for g in gpus), _describe(gpus)
@@ -670,7 +695,7 @@ def compare(a:str, # first card (key, driver name)
             b:str, # second card
            )->pd.DataFrame:
     "Spec rows of `a` and `b` side by side, with `a / b` for every figure both have."
-    sa, sb = spec_for(a), spec_for(b)
+    sa, sb = _card('a', a), _card('b', b)
     va = {k: getattr(sa, k) for k in _CMP}; vb = {k: getattr(sb, k) for k in _CMP}
     for v in (va, vb): v['cc'] = f"{v['cc'][0]}.{v['cc'][1]}"
     def ratio(x, y):

@@ -11,6 +11,8 @@ from types import SimpleNamespace
 
 import pynvml
 
+from .core import check_callable, check_int, check_num, check_seq, check_str, check_type
+
 # %% auto #0
 __all__ = ['H200_NVML_JSON', 'h200_reading', 't4_reading', 'FakeNVML', 'fake_nvml', 'missing_nvml', 'fake_smi', 'FakeColab',
            'fake_colab', 'patched', 'failing', 'wait_for', 'small_run', 'train_step']
@@ -45,6 +47,8 @@ class FakeNVML(types.ModuleType):
     def __init__(self, readings:list[dict], # one reading per GPU, in `h200_reading()`'s layout
                  init_error:int|None=None, # error code `nvmlInit` raises, e.g. `pynvml.NVML_ERROR_LIBRARY_NOT_FOUND`
                 ):
+        readings = check_seq('readings', readings, lambda n, r: check_type(n, r, dict, 'a reading dict'), lo=0)
+        init_error = check_int('init_error', init_error, none=True)
         super().__init__('pynvml')
         for k in dir(pynvml):  # constants and error classes are the real ones
             if k.startswith(('NVML_', 'NVMLError', 'nvmlClocks')): setattr(self, k, getattr(pynvml, k))
@@ -53,7 +57,7 @@ class FakeNVML(types.ModuleType):
 
     def fail(self, name:str, times:int=1, code:int=pynvml.NVML_ERROR_UNKNOWN):
         "Make the next `times` calls of `name` raise NVMLError(`code`)."
-        self._fail[name] = [times, code]
+        self._fail[check_str('name', name)] = [check_int('times', times, hi=10**6), check_int('code', code)]
 
     def _call(self, name, *args):
         self.calls.append(name)
@@ -252,6 +256,8 @@ def wait_for(cond, # called with no arguments until it returns something true
              every:float=0.01, # seconds between calls
             ):
     "Poll `cond` until it is true or `timeout` seconds have passed; return its last value."
+    check_callable('cond', cond)
+    timeout, every = check_num('timeout', timeout, hi=3600, eq=True), check_num('every', every, hi=60)
     t = time.monotonic()
     while not (v := cond()) and time.monotonic() - t < timeout: time.sleep(every)
     return v
@@ -261,6 +267,7 @@ def small_run(seed:int=0):
     "A small model with dropout, Adam, a StepLR schedule and a GradScaler (on the CPU); all generators seeded."
     import numpy as np, torch
     from torch import nn
+    seed = check_int('seed', seed, hi=2**32 - 1)
     torch.manual_seed(seed); random.seed(seed); np.random.seed(seed)
     model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Dropout(0.3), nn.Linear(32, 1))
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
@@ -273,6 +280,9 @@ def train_step(o:dict, # what `small_run` returns
               ):
     "One step whose data depends only on `step`; dropout and a noise term draw from the global generators."
     import numpy as np, torch
+    if not isinstance(o, dict) or not {'model', 'optimizer', 'scheduler', 'scaler'} <= set(o):
+        raise TypeError(f'o must be what small_run() returns, got o={o!r}.'[:200])
+    step = check_int('step', step, hi=2**62)
     g = torch.Generator().manual_seed(1000 + step)
     x, y = torch.randn(16, 8, generator=g), torch.randn(16, 1, generator=g)
     loss = torch.nn.functional.mse_loss(o['model'](x) + random.random() * float(np.random.rand()), y)

@@ -10,6 +10,8 @@ from typing import Callable
 
 import pandas as pd
 
+from .core import ArgumentError, check_callable, check_choice, check_int
+
 # %% auto #0
 __all__ = ['cpu_timer', 'cuda_timer', 'Timings', 'benchmark', 'record', 'needs_gpu']
 
@@ -18,6 +20,7 @@ def cpu_timer(fn:Callable, # called once, with no arguments
               clock:Callable=time.perf_counter, # seconds, as `time.perf_counter` counts them
              )->float:
     "Milliseconds one call of `fn` takes, by `clock`."
+    check_callable('fn', fn); check_callable('clock', clock)
     t0 = clock(); fn(); return (clock() - t0) * 1e3
 
 # %% ../nbs/00a_timing.ipynb #3ac47dc2
@@ -25,7 +28,11 @@ def cuda_timer(fn:Callable # called once, with no arguments; queues work on the 
               )->float:
     "Milliseconds of GPU time one call of `fn` takes, between CUDA events on the current stream."
     import torch
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    check_callable('fn', fn)
+    try: start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    except (RuntimeError, AssertionError) as e:  # a CPU-only build or runtime
+        from colab_t4_nb.allocation import NoGPUError
+        raise NoGPUError(f'cuda_timer needs a CUDA GPU ({e}): time on the CPU with cpu_timer(fn).') from None
     start.record(); fn(); end.record()
     end.synchronize()
     return start.elapsed_time(end)
@@ -39,13 +46,20 @@ class Timings:
 
     def median(self, name:str)->float:
         "Median time (ms) of the variant `name`."
-        if name not in self.samples:
-            raise ValueError(f'No variant {name!r}: the variants are {", ".join(map(str, self.samples))}.')
+        return self._median('name', name)
+
+    def _median(self, arg:str, name)->float:
+        try: known = name in self.samples
+        except TypeError: known = False  # an unhashable name
+        if not known:
+            raise ArgumentError(f'No variant {arg}={name!r}: the variants are {", ".join(map(str, self.samples))}.')
         return statistics.median(self.samples[name])
 
     def ratio(self, a:str, b:str)->float:
         "Median time of `a` over median time of `b` (above 1: `a` is slower)."
-        return self.median(a) / self.median(b)
+        ma, mb = self._median('a', a), self._median('b', b)
+        if mb <= 0: raise ArgumentError(f'b={b!r} has a median of {mb} ms: a ratio to it means nothing.')
+        return ma / mb
 
     @property
     def df(self)->pd.DataFrame:
@@ -74,12 +88,10 @@ def benchmark(variants:dict[str, Callable], # name -> callable doing one unit of
              )->Timings:
     "Time `variants` in interleaved rounds after warming each up."
     if not isinstance(variants, dict) or not variants or not all(callable(f) for f in variants.values()):
-        raise ValueError(f'variants must be a non-empty dict of name -> function of no arguments, got {variants!r}')
-    for k, v, lo in (('repeats', repeats, 1), ('warmup', warmup, 0)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-            raise ValueError(f'{k} must be a whole number >= {lo}, got {k}={v!r}')
-    if device not in ('auto', 'cuda', 'cpu'):
-        raise ValueError(f"device must be 'auto', 'cuda' or 'cpu', got device={device!r}")
+        raise ArgumentError('variants must be a non-empty dict of name -> function of no arguments, '
+                            f'got variants={variants!r}')
+    repeats, warmup = check_int('repeats', repeats, lo=1, hi=10**5), check_int('warmup', warmup, hi=10**4)
+    device, clock = check_choice('device', device, ('auto', 'cuda', 'cpu')), check_callable('clock', clock)
     if device == 'auto': device = 'cuda' if _cuda_ready() else 'cpu'
     timer = cuda_timer if device == 'cuda' else (lambda fn: cpu_timer(fn, clock))
     names = list(variants)

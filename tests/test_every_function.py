@@ -74,7 +74,8 @@ def _examples(tmp:Path)->dict:
     # -- core, allocation, timing, testing: examples
     from colab_t4_nb import testing as T
     ex.update(nvml=lambda: T.fake_nvml([T.t4_reading()]), readings=lambda: [T.t4_reading()],
-              a=Alt((lambda: 'T4', lambda: 'a')), b=Alt((lambda: 'L4', lambda: 'a')))
+              a=Alt((lambda: 'T4', lambda: 'a')), b=Alt((lambda: 'L4', lambda: 'b')),
+              o=Alt((lambda: None, lambda: T.small_run())))
 
     # -- amp, models, memory: examples
     ex.update()
@@ -92,7 +93,7 @@ def _examples(tmp:Path)->dict:
 # Values that keep a working call short (a call with junk elsewhere still runs with these), by parameter name.
 CHEAP = dict(repeats=2, warmup=0)
 # -- core, allocation, timing, testing: cheap values
-CHEAP.update()
+CHEAP.update(samples={'T4': [1.0, 1.2], 'L4': [2.0]}, timeout=0.5)
 
 # -- amp, models, memory: cheap values
 CHEAP.update()

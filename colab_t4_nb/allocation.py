@@ -228,7 +228,7 @@ def reading(name:str # a recorded file, e.g. 't4_colab_nvidia-smi_2023.txt'; `re
 # %% ../nbs/00_allocation.ipynb #3e12a7b9
 def _gpu(name:str, g)->GPU: return check_type(name, g, GPU, 'a GPU (see gpu_info)')
 
-def _col(name:str, c)->str: return check_str(name, c)
+def _col(name:str, c)->str: return check_str(name, c, empty=True)
 
 def _card(name:str, v)->GPUSpec:
     "The spec row for the card named by argument `name`, or an error naming the argument."
@@ -247,7 +247,7 @@ def parse_smi_csv(text:str, # output of `nvidia-smi --query-gpu=... --format=csv
                   columns:list|None=None, # the fields asked for, needed when there is no header
                  )->list[dict]:
     "Rows of an `nvidia-smi` CSV as dicts keyed by field name (units dropped from the names)."
-    text, columns = check_str('text', text, empty=True), check_seq('columns', columns, _col, none=True)
+    text, columns = check_str('text', text, empty=True), check_seq('columns', columns, _col, lo=0, none=True)
     lines = [l for l in text.strip().splitlines() if l.strip()]
     if not lines: return []
     first = [_colname(c) for c in lines[0].split(',')]

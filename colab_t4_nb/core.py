@@ -95,7 +95,7 @@ def check_str(name:str, # the argument's name, for the message
     if v is None and none: return None
     want = ('a string' if empty else 'a non-empty string') + (' or None' if none else '')
     if not isinstance(v, str): raise _refuse(name, v, want, err, True)
-    if not (v.strip() or empty) or '\0' in v: raise _refuse(name, v, want, err)
+    if not (v.strip() or empty): raise _refuse(name, v, want, err)
     return v
 
 # %% ../nbs/00_core.ipynb #aff2b297

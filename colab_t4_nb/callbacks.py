@@ -25,27 +25,28 @@ from .persistence import (CheckpointManager, SessionClock, drive_checkpoints, rn
 __all__ = ['HFCallback', 'hf_precision', 'batch_plan', 'hf_settings', 'ResumableLoader', 'LightningCallback',
            'lightning_precision', 'needs_package', 'KerasCallback', 'keras_policy', 'CallbackError', 'MissingFramework']
 
-# %% ../nbs/06b_callbacks.ipynb #6d277c42
-_CKPTS = weakref.WeakValueDictionary()  # folder -> the manager a callback of this process made for it
+# %% ../nbs/06b_callbacks.ipynb #3d7f14bc
+_CKPTS = weakref.WeakValueDictionary()  # folder -> the manager a callback of this process made
 
 def _manager(run)->CheckpointManager:
-    "The run's manager: `run` itself, `drive_checkpoints(run)` for a name, or a manager of the folder `run`."
+    "The run's manager: `run` itself, `drive_checkpoints(run)` for a name, or one for a folder."
     if isinstance(run, CheckpointManager): return run
     if isinstance(run, str) and run and not set(run) & {'/', '\\'}: ckpt = drive_checkpoints(run)
     elif isinstance(run, (str, os.PathLike)): ckpt = CheckpointManager(check_path('run', run))
     else:
-        raise TypeError(f'run must be a run name such as "bert-run" (on Drive in Colab), a folder, or a '
-                        f'CheckpointManager, got {run!r} ({type(run).__name__}).')
+        raise TypeError(f'run must be a run name such as "bert-run" (on Drive in Colab), a folder, '
+                        f'or a CheckpointManager, got {run!r} ({type(run).__name__}).')
     key = os.path.realpath(ckpt.path)
-    if (old := _CKPTS.get(key)) is not None: old.release()  # the manager of an earlier, crashed call
+    if (old := _CKPTS.get(key)) is not None: old.release()  # the manager of an earlier call
     _CKPTS[key] = ckpt
     return ckpt
 
-# %% ../nbs/06b_callbacks.ipynb #fd5043d5
+# %% ../nbs/06b_callbacks.ipynb #a9221f6c
 def _pack(folder:Path)->dict:
     "Every file under `folder`, by relative path, as a uint8 tensor of its bytes."
-    return {p.relative_to(folder).as_posix(): torch.tensor(bytearray(p.read_bytes()), dtype=torch.uint8)
-            for p in sorted(folder.rglob('*')) if p.is_file()}
+    files = sorted(p for p in folder.rglob('*') if p.is_file())
+    return {p.relative_to(folder).as_posix(): torch.tensor(bytearray(p.read_bytes()),
+                                                            dtype=torch.uint8) for p in files}
 
 # %% ../nbs/06b_callbacks.ipynb #797de1aa
 def _unpack(files:dict, dest:Path)->Path:
@@ -63,20 +64,23 @@ class _Schedule:
         self.every_steps = check_int('every_steps', every_steps, 1, none=True)
         self.every_minutes = check_num('every_minutes', every_minutes, none=True)
         if session is not None and not isinstance(session, SessionClock):
-            raise TypeError(f'session must be a SessionClock, None or False, got {type(session).__name__}.')
-        if not callable(clock): raise TypeError(f'clock must be a function returning seconds, got {clock!r}.')
+            raise TypeError('session must be a SessionClock, None or False, got '
+                            f'{type(session).__name__}.')
+        if not callable(clock):
+            raise TypeError(f'clock must be a function returning seconds, got {clock!r}.')
         self.session, self.clock, self.last = session, clock, clock()
 
     def due(self, step:int, last:bool=False)->tuple:
         "(save now, stop now) after `step` steps."
         cut = self.session.due() if self.session is not None else None
-        minutes = self.every_minutes is not None and self.clock() - self.last >= self.every_minutes * 60
-        return bool(last or cut or (self.every_steps and step % self.every_steps == 0) or minutes), \
-               cut == 'session'
+        minutes = self.every_minutes is not None and \
+            self.clock() - self.last >= self.every_minutes * 60
+        steps = self.every_steps is not None and step % self.every_steps == 0
+        return bool(last or cut or steps or minutes), cut == 'session'
 
-# %% ../nbs/06b_callbacks.ipynb #1393cffc
+# %% ../nbs/06b_callbacks.ipynb #75646c8c
 def _default_session(session):
-    "The session clock: as given; `SessionClock()` in Colab when None; none for False or outside Colab."
+    "The session clock: as given; for None, `SessionClock()` in Colab only; for False, none."
     if session is None and runtime() == 'colab': return SessionClock()
     return None if session is False else session
 
@@ -87,14 +91,15 @@ def _need(pkg:str, # the package, as pip and `import` name it
          ):
     "The module, imported; a `MissingFramework` naming the package to install when it is absent."
     if find_spec(pkg) is None:
-        raise MissingFramework(f'{who} needs {pkg}, which is not installed here: `pip install {pkg}`.')
+        raise MissingFramework(f'{who} needs {pkg}, which is not installed here: '
+                               f'`pip install {pkg}`.')
     return importlib.import_module(module or pkg)
 
-# %% ../nbs/06b_callbacks.ipynb #4b28ec1f
+# %% ../nbs/06b_callbacks.ipynb #c8ec0005
 _BUILT = {}  # (class, framework base) -> the subclass made of both
 
 class _Lazy:
-    "A class that, when first made, becomes a subclass of the framework class `_base` of module `_module`."
+    "A class that, when first made, becomes a subclass of its framework's class `_module._base`."
     _pkg = _module = _base = None
     def __new__(cls, *args, **kwargs):
         base = getattr(_need(cls._pkg, cls.__name__, cls._module), cls._base)
@@ -108,17 +113,18 @@ class _Lazy:
 def _monitor(monitor)->tuple:
     "(the monitor to read or None, whether the callback made it and so starts and stops it)."
     if monitor is False: return None, False
-    if monitor is None: return (GPUMonitor(interval=1.0), True) if torch.cuda.is_available() else (None, False)
+    if monitor is None:
+        return (GPUMonitor(interval=1.0), True) if torch.cuda.is_available() else (None, False)
     if not isinstance(monitor, GPUMonitor):
-        raise TypeError(f'monitor must be a GPUMonitor, None (one where there is a GPU) or False, got '
-                        f'{type(monitor).__name__}.')
+        raise TypeError('monitor must be a GPUMonitor, None (one where there is a GPU) or False, '
+                        f'got {type(monitor).__name__}.')
     return monitor, False
 
-# %% ../nbs/06b_callbacks.ipynb #5f10a59f
+# %% ../nbs/06b_callbacks.ipynb #57990802
 _LOGGED = ('util_gpu', 'mem_used_mib', 'temp_c', 'power_w')
 
 def _gpu_figures(mon)->dict:
-    "The monitor's latest sample as flat log entries (`gpu0_util_gpu`...); {} without a monitor or a GPU."
+    "The monitor's latest sample as log entries (`gpu0_util_gpu`...); {} without a monitor or GPU."
     if mon is None: return {}
     rows = mon.latest() or mon.sample_once()
     return {f'gpu{int(r[1])}_{k}': float(r[2 + FIELDS.index(k)]) for r in rows for k in _LOGGED}
@@ -133,7 +139,8 @@ class _Saver:
         self.saves, self.resumed_from, self.stopped, self._tmp = 0, None, None, None
 
     def __repr__(self):
-        return f'{type(self).__name__}({self.ckpt!r}, saves={self.saves}, resumed_from={self.resumed_from})'
+        return (f'{type(self).__name__}({self.ckpt!r}, saves={self.saves}, '
+                f'resumed_from={self.resumed_from})')
 
 # %% ../nbs/06b_callbacks.ipynb #a320ef11
 @patch
@@ -157,41 +164,42 @@ def _store(self:_Saver, step:int, framework:str, **state):
 
 @patch
 def _newest(self:_Saver, framework:str)->dict|None:
-    "The state in the newest checkpoint that verifies (None if none), refused if another framework wrote it."
+    "The state of the newest good checkpoint (None if none); another framework's is refused."
     if self.ckpt.latest() is None: return None
     r = self.ckpt.load(restore_rng=False)
     if r.extras.get('framework') != framework:
-        raise CallbackError(f'{self.ckpt.last_loaded.path} was not saved by {type(self).__name__} (it holds '
-                            f'{r.extras.get("framework") or "no framework state"}): give this run its own folder.')
+        held = r.extras.get('framework') or 'no framework state'
+        raise CallbackError(f'{self.ckpt.last_loaded.path} was not saved by {type(self).__name__} '
+                            f'(it holds {held}): give this run its own folder.')
     self.resumed_from = r.step
     return r.extras
 
-# %% ../nbs/06b_callbacks.ipynb #fb75d115
+# %% ../nbs/06b_callbacks.ipynb #b3ba4cb1
 @patch
 def _restore(self:_Saver, framework:str)->Path|None:
-    "The framework's files of the newest checkpoint, written into a new local folder; None if there is none."
+    "The framework's files of the newest checkpoint, written into a new local folder; None if none."
     st = self._newest(framework)
     if st is None: return None
     self._tmp = _unpack(st['files'], Path(tempfile.mkdtemp(prefix=f'colab_t4_nb-{framework}-')))
     return self._tmp
 
-# %% ../nbs/06b_callbacks.ipynb #bde84e08
+# %% ../nbs/06b_callbacks.ipynb #0ace2765
 class HFCallback(_Saver, _Lazy):
-    "A `transformers.TrainerCallback`: verified checkpoints on a schedule and before Colab's cut, resume, GPU figures."
+    "A `transformers.TrainerCallback`: verified checkpoints, resume, session clock, GPU figures."
     _pkg, _base = 'transformers', 'TrainerCallback'
     def __init__(self, run, # a run name (on Drive in Colab), a folder, or a `CheckpointManager`
                  every_steps:int|None=None, # save every N optimizer steps
                  every_minutes:float|None=10, # save when this long has passed since the last save
-                 session:SessionClock|None|bool=None, # Colab's cuts; default `SessionClock()` in Colab only
-                 monitor:GPUMonitor|None|bool=None, # figures for the logs; default one where there is a GPU
-                 clock:Callable=time.monotonic): # seconds, for `every_minutes`; replaceable in tests
+                 session:SessionClock|None|bool=None, # default `SessionClock()` in Colab
+                 monitor:GPUMonitor|None|bool=None, # for the logs; default one with a GPU
+                 clock:Callable=time.monotonic): # seconds, for `every_minutes`; for tests
         super().__init__()
         self._setup(run, every_steps, every_minutes, session, monitor, clock)
 
-# %% ../nbs/06b_callbacks.ipynb #3cf0bd35
+# %% ../nbs/06b_callbacks.ipynb #b5ae0e4b
 @patch
 def train_kwargs(self:HFCallback)->dict:
-    "`trainer.train(**cb.train_kwargs())`: `resume_from_checkpoint` of the newest checkpoint that verifies."
+    "`trainer.train(**cb.train_kwargs())`: `resume_from_checkpoint` of the newest good checkpoint."
     folder = self._restore('transformers')
     return {} if folder is None else {'resume_from_checkpoint': str(folder)}
 
@@ -199,8 +207,8 @@ def train_kwargs(self:HFCallback)->dict:
 @patch
 def on_train_begin(self:HFCallback, args, state, control, **kwargs):
     if getattr(args, 'save_only_model', False):
-        raise CallbackError('save_only_model=True saves no optimizer, scheduler or random state, so a run '
-                            'cannot resume from it: leave save_only_model=False with HFCallback.')
+        raise CallbackError('save_only_model=True saves no optimizer, scheduler or random state, '
+                            'so a run cannot resume from it: leave save_only_model=False.')
     self._start()
 
 # %% ../nbs/06b_callbacks.ipynb #df04d18a
@@ -235,10 +243,10 @@ def _card(device=None)->AmpChoice:
     c = amp_choice(device)
     return c if c.device_type == 'cuda' else amp_choice('cpu', 'fp32')
 
-# %% ../nbs/06b_callbacks.ipynb #68f0b586
-def hf_precision(device=None, # as for `amp_choice`: a card's name ('T4'), a torch device, None for the one here
+# %% ../nbs/06b_callbacks.ipynb #0e62bf2b
+def hf_precision(device=None, # a card's name ('T4') or a device, as for `amp_choice`; None: here
                 )->dict:
-    "`TrainingArguments` precision flags for the card: fp16 on a T4, bf16 where native, fp32 on the CPU."
+    "`TrainingArguments` precision flags: fp16 on a T4, bf16 where native, fp32 on the CPU."
     c = _card(device)
     return {'fp16': c.dtype == torch.float16, 'bf16': c.dtype == torch.bfloat16}
 
@@ -246,14 +254,14 @@ def hf_precision(device=None, # as for `amp_choice`: a card's name ('T4'), a tor
 def batch_plan(effective:int, # the effective batch wanted: per-device batch x accumulation steps
                fits:int, # the largest per-device batch that fits
               )->dict:
-    "The per-device batch (at most `fits`) and accumulation steps whose product is exactly `effective`."
+    "The per-device batch (at most `fits`) and accumulation steps that multiply to `effective`."
     effective, fits = check_int('effective', effective, 1), check_int('fits', fits, 1)
     steps = next(a for a in range(-(-effective // fits), effective + 1) if effective % a == 0)
     return {'per_device_train_batch_size': effective // steps, 'gradient_accumulation_steps': steps}
 
-# %% ../nbs/06b_callbacks.ipynb #c8e687d3
+# %% ../nbs/06b_callbacks.ipynb #42995052
 def _hf_probe(model, dataset, collate_fn, choice:AmpChoice)->Callable:
-    "`probe(batch_size)`: one forward and backward pass of `model` on the first samples of `dataset`."
+    "`probe(batch_size)`: one forward and backward pass of `model` on samples of `dataset`."
     if collate_fn is None: collate_fn = _need('transformers', 'hf_settings').default_data_collator
     dev = next(model.parameters()).device
     def probe(bs):
@@ -267,25 +275,27 @@ def _hf_probe(model, dataset, collate_fn, choice:AmpChoice)->Callable:
 # %% ../nbs/06b_callbacks.ipynb #81d2d7ce
 def hf_settings(effective_batch:int|None=None, # the effective batch; None: precision only
                 model=None, dataset=None, # what the default probe trains on
-                collate_fn:Callable|None=None, # makes a batch of samples; default transformers' collator
-                probe:Callable|None=None, # `probe(batch_size)` runs one training step; default on `model`
+                collate_fn:Callable|None=None, # makes a batch; default transformers' collator
+                probe:Callable|None=None, # `probe(batch_size)` runs one training step
                 device=None, # the card, as for `amp_choice`; None: the one here
                 max_size:int=1024, # never try a larger per-device batch
                )->dict:
-    "`TrainingArguments` settings for the card: precision, and the largest batch that keeps the effective one."
+    "`TrainingArguments` settings: the card's precision; the largest batch, effective batch kept."
     out = hf_precision(device)
     if effective_batch is None: return out
     effective_batch = check_int('effective_batch', effective_batch, 1)
     if probe is None:
         if model is None or dataset is None:
-            raise CallbackError('hf_settings needs model= and dataset= (or probe=) to find the batch that fits.')
+            raise CallbackError('hf_settings needs model= and dataset= (or probe=) to find the '
+                                'batch that fits.')
         probe = _hf_probe(model, dataset, collate_fn, _card(device))
-    fits = find_batch_size(probe, start=1, max_size=min(effective_batch, check_int('max_size', max_size, 1)))
+    max_size = min(effective_batch, check_int('max_size', max_size, 1))
+    fits = find_batch_size(probe, start=1, max_size=max_size)
     return {**out, **batch_plan(effective_batch, fits.batch_size)}
 
-# %% ../nbs/06b_callbacks.ipynb #03ed7f42
+# %% ../nbs/06b_callbacks.ipynb #9f4494a7
 class ResumableLoader:
-    "A training loader Lightning can resume mid-epoch: the same order, the next batch, the same random state."
+    "A loader Lightning can resume mid-epoch: same order, the next batch, the same random state."
     def __init__(self, loader, # a `DataLoader`, or any iterable with a length
                  done:Callable, # `done()`: the batches of this epoch already trained
                 ):
@@ -295,14 +305,15 @@ class ResumableLoader:
     def __getattr__(self, k):  # the loader's `sampler`, `batch_size`..., for Lightning's checks
         if k == 'loader': raise AttributeError(k)
         return getattr(self.loader, k)
-    def state_dict(self)->dict: return {'batches': self._done(), 'epoch_rng': self._epoch_rng, 'rng': rng_state()}
+    def state_dict(self)->dict:
+        return {'batches': self._done(), 'epoch_rng': self._epoch_rng, 'rng': rng_state()}
     def load_state_dict(self, sd:dict): self._resume = sd
 
-# %% ../nbs/06b_callbacks.ipynb #d6db8750
+# %% ../nbs/06b_callbacks.ipynb #ea394bc1
 @patch
 def __iter__(self:ResumableLoader):
     r, self._resume = self._resume, None
-    skip = r['batches'] if r and r['batches'] < len(self.loader) else 0  # a finished epoch: the next starts
+    skip = r['batches'] if r and r['batches'] < len(self.loader) else 0  # 0: the next epoch starts
     if r: set_rng_state(r['epoch_rng'] if skip else r['rng'])
     self._epoch_rng = rng_state()
     it = iter(self.loader)
@@ -313,16 +324,16 @@ def __iter__(self:ResumableLoader):
     yield first
     yield from it
 
-# %% ../nbs/06b_callbacks.ipynb #c73d90c9
+# %% ../nbs/06b_callbacks.ipynb #43807a9e
 class LightningCallback(_Saver, _Lazy):
-    "A `lightning.pytorch.Callback`: verified checkpoints on a schedule and before Colab's cut, resume, GPU figures."
+    "A `lightning.pytorch.Callback`: verified checkpoints, resume, session clock, GPU figures."
     _pkg, _module, _base = 'lightning', 'lightning.pytorch', 'Callback'
     def __init__(self, run, # a run name (on Drive in Colab), a folder, or a `CheckpointManager`
                  every_steps:int|None=None, # save every N optimizer steps
                  every_minutes:float|None=10, # save when this long has passed since the last save
-                 session:SessionClock|None|bool=None, # Colab's cuts; default `SessionClock()` in Colab only
-                 monitor:GPUMonitor|None|bool=None, # figures for the logger; default one where there is a GPU
-                 clock:Callable=time.monotonic): # seconds, for `every_minutes`; replaceable in tests
+                 session:SessionClock|None|bool=None, # default `SessionClock()` in Colab
+                 monitor:GPUMonitor|None|bool=None, # for the logger; default one with a GPU
+                 clock:Callable=time.monotonic): # seconds, for `every_minutes`; for tests
         super().__init__()
         self._setup(run, every_steps, every_minutes, session, monitor, clock)
         self._done, self._saved_at = 0, None
@@ -332,15 +343,15 @@ class LightningCallback(_Saver, _Lazy):
         "Lightning's `precision=` for the card here (see `lightning_precision`)."
         return lightning_precision()
 
-# %% ../nbs/06b_callbacks.ipynb #37d8cfd2
+# %% ../nbs/06b_callbacks.ipynb #c9b60a00
 @patch
 def loader(self:LightningCallback, dl)->ResumableLoader:
-    "`dl` made resumable in the middle of an epoch: `trainer.fit(model, cb.loader(train_loader), ...)`."
+    "`dl` made resumable mid-epoch: `trainer.fit(model, cb.loader(train_loader), ...)`."
     return ResumableLoader(dl, lambda: self._done)
 
 @patch
 def ckpt_path(self:LightningCallback)->str|None:
-    "`trainer.fit(..., ckpt_path=cb.ckpt_path())`: the newest checkpoint that verifies, as a local file."
+    "`trainer.fit(..., ckpt_path=cb.ckpt_path())`: the newest good checkpoint, as a local file."
     folder = self._restore('lightning')
     return None if folder is None else str(folder/'lightning.ckpt')
 
@@ -381,11 +392,12 @@ def state_dict(self:LightningCallback)->dict: return {'rng': rng_state()}
 @patch
 def load_state_dict(self:LightningCallback, state_dict:dict): set_rng_state(state_dict['rng'])
 
-# %% ../nbs/06b_callbacks.ipynb #1d90a27b
+# %% ../nbs/06b_callbacks.ipynb #db3f74ed
 def lightning_precision(device=None, # as for `amp_choice`; None: the card here
                        )->str:
-    "Lightning's `precision=`: '16-mixed' on a T4 and older, 'bf16-mixed' where native, '32-true' on the CPU."
-    return {torch.float16: '16-mixed', torch.bfloat16: 'bf16-mixed', torch.float32: '32-true'}[_card(device).dtype]
+    "Lightning's `precision=`: '16-mixed' on a T4, 'bf16-mixed' where native, '32-true' on the CPU."
+    names = {torch.float16: '16-mixed', torch.bfloat16: 'bf16-mixed', torch.float32: '32-true'}
+    return names[_card(device).dtype]
 
 # %% ../nbs/06b_callbacks.ipynb #fc154ec4
 def needs_package(pkg:str, # the package, as pip and `import` name it
@@ -396,13 +408,13 @@ def needs_package(pkg:str, # the package, as pip and `import` name it
     print(f'Skipped on this runtime ({pkg} is not installed: `pip install {pkg}`): {what}.')
     return False
 
-# %% ../nbs/06b_callbacks.ipynb #cf84066d
+# %% ../nbs/06b_callbacks.ipynb #540c1836
 def _arrays(variables)->list:
-    "Keras variables as [dtype, shape, uint8 tensor of the bytes], which `weights_only` loading reads."
+    "Keras variables as [dtype, shape, uint8 tensor of the bytes], for `weights_only` loading."
     out = []
     for v in variables:
         a = np.array(v.numpy(), order='C')
-        out.append([a.dtype.str, list(a.shape), torch.from_numpy(a.reshape(-1).view(np.uint8).copy())])
+        out.append([a.dtype.str, list(a.shape), torch.from_numpy(a.reshape(-1).view(np.uint8))])
     return out
 
 # %% ../nbs/06b_callbacks.ipynb #63e9d09f
@@ -410,28 +422,30 @@ def _assign(variables, saved:list, what:str):
     "Put `_arrays`' values back into `variables`, after checking that they match one for one."
     variables = list(variables)
     if len(variables) != len(saved) or any(list(v.shape) != s[1] for v, s in zip(variables, saved)):
-        raise CallbackError(f'The checkpoint holds {len(saved)} {what} variables unlike the {len(variables)} '
-                            'here: resume with the model and optimizer it was saved from.')
-    for v, (dtype, shape, t) in zip(variables, saved): v.assign(t.numpy().view(np.dtype(dtype)).reshape(shape))
+        raise CallbackError(f'The checkpoint holds {len(saved)} {what} variables unlike the '
+                            f'{len(variables)} here: resume with the model and optimizer it was '
+                            'saved from.')
+    for v, (dtype, shape, t) in zip(variables, saved):
+        v.assign(t.numpy().view(np.dtype(dtype)).reshape(shape))
 
-# %% ../nbs/06b_callbacks.ipynb #b131b7ca
+# %% ../nbs/06b_callbacks.ipynb #9e9fd6f1
 class KerasCallback(_Saver, _Lazy):
-    "A `keras.callbacks.Callback`: verified checkpoints each epoch and before Colab's cut, resume, GPU figures."
+    "A `keras.callbacks.Callback`: verified checkpoints, resume, session clock, GPU figures."
     _pkg, _module, _base = 'tensorflow', 'keras.callbacks', 'Callback'
     def __init__(self, run, # a run name (on Drive in Colab), a folder, or a `CheckpointManager`
                  every_epochs:int=1, # save at the end of every N epochs
-                 every_minutes:float|None=None, # also save at the first epoch end this long after the last save
-                 session:SessionClock|None|bool=None, # Colab's cuts; default `SessionClock()` in Colab only
-                 monitor:GPUMonitor|None|bool=None, # figures for the epoch logs; default one where there is a GPU
-                 clock:Callable=time.monotonic): # seconds, for `every_minutes`; replaceable in tests
+                 every_minutes:float|None=None, # also save at an epoch end this long after the last
+                 session:SessionClock|None|bool=None, # default `SessionClock()` in Colab
+                 monitor:GPUMonitor|None|bool=None, # for the epoch logs; default one with a GPU
+                 clock:Callable=time.monotonic): # seconds, for `every_minutes`; for tests
         super().__init__()
         self._setup(run, every_epochs, every_minutes, session, monitor, clock)
         self._resume, self._cut = None, False
 
-# %% ../nbs/06b_callbacks.ipynb #93e6ba98
+# %% ../nbs/06b_callbacks.ipynb #661af078
 @patch
 def fit_kwargs(self:KerasCallback)->dict:
-    "`model.fit(..., **cb.fit_kwargs())`: `initial_epoch` of the newest checkpoint that verifies (0 if none)."
+    "`model.fit(..., **cb.fit_kwargs())`: `initial_epoch` of the newest good checkpoint, or 0."
     self._resume = self._newest('keras')
     return {'initial_epoch': 0 if self._resume is None else self.resumed_from}
 
@@ -464,12 +478,13 @@ def on_epoch_end(self:KerasCallback, epoch, logs=None):
 @patch
 def on_train_end(self:KerasCallback, logs=None): self._end()
 
-# %% ../nbs/06b_callbacks.ipynb #72e11bbc
-_POLICIES = {torch.float16: 'mixed_float16', torch.bfloat16: 'mixed_bfloat16', torch.float32: 'float32'}
+# %% ../nbs/06b_callbacks.ipynb #bd7b0288
+_POLICIES = {torch.float16: 'mixed_float16', torch.bfloat16: 'mixed_bfloat16',
+             torch.float32: 'float32'}
 
-def keras_policy(device=None, # a card's name ('T4') or a device, as for `amp_choice`; None: what TensorFlow sees
+def keras_policy(device=None, # a card's name ('T4') or a device; None: the card TensorFlow sees
                 )->str:
-    "Keras' mixed-precision policy for the card: 'mixed_float16' on a T4, 'mixed_bfloat16' where native."
+    "Keras' mixed-precision policy: 'mixed_float16' on a T4, 'mixed_bfloat16' where native."
     if device is not None: return _POLICIES[_card(device).dtype]
     if not _need('tensorflow', 'keras_policy').config.list_physical_devices('GPU'): return 'float32'
     with keras_amp() as k: return k.policy

@@ -15,11 +15,11 @@ from fastcore.basics import patch
 
 from .allocation import ColabT4Error, runtime
 from .amp import AmpChoice, amp_choice, keras_amp
-from .checkpoint_format import check_flag, check_int, check_num, check_path
+from .checkpoint_format import check_int, check_num, check_path
 from .memory import find_batch_size
 from .monitoring import FIELDS, GPUMonitor
-from .persistence import (CheckpointManager, SessionClock, drive_checkpoints, rng_state,
-                                     set_rng_state)
+from .persistence import CheckpointManager, SessionClock, drive_checkpoints
+from .persistence import rng_state, set_rng_state
 
 # %% auto #0
 __all__ = ['HFCallback', 'hf_precision', 'batch_plan', 'hf_settings', 'ResumableLoader', 'LightningCallback',
@@ -41,12 +41,17 @@ def _manager(run)->CheckpointManager:
     _CKPTS[key] = ckpt
     return ckpt
 
-# %% ../nbs/06b_callbacks.ipynb #a9221f6c
+# %% ../nbs/06b_callbacks.ipynb #743350a8
+def _bytes_tensor(b:bytes)->torch.Tensor:
+    "`b` as a uint8 tensor, sharing the bytes' memory rather than copying them one by one."
+    if not b: return torch.zeros(0, dtype=torch.uint8)
+    return torch.frombuffer(bytearray(b), dtype=torch.uint8)
+
+# %% ../nbs/06b_callbacks.ipynb #50be9a52
 def _pack(folder:Path)->dict:
     "Every file under `folder`, by relative path, as a uint8 tensor of its bytes."
-    files = sorted(p for p in folder.rglob('*') if p.is_file())
-    return {p.relative_to(folder).as_posix(): torch.tensor(bytearray(p.read_bytes()),
-                                                            dtype=torch.uint8) for p in files}
+    return {p.relative_to(folder).as_posix(): _bytes_tensor(p.read_bytes())
+            for p in sorted(folder.rglob('*')) if p.is_file()}
 
 # %% ../nbs/06b_callbacks.ipynb #797de1aa
 def _unpack(files:dict, dest:Path)->Path:

@@ -169,15 +169,17 @@ def lit_run(run, crash_at=None, every=4, logger=False):
                 ckpt_path=cb.ckpt_path())
     return cb, {k: v.clone() for k, v in model.state_dict().items()}
 
+@pytest.fixture(scope='module')
+def lit_ref(tmp_path_factory): return lit_run(tmp_path_factory.mktemp('lit')/'ref')[1]
+
 @pytest.mark.parametrize('every, crash_at, resumed', [(4, 7, 4), (4, 11, 8), (5, 12, 10)])
-def test_lightning_resume_is_bit_identical(tmp_path, every, crash_at, resumed):
-    ref = lit_run(tmp_path/'ref', every=every)[1]
+def test_lightning_resume_is_bit_identical(tmp_path, lit_ref, every, crash_at, resumed):
     with pytest.raises(RuntimeError, match='runtime disconnected'): lit_run(tmp_path/'run', crash_at, every)
     with warnings.catch_warnings():
         warnings.simplefilter('error', UserWarning)  # no "dataloader is not resumable" warning
         warnings.filterwarnings('ignore', message='.*(num_workers|LeafSpec|weights_only).*')
         cb, w = lit_run(tmp_path/'run', every=every)
-    assert cb.resumed_from == resumed and same(w, ref)
+    assert cb.resumed_from == resumed and same(w, lit_ref)  # the save schedule does not change training
 
 def test_lightning_gpu_figures_reach_the_logger(tmp_path):
     "Every `log_every_n_steps` steps the monitor's figures go to the trainer's logger."
@@ -210,13 +212,16 @@ def keras_run(run, crash_at=None, shuffle=True):
     model.fit(x, y, batch_size=8, epochs=4, verbose=0, shuffle=shuffle, callbacks=[cb, Cut()], **cb.fit_kwargs())
     return cb, model.get_weights()
 
-@pytest.mark.parametrize('crash_at, resumed', [(7, 1), (17, 3)])
-def test_keras_resume_is_bit_identical(tmp_path, crash_at, resumed):
+@pytest.fixture(scope='module')
+def keras_ref(tmp_path_factory):
     pytest.importorskip('tensorflow')
-    ref = keras_run(tmp_path/'ref')[1]
+    return keras_run(tmp_path_factory.mktemp('keras')/'ref')[1]
+
+@pytest.mark.parametrize('crash_at, resumed', [(7, 1), (17, 3)])
+def test_keras_resume_is_bit_identical(tmp_path, keras_ref, crash_at, resumed):
     with pytest.raises(RuntimeError, match='runtime disconnected'): keras_run(tmp_path/'run', crash_at)
     cb, w = keras_run(tmp_path/'run')
-    assert cb.resumed_from == resumed and all(np.array_equal(a, b) for a, b in zip(w, ref))
+    assert cb.resumed_from == resumed and all(np.array_equal(a, b) for a, b in zip(w, keras_ref))
     assert [c.step for c in cb.ckpt.local.checkpoints()] == [4, 3, 2]
 
 # ---------------------------------------------------------------- without the frameworks

@@ -147,12 +147,16 @@ class _Saver:
         return (f'{type(self).__name__}({self.ckpt!r}, saves={self.saves}, '
                 f'resumed_from={self.resumed_from})')
 
-# %% ../nbs/06b_callbacks.ipynb #a320ef11
+# %% ../nbs/06b_callbacks.ipynb #fb8f5141
+_SAMPLING = weakref.WeakSet()  # the monitors callbacks started
+
 @patch
 def _start(self:_Saver):
-    "Training starts: the minutes count from now; our monitor samples."
+    "Training starts: minutes count from now; our monitor samples (one a crashed run left stops)."
     self.schedule.last = self.schedule.clock()
-    if self._own_monitor and not self.monitor.running: self.monitor.start()
+    if self._own_monitor and not self.monitor.running:
+        for m in list(_SAMPLING): m.stop()
+        self.monitor.start(); _SAMPLING.add(self.monitor)
 
 @patch
 def _end(self:_Saver):

@@ -198,7 +198,10 @@ def test_lightning_gpu_figures_reach_the_logger(tmp_path):
 
 # ---------------------------------------------------------------- Keras
 def keras_run(run, crash_at=None, shuffle=True):
-    keras = pytest.importorskip('keras')
+    tf = pytest.importorskip('tensorflow')
+    try: tf.config.set_visible_devices([], 'GPU')  # on the CPU, where TensorFlow's kernels are deterministic
+    except RuntimeError: pass  # TensorFlow has started: the first call chose
+    import keras
     class Cut(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
             if int(self.model.optimizer.iterations.numpy()) == crash_at: raise RuntimeError('runtime disconnected')

@@ -144,7 +144,7 @@ def test_bad_settings_are_named(tmp_path, kw, msg):
     with pytest.raises(TypeError, match='run must be a run name'): C.HFCallback(42)
 
 # ---------------------------------------------------------------- Lightning
-def lit_run(run, crash_at=None, every=4, logger=False):
+def lit_run(run, crash_at=None, every=4, logger=False, cb_kw=None, extra=()):
     pl = pytest.importorskip('lightning.pytorch')
     class Small(pl.LightningModule):
         def __init__(self):
@@ -161,8 +161,8 @@ def lit_run(run, crash_at=None, every=4, logger=False):
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(0)
     data = torch.utils.data.TensorDataset(torch.randn(40, 8, generator=g), torch.randn(40, 1, generator=g))
-    model, cb = Small(), C.LightningCallback(run, every_steps=every)
-    trainer = pl.Trainer(max_epochs=3, callbacks=[cb, Gone()], logger=logger, enable_checkpointing=False,
+    model, cb = Small(), C.LightningCallback(run, **{'every_steps': every, **(cb_kw or {})})
+    trainer = pl.Trainer(max_epochs=3, callbacks=[*extra, cb, Gone()], logger=logger, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False, accelerator='cpu',
                          log_every_n_steps=5)
     trainer.fit(model, cb.loader(torch.utils.data.DataLoader(data, batch_size=8, shuffle=True)),
@@ -181,6 +181,26 @@ def test_lightning_resume_is_bit_identical(tmp_path, lit_ref, every, crash_at, r
         cb, w = lit_run(tmp_path/'run', every=every)
     assert cb.resumed_from == resumed and same(w, lit_ref)  # the save schedule does not change training
 
+def session(now):
+    return SessionClock(session_h=1.5, idle_min=None, clock=lambda: now[0])
+
+def test_lightning_session_end_saves_stops_and_resumes(tmp_path, lit_ref):
+    "Ten-minute steps, a 1.5 h session: the run stops and saves at step 9, in its second epoch."
+    pl = pytest.importorskip('lightning.pytorch')
+    class Tick(pl.Callback):
+        def __init__(self, now): self.now = now
+        def on_train_batch_end(self, *a): self.now[0] += 600
+    def run():
+        now = [0.0]
+        with warnings.catch_warnings():
+            warnings.simplefilter('ignore', SessionEnding)
+            return lit_run(tmp_path/'run', every=None, cb_kw=dict(session=session(now), every_minutes=None),
+                           extra=[Tick(now)])
+    first = run()[0]
+    assert first.stopped == 'session limit' and [c.step for c in first.ckpt.local.checkpoints()] == [9]
+    second, w = run()
+    assert second.resumed_from == 9 and second.stopped is None and same(w, lit_ref)
+
 def test_lightning_gpu_figures_reach_the_logger(tmp_path):
     "Every `log_every_n_steps` steps the monitor's figures go to the trainer's logger."
     seen = []
@@ -197,7 +217,7 @@ def test_lightning_gpu_figures_reach_the_logger(tmp_path):
     assert [(s, m['gpu0_util_gpu']) for s, m in seen] == [(5, 100.0), (10, 100.0)]
 
 # ---------------------------------------------------------------- Keras
-def keras_run(run, crash_at=None, shuffle=True):
+def keras_run(run, crash_at=None, shuffle=True, cb_kw=None, extra=()):
     tf = pytest.importorskip('tensorflow')
     try: tf.config.set_visible_devices([], 'GPU')  # on the CPU, where TensorFlow's kernels are deterministic
     except RuntimeError: pass  # TensorFlow has started: the first call chose
@@ -211,8 +231,9 @@ def keras_run(run, crash_at=None, shuffle=True):
     model.compile(keras.optimizers.Adam(keras.optimizers.schedules.ExponentialDecay(1e-2, 5, 0.5)), 'mse')
     g = np.random.default_rng(0)
     x, y = g.normal(size=(40, 8)).astype('float32'), g.normal(size=(40, 1)).astype('float32')
-    cb = C.KerasCallback(run)
-    model.fit(x, y, batch_size=8, epochs=4, verbose=0, shuffle=shuffle, callbacks=[cb, Cut()], **cb.fit_kwargs())
+    cb = C.KerasCallback(run, **(cb_kw or {}))
+    model.fit(x, y, batch_size=8, epochs=4, verbose=0, shuffle=shuffle, callbacks=[*extra, cb, Cut()],
+              **cb.fit_kwargs())
     return cb, model.get_weights()
 
 @pytest.fixture(scope='module')
@@ -226,6 +247,22 @@ def test_keras_resume_is_bit_identical(tmp_path, keras_ref, crash_at, resumed):
     cb, w = keras_run(tmp_path/'run')
     assert cb.resumed_from == resumed and all(np.array_equal(a, b) for a, b in zip(w, keras_ref))
     assert [c.step for c in cb.ckpt.local.checkpoints()] == [4, 3, 2]
+
+def test_keras_session_end_stops_and_resumes_from_the_last_epoch_end(tmp_path, keras_ref):
+    "Ten-minute batches, a 1.5 h session: training stops in its second epoch, which is not saved."
+    keras = pytest.importorskip('keras')
+    class Tick(keras.callbacks.Callback):
+        def __init__(self, now): super().__init__(); self.now = now
+        def on_train_batch_end(self, batch, logs=None): self.now[0] += 600
+    def run():
+        now = [0.0]
+        with warnings.catch_warnings():
+            warnings.simplefilter('ignore', SessionEnding)
+            return keras_run(tmp_path/'run', cb_kw=dict(session=session(now)), extra=[Tick(now)])
+    first = run()[0]
+    assert first.stopped == 'session limit' and [c.step for c in first.ckpt.local.checkpoints()] == [1]
+    second, w = keras_run(tmp_path/'run')  # a new session
+    assert second.resumed_from == 1 and all(np.array_equal(a, b) for a, b in zip(w, keras_ref))
 
 # ---------------------------------------------------------------- without the frameworks
 def test_module_imports_without_the_frameworks():

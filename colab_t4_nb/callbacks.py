@@ -13,9 +13,9 @@ import numpy as np
 import torch
 from fastcore.basics import patch
 
-from .allocation import ColabT4Error, runtime
+from .allocation import runtime
 from .amp import AmpChoice, amp_choice, keras_amp
-from .checkpoint_format import check_int, check_num, check_path
+from .core import ColabT4Error, check_flag, check_int, check_num, check_path
 from .memory import find_batch_size
 from .monitoring import FIELDS, GPUMonitor
 from .persistence import CheckpointManager, SessionClock, drive_checkpoints
@@ -23,7 +23,7 @@ from .persistence import rng_state, set_rng_state
 
 # %% auto #0
 __all__ = ['HFCallback', 'hf_precision', 'batch_plan', 'hf_settings', 'ResumableLoader', 'LightningCallback',
-           'lightning_precision', 'needs_package', 'KerasCallback', 'keras_policy', 'CallbackError', 'MissingFramework']
+           'lightning_precision', 'KerasCallback', 'keras_policy', 'CallbackError', 'MissingFramework']
 
 # %% ../nbs/06b_callbacks.ipynb #3d7f14bc
 _CKPTS = weakref.WeakValueDictionary()  # folder -> the manager a callback of this process made
@@ -295,8 +295,8 @@ def hf_settings(effective_batch:int|None=None, # the effective batch; None: prec
     effective_batch = check_int('effective_batch', effective_batch, 1)
     if probe is None:
         if model is None or dataset is None:
-            raise CallbackError('hf_settings needs model= and dataset= (or probe=) to find the '
-                                'batch that fits.')
+            raise CallbackError(f'hf_settings(effective_batch={effective_batch}) needs model= and '
+                                'dataset= (or probe=) to find the batch that fits.')
         probe = _hf_probe(model, dataset, collate_fn, _card(device))
     max_size = min(effective_batch, check_int('max_size', max_size, 1))
     fits = find_batch_size(probe, start=1, max_size=max_size)
@@ -408,15 +408,6 @@ def lightning_precision(device=None, # as for `amp_choice`; None: the card here
     names = {torch.float16: '16-mixed', torch.bfloat16: 'bf16-mixed', torch.float32: '32-true'}
     return names[_card(device).dtype]
 
-# %% ../nbs/06b_callbacks.ipynb #fc154ec4
-def needs_package(pkg:str, # the package, as pip and `import` name it
-                  what:str, # what the cell would show
-                 )->bool:
-    "True when `pkg` is installed; otherwise print one line saying `what` was skipped."
-    if find_spec(pkg) is not None: return True
-    print(f'Skipped on this runtime ({pkg} is not installed: `pip install {pkg}`): {what}.')
-    return False
-
 # %% ../nbs/06b_callbacks.ipynb #540c1836
 def _arrays(variables)->list:
     "Keras variables as [dtype, shape, uint8 tensor of the bytes], for `weights_only` loading."
@@ -448,6 +439,7 @@ class KerasCallback(_Saver, _Lazy):
                  monitor:GPUMonitor|None|bool=None, # for the epoch logs; default one with a GPU
                  clock:Callable=time.monotonic): # seconds, for `every_minutes`; for tests
         super().__init__()
+        every_epochs = check_int('every_epochs', every_epochs, 1, hi=10**6)
         self._setup(run, every_epochs, every_minutes, session, monitor, clock)
         self._resume, self._cut = None, False
 

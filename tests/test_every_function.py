@@ -81,7 +81,8 @@ def _examples(tmp:Path)->dict:
     ex.update()
 
     # -- acceptance, results, persistence, checkpoint_format, monitoring, ledger, cli: examples
-    ex.update()
+    from colab_t4_nb.ledger import UsageLedger
+    ex.update(ledger=lambda: UsageLedger(tmp/'ledger.jsonl'))
 
     # -- callbacks: examples
     ex.update()

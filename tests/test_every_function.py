@@ -81,8 +81,16 @@ def _examples(tmp:Path)->dict:
     ex.update()
 
     # -- acceptance, results, persistence, checkpoint_format, monitoring, ledger, cli: examples
+    import errno, itertools
     from colab_t4_nb.ledger import UsageLedger
-    ex.update(ledger=lambda: UsageLedger(tmp/'ledger.jsonl'))
+    from colab_t4_nb import checkpoint_format as CF, persistence as P
+    runs = itertools.count()
+    def written():
+        (tmp/'written').mkdir(exist_ok=True)
+        return CF.write_checkpoint(tmp/'written'/'ckpt-000000001.pt', {'step': 1}, step=1, seq=1)
+    ex.update(ledger=lambda: UsageLedger(tmp/'ledger.jsonl'), c=written, checksum=lambda: 'crc32:00000000',
+              e=Alt((ex['e'], lambda: OSError(errno.ENOSPC, 'No space left on device'))), extras=lambda: {},
+              ckpt=lambda: P.CheckpointManager(tmp/f'ckpt{next(runs)}'))
 
     # -- callbacks: examples
     ex.update()

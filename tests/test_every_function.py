@@ -91,6 +91,10 @@ def _examples(tmp:Path)->dict:
     ex.update(ledger=lambda: UsageLedger(tmp/'ledger.jsonl'), c=written, checksum=lambda: 'crc32:00000000',
               e=Alt((ex['e'], lambda: OSError(errno.ENOSPC, 'No space left on device'))), extras=lambda: {},
               ckpt=lambda: P.CheckpointManager(tmp/f'ckpt{next(runs)}'))
+    from colab_t4_nb import monitoring as M, testing as TS
+    sample = (1.7e9, 0, 50.0, 10.0, 1000.0, 15360.0, 60.0, 70.0, 70.0, 1590.0, 5000.0, 4, math.nan, math.nan)
+    ex.update(nvml=lambda: TS.FakeNVML([TS.t4_reading()]), df=lambda: M.samples_df([sample], {0: 'Tesla T4'}),
+              names=Alt((ex['names'], lambda: {0: 'Tesla T4'})))
 
     # -- callbacks: examples
     ex.update()

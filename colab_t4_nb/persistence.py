@@ -21,7 +21,7 @@ from .allocation import COLAB_DRIVE, ColabT4Error, atomic_write, oom_kind, runti
 from .checkpoint_format import *
 from .checkpoint_format import _ALGOS
 from .core import (check_callable, check_choice, check_flag, check_int, check_num, check_path,
-                              check_stateful, check_str, check_type)
+                              check_seq, check_stateful, check_str, check_type)
 
 # %% auto #0
 __all__ = ['OWNER_STALE_S', 'DEFAULT_EVERY_MINUTES', 'rng_state', 'set_rng_state', 'training_state', 'CheckpointDir',
@@ -493,8 +493,9 @@ class CheckpointManager:
                  name:str|None=None, # subfolder of the default folder; default a new one for each run
                  take_over:bool=False, # take the folders from another run that may still hold them
                 ):
+        name = check_str('name', name, none=True)
         if name is None: name = _run_name()
-        if not isinstance(name, str) or not name.strip() or name in ('.', '..') or set(name) & {'/', '\\', '\0'}:
+        if name in ('.', '..') or set(name) & {'/', '\\'}:
             raise ValueError(f'name must be a folder name (no slashes), such as "run", got {name!r}.')
         path, mirror = check_path('path', path, none=True), check_path('mirror', mirror, none=True)
         self.local = CheckpointDir(state_dir()/'checkpoints'/name if path is None else path, keep, checksum,
@@ -657,9 +658,8 @@ def load(self:CheckpointManager, model=None, optimizer=None, scaler=None, schedu
     objs = dict(model=model, optimizer=optimizer, scaler=scaler, scheduler=scheduler)
     for k, o in objs.items(): check_stateful(k, o)
     for k, v in dict(strict=strict, restore_rng=restore_rng, weights_only=weights_only).items(): check_flag(k, v)
-    if not (checkpoint is None or isinstance(checkpoint, (Checkpoint, str, os.PathLike))):
-        raise TypeError(f'checkpoint must be a Checkpoint, a path or None, got {checkpoint!r} '
-                        f'({type(checkpoint).__name__}).')
+    kinds = (Checkpoint, str, os.PathLike)
+    check_type('checkpoint', checkpoint, kinds, 'a Checkpoint or a path', none=True)
     self._settle()
     c = self._pick(checkpoint)
     try: st = torch.load(c.path, map_location='cpu', weights_only=weights_only)
@@ -821,7 +821,7 @@ def drive_checkpoints(name:str|None=None, # the run's folder name; default a new
                      )->CheckpointManager:
     "A `CheckpointManager` that in Colab keeps a verified copy of each checkpoint on Google Drive (mounted if needed)."
     mountpoint, local = check_path('mountpoint', mountpoint), check_path('local', local, none=True)
-    if not isinstance(folder, str) or not folder.strip('/') or '\0' in folder or '..' in Path(folder).parts:
+    if not check_str('folder', folder).strip('/') or '..' in Path(folder).parts:
         raise ValueError('folder must be a folder path under MyDrive such as "colab_t4_nb/checkpoints", got '
                          f'{folder!r}.')
     new, name = name is None, _run_name() if name is None else name
@@ -867,11 +867,9 @@ class SessionClock:
                 ):
         session_h, margin_min = check_num('session_h', session_h), check_num('margin_min', margin_min, eq=True)
         idle_min, used_min = check_num('idle_min', idle_min, none=True), check_num('used_min', used_min, eq=True)
-        if not isinstance(warn_min, (tuple, list)):
-            raise TypeError(f'warn_min must be a tuple of minutes such as (60, 30, 10), got {warn_min!r}.')
-        warn_min = tuple(check_num('warn_min', w, eq=True) for w in warn_min)
-        if not callable(clock):
-            raise TypeError(f'clock must be a function returning seconds, such as time.monotonic, got {clock!r}.')
+        minutes = lambda n, w: check_num(n, w, eq=True)
+        warn_min = tuple(check_seq('warn_min', warn_min, minutes, lo=0))
+        clock = check_callable('clock', clock)
         store_attr()
         now = clock()
         if isinstance(now, bool) or not isinstance(now, numbers.Real):
@@ -1035,13 +1033,9 @@ def _check_cmd(cmd)->list[str]:
     if isinstance(cmd, (str, bytes)):
         raise TypeError(f'cmd must be a list such as [sys.executable, "train.py"], got the string {cmd!r}: split it '
                         'with shlex.split.')
-    if not isinstance(cmd, (list, tuple)) or not cmd or not all(isinstance(c, (str, os.PathLike)) for c in cmd):
-        raise TypeError('cmd must be a non-empty list of strings and paths such as [sys.executable, "train.py"], '
-                        f'got {cmd!r}.')
-    cmd = [os.fspath(c) for c in cmd]
-    if not all(isinstance(c, str) and c and '\0' not in c for c in cmd):
-        raise ValueError(f'cmd must hold non-empty strings without NUL characters, got {cmd!r}.')
-    return cmd
+    path = lambda n, c: os.fspath(check_type(n, c, (str, os.PathLike), 'a string or path'))
+    arg = lambda n, c: check_str(n, path(n, c), empty=True)
+    return check_seq('cmd', cmd, arg)
 
 # %% ../nbs/05_persistence.ipynb #29859784
 def _child_env(env:dict|None, attempt:int)->dict:
@@ -1064,8 +1058,9 @@ def run_with_restarts(cmd:list, # the command, e.g. [sys.executable, 'train.py']
     echo = check_flag('echo', echo)
     cwd = check_path('cwd', cwd, none=True)
     if cwd is not None and not cwd.is_dir(): raise ValueError(f'cwd must be an existing folder, got {str(cwd)!r}.')
-    if env is not None and not (isinstance(env, Mapping) and all(isinstance(x, str) for kv in env.items() for x in kv)):
-        raise TypeError(f'env must be a dict of str to str (like os.environ) or None, got {type(env).__name__}.')
+    check_type('env', env, Mapping, 'a dict of str to str (like os.environ)', none=True)
+    for k, v in (env or {}).items():
+        check_type('env key', k, str); check_type(f'env[{k!r}]', v, str)
     attempts = []
     while True:
         t0, lines = time.monotonic(), deque(maxlen=tail)

@@ -453,7 +453,7 @@ def test_run_resumable_saves_before_the_session_cut(tmp_path):
     (lambda d: P.CheckpointManager(d, checksum='crc64'), "got checksum='crc64'"),
     (lambda d: P.CheckpointManager(name='a/b'), "name must be a folder name (no slashes), such as \"run\", got 'a/b'"),
     (lambda d: P.SessionClock(session_h=0), 'session_h must be a number > 0, got session_h=0'),
-    (lambda d: P.SessionClock(warn_min=30), 'warn_min must be a tuple of minutes such as (60, 30, 10), got 30'),
+    (lambda d: P.SessionClock(warn_min=30), 'warn_min must be a list of at least 0 items, got warn_min=30'),
     (lambda d: P.run_with_restarts('python x.py'), 'cmd must be a list such as'),
     (lambda d: P.run_with_restarts([sys.executable], max_restarts=-1), 'got max_restarts=-1'),
 ])

@@ -18,6 +18,7 @@ from fastcore.basics import patch
 from tqdm.auto import tqdm
 
 from .allocation import ColabT4Error
+from .core import check_choice, check_int, check_path, check_seq
 from .amp import _bench_out, bench_encoder
 from .memory import cap_memory, find_batch_size, free_memory, synthetic_step, try_batch
 from .models import UNet, resnet50
@@ -45,7 +46,7 @@ def target(what:str, # the figure, in words
            bound, # the value it is held to
           )->dict:
     "One target row: `measured op bound`, and whether it holds (a NaN never does)."
-    if op not in _OPS: raise AcceptanceError(f'op={op!r} is not a comparison: use one of {list(_OPS)}.')
+    check_choice('op', op, list(_OPS), err=AcceptanceError)
     return {'target': what, 'measured': measured, 'op': op, 'bound': bound, 'passed': bool(_OPS[op](measured, bound))}
 
 # %% ../nbs/04a_acceptance.ipynb #19a37b14
@@ -155,8 +156,7 @@ def finder_race(step:Callable, # `step(batch_size)`: one training step, on `devi
                 device='cuda', # where `step` runs
                )->Check:
     "accelerate's finder against `find_batch_size`, interleaved, beside the true largest batch."
-    rounds = int(rounds)
-    if rounds < 1: raise AcceptanceError(f'rounds={rounds!r}: at least one round is needed to time anything.')
+    rounds = check_int('rounds', rounds, 1, 100, err=AcceptanceError)  # at least one, to time anything
     found = {}
     searches = {'accelerate': lambda: accelerate_search(step, start, finder=finder),
                 'find_batch_size': lambda: _ours(step, found)}
@@ -536,9 +536,9 @@ def run_checks(names:list|None=None, # keys of `CHECKS`; None: all of them
                record_to:str|Path|None=None, # also append every check as a JSON line here
               )->pd.DataFrame:
     "Run acceptance checks at full size on this GPU: one row per target, with the check's name and card."
-    names = list(CHECKS) if names is None else list(names)
-    unknown = [n for n in names if n not in CHECKS]
-    if unknown: raise AcceptanceError(f'Unknown checks {unknown}: the known ones are {list(CHECKS)}.')
+    known = lambda n, c: check_choice(n, c, list(CHECKS), err=AcceptanceError)
+    names = check_seq('names', names, known, none=True, err=AcceptanceError)
+    names, record_to = list(CHECKS) if names is None else names, check_path('record_to', record_to, none=True)
     if not torch.cuda.is_available():
         raise AcceptanceError('run_checks measures at full size on a GPU and none is usable here: in Colab, '
                               'Runtime > Change runtime type > T4 GPU. Each check runs at toy size on a CPU by hand.')

@@ -12,7 +12,8 @@ import torch
 from fastcore.basics import patch
 
 from .allocation import atomic_write
-from .core import ColabT4Error, check_flag, check_int, check_num, check_path, check_stateful
+from .core import (ColabT4Error, check_choice, check_flag, check_int, check_num, check_path,
+                              check_stateful, check_str, check_type)
 
 # %% auto #0
 __all__ = ['CheckpointError', 'CheckpointCorrupt', 'NoCheckpoint', 'CheckpointMismatch', 'CheckpointWriteError',
@@ -52,8 +53,7 @@ _ALGOS = {'crc32'} | {a for a in hashlib.algorithms_guaranteed if not a.startswi
 def new_hash(algo:str='crc32' # 'crc32' or a `hashlib` algorithm such as 'sha256'
             ):
     "A hash object for `algo` with `update(bytes)` and `hexdigest()`."
-    if not isinstance(algo, str) or algo not in _ALGOS:
-        raise CheckpointError(f'Unknown checksum {algo!r}: use one of {sorted(_ALGOS)}.')
+    algo = check_choice('algo', algo, sorted(_ALGOS), err=CheckpointError)
     return _Crc32() if algo == 'crc32' else hashlib.new(algo)
 
 # %% ../nbs/05a_checkpoint_format.ipynb #6cc5cc5a
@@ -83,10 +83,8 @@ def crc32_combine(crc1:int, # CRC-32 of A
                   len2:int, # length of B in bytes
                  )->int:
     "The CRC-32 of A + B, from the CRC-32s of A and B (zlib's `crc32_combine`)."
-    for name, v in (('crc1', crc1), ('crc2', crc2)):
-        if check_int(name, v) >> 32:
-            raise ValueError(f'{name} must be a CRC-32, an int below 2**32, got {v}.')
-    len2, k = check_int('len2', len2), 0
+    crc1, crc2 = check_int('crc1', crc1, 0, 2**32 - 1), check_int('crc2', crc2, 0, 2**32 - 1)
+    len2, k = check_int('len2', len2, 0, 2**63), 0
     while len2:
         if len2 & 1: crc1 = _gf2_times(_zeros_op(k), crc1)
         len2 >>= 1; k += 1
@@ -190,9 +188,10 @@ class Checkpoint:
     def __post_init__(self):
         object.__setattr__(self, 'path', check_path('path', self.path))
         for k in ('step', 'seq', 'size'): object.__setattr__(self, k, check_int(k, getattr(self, k)))
-        algo, sep, digest = self.checksum.partition(':') if isinstance(self.checksum, str) else ('', '', '')
-        if not sep or not digest: raise ValueError(f"checksum must be 'algo:hexdigest', got {self.checksum!r}.")
-        new_hash(algo)
+        algo, sep, digest = check_str('checksum', self.checksum).partition(':')
+        if not sep or not re.fullmatch('[0-9a-f]+', digest):
+            raise ValueError(f"checksum must be 'algo:hexdigest', got {self.checksum!r}.")
+        check_choice('checksum algorithm', algo, sorted(_ALGOS), err=CheckpointError)
 
     def as_dict(self)->dict:
         return {'file': self.path.name, 'step': self.step, 'seq': self.seq, 'size': self.size,
@@ -220,10 +219,8 @@ def read_trailer(path:str|Path)->Checkpoint|None:
 # %% ../nbs/05a_checkpoint_format.ipynb #de5aadfc
 def verify_file(c:Checkpoint, chunk:int=16 << 20)->str|None:
     "None when `c.path` has the size and checksum `c` records; otherwise what is wrong."
-    if not isinstance(c, Checkpoint):
-        raise TypeError(f'c must be a Checkpoint (from read_trailer or checkpoints()), got '
-                        f'{type(c).__name__}.')
-    chunk = check_int('chunk', chunk, 1)
+    check_type('c', c, Checkpoint, 'a Checkpoint (from read_trailer or checkpoints())')
+    chunk = check_int('chunk', chunk, 1, 1 << 30)
     algo, want = c.checksum.split(':', 1)
     h, left, buf = new_hash(algo), c.size, memoryview(bytearray(max(1, min(chunk, c.size))))
     try:
@@ -254,6 +251,8 @@ def write_error(e:OSError, # the error of the file system
                 making:bool=False, # the error came from creating `where`
                )->CheckpointWriteError:
     "A `CheckpointWriteError` for `e` in the folder `where` (writing `target`, or `making` the folder), with a way out."
+    e, where = check_type('e', e, OSError), check_path('where', where)
+    target, making = check_path('target', target, none=True), check_flag('making', making)
     hint = _HINTS.get(e.errno)
     if e.errno == errno.ENOENT:
         if where.is_dir(): hint = f'the folder {where} is not writable: choose another folder'
@@ -277,7 +276,9 @@ def write_checkpoint(path:str|Path, # the final file name
                     )->Checkpoint:
     "Save `obj` to `path` atomically, followed by a trailer recording its size and checksum."
     path, step, seq = check_path('path', path), check_int('step', step), check_int('seq', seq)
-    new_hash(checksum); writeback = check_int('writeback', writeback, 1, none=True)
+    checksum = check_choice('checksum', checksum, sorted(_ALGOS), err=CheckpointError)
+    writeback = check_int('writeback', writeback, 1, none=True)
+    tmp_prefix = check_str('tmp_prefix', tmp_prefix, none=True)
     try:
         with atomic_write(path, tmp_prefix=tmp_prefix) as f:
             w = _HashingWriter(f, checksum, comment=_TRAILER, writeback=writeback)

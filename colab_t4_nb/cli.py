@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse, dataclasses, json, sys
 
 from . import __version__
+from .core import ArgumentError, check_seq, check_type
 
 # %% auto #0
 __all__ = ['info_dict', 'info_text', 'main']
@@ -17,8 +18,11 @@ def info_dict(gpus:list|None=None, # `GPU`s; default: `gpu_search()`
               compat=None, # a `CudaCompat`: PyTorch's CUDA build against the driver; default: `cuda_compat()`
              )->dict:
     "What `colab-t4 info --json` prints: the runtime, the GPUs, why each source passed over found none, the CUDA match."
-    from colab_t4_nb.allocation import gpu_search, runtime
-    from colab_t4_nb.kernels import cuda_compat
+    from colab_t4_nb.allocation import GPU, gpu_search, runtime
+    from colab_t4_nb.kernels import CudaCompat, cuda_compat
+    gpus = check_seq('gpus', gpus, lambda n, g: check_type(n, g, GPU, 'a GPU'), lo=0, none=True)
+    check_type('why', why, dict, 'a dict of source -> reason', none=True)
+    check_type('compat', compat, CudaCompat, 'a CudaCompat', none=True)
     if gpus is None: gpus, why = gpu_search()
     compat = cuda_compat() if compat is None else compat
     return {'runtime': runtime(), 'gpus': [g.as_dict() for g in gpus], 'why': dict(why or {}),
@@ -31,6 +35,9 @@ def _fmt(v, unit=''): return '-' if v is None else f'{v:g}{unit}'
 def info_text(d:dict # an `info_dict`
              )->str:
     "The readable form of `info_dict`."
+    check_type('d', d, dict, 'an info_dict()')
+    if missing := [k for k in ('runtime', 'gpus') if k not in d]:
+        raise ArgumentError(f'd must be an info_dict(), got a dict without {missing}.')
     out = [f"runtime: {d['runtime']}"]
     if not d['gpus']:
         why = '; '.join(f'{k}: {v}' for k, v in d.get('why', {}).items())
@@ -105,11 +112,12 @@ def _run(args:argparse.Namespace)->int:
 def main(argv:list|None=None # arguments; default `sys.argv[1:]`
         )->int:
     "Run `colab-t4`; returns the exit status."
-    argv = sys.argv[1:] if argv is None else list(argv)
+    argv = sys.argv[1:] if argv is None else check_seq('argv', argv, lambda n, a: check_type(n, a, str), lo=0)
     if argv[:1] == ['bench']:
         from colab_t4_nb.benchmarks import bench_command  # PyTorch: only the commands that use it import it
         return bench_command(argv[1:])
-    args = _parser().parse_args(argv)
+    try: args = _parser().parse_args(argv)
+    except SystemExit as e: return e.code  # argparse's: 0 after --help or --version, 2 for a usage error
     from colab_t4_nb.allocation import ColabT4Error
     try: return _run(args)
     except ColabT4Error as e:

@@ -14,6 +14,8 @@ import pandas as pd
 from fastcore.basics import patch
 
 from .allocation import append_line, atomic_write, open_locked, runtime, state_dir
+from .core import (check_callable, check_choice, check_int, check_num, check_path, check_seq,
+                              check_str, check_type)
 from .monitoring import MonitorError
 
 # %% auto #0
@@ -31,18 +33,19 @@ class UsageLedger:
     def __init__(self, path:str|Path|None=None, # the file; default `state_dir()/'usage_ledger.jsonl'`
                  clock:Callable=time.time, # wall clock, replaceable in tests
                 ):
-        if path is not None and not isinstance(path, (str, os.PathLike)):
-            raise MonitorError(f'path={path!r} is not a file path: pass e.g. UsageLedger("usage_ledger.jsonl"), '
-                               'or None for the default.')
-        self.path, self.clock = Path(path) if path else state_dir()/'usage_ledger.jsonl', clock
+        path = check_path('path', path, none=True, err=MonitorError)
+        self.clock = check_callable('clock', clock, err=MonitorError)
+        self.path = path if path is not None else state_dir()/'usage_ledger.jsonl'
 
     def add(self, start:float, end:float, gpu:str, busy_h:float=0.0, session:str|None=None)->str:
         "Append a record for `session` (a new id if None); returns the session id."
-        for k, v in (('start', start), ('end', end), ('busy_h', busy_h)):
-            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not (0 <= v < 1e11):
-                raise MonitorError(f'{k}={v!r}: give a number of {"hours" if k == "busy_h" else "epoch seconds"} >= 0.')
+        start = check_num('start', start, 0, 1e11, eq=True, err=MonitorError)
+        end = check_num('end', end, 0, 1e11, eq=True, err=MonitorError)
+        busy_h = check_num('busy_h', busy_h, 0, 1e5, eq=True, err=MonitorError)
         if end < start: raise MonitorError(f'end={end!r} is before start={start!r}.')
-        session = session or uuid.uuid4().hex[:12]
+        gpu = check_str('gpu', gpu, err=MonitorError)
+        session = check_str('session', session, none=True, err=MonitorError)
+        session = session if session is not None else uuid.uuid4().hex[:12]
         rec = {'kind': 'session', 'session': session, 'start': _iso(start), 'end': _iso(end), 'gpu': gpu,
                'busy_h': round(float(busy_h), 4), 'runtime': runtime()}
         try: append_line(self.path, json.dumps(rec))
@@ -141,6 +144,11 @@ def allocations(self:UsageLedger)->pd.DataFrame:
 class LedgerSession:
     "An open session of a `UsageLedger`."
     ledger:UsageLedger; session:str; start:float; gpu:str
+    def __post_init__(self):
+        check_type('ledger', self.ledger, UsageLedger, err=MonitorError)
+        check_str('session', self.session, err=MonitorError)
+        check_str('gpu', self.gpu, err=MonitorError)
+        self.start = check_num('start', self.start, 0, 1e11, eq=True, err=MonitorError)
     def update(self, busy_h:float, end:float|None=None):
         "Append the session's latest end (default: now) and busy hours."
         self.ledger.add(self.start, self.ledger.clock() if end is None else end, self.gpu, busy_h, self.session)
@@ -149,6 +157,7 @@ class LedgerSession:
 @patch
 def begin(self:UsageLedger, gpu:str)->LedgerSession:
     "Start a session on `gpu` now (compacting a ledger over a megabyte first); `update` it as it goes."
+    check_str('gpu', gpu, err=MonitorError)
     if self.path.exists() and self.path.stat().st_size > 2**20: self.compact()
     t = self.clock()
     return LedgerSession(self, self.add(t, t, gpu), t, gpu)
@@ -174,11 +183,28 @@ def _chains(start, end, pause_s)->list:
     return chains
 
 # %% ../nbs/06a_ledger.ipynb #455e4b3b
+def _advice_item(name:str, x)->tuple:
+    "`x` as a (level, text) pair of `Advice.items`."
+    if not (isinstance(x, (tuple, list)) and len(x) == 2):
+        raise MonitorError(f'{name} must be a (level, text) pair, got {name}={x!r}.')
+    check_choice(f'{name}[0]', x[0], ('ok', 'note', 'warn'), err=MonitorError)
+    return x[0], check_str(f'{name}[1]', x[1], err=MonitorError)
+
 @dataclass
 class Advice:
     "What the ledger suggests at `now`: figures in hours, `items` of (level, text), and your own allocation record."
     now:float; session_h:float|None; streak_h:float; used_24h:float; busy_24h:float; items:list
     runtimes:int=0; t4_runtimes:int=0; allocation:str=''
+    def __post_init__(self):
+        E = MonitorError
+        self.now = check_num('now', self.now, 0, eq=True, err=E)
+        self.session_h = check_num('session_h', self.session_h, 0, none=True, eq=True, err=E)
+        for k in ('streak_h', 'used_24h', 'busy_24h'):
+            setattr(self, k, check_num(k, getattr(self, k), 0, eq=True, err=E))
+        self.items = check_seq('items', self.items, item=_advice_item, lo=0, err=E)
+        self.runtimes = check_int('runtimes', self.runtimes, err=E)
+        self.t4_runtimes = check_int('t4_runtimes', self.t4_runtimes, hi=self.runtimes, err=E)
+        check_str('allocation', self.allocation, empty=True, err=E)
     @property
     def t4_share(self)->float|None: return self.t4_runtimes / self.runtimes if self.runtimes else None
     @property
@@ -195,15 +221,12 @@ def _in_window(start, end, lo, hi)->list:
 # %% ../nbs/06a_ledger.ipynb #7324c27c
 def _limits(limits:dict|None)->dict:
     "`OBSERVED` with the user's own figures in place of the ones given."
+    E = MonitorError
+    check_type('limits', limits, dict, 'a dict such as {"streak_h": 30}', none=True, err=E)
     if limits is None: return dict(OBSERVED)
-    if not isinstance(limits, dict):
-        raise MonitorError(f'limits={limits!r} is not a dict: e.g. limits={{"streak_h": 30}}.')
-    if bad := [k for k in limits if k not in OBSERVED]:
-        raise MonitorError(f'limits: unknown key {bad[0]!r}; the limits are {", ".join(OBSERVED)}.')
-    for k, v in limits.items():
-        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not 0 < v < math.inf:
-            unit = "minutes" if k.endswith("_min") else "hours"
-            raise MonitorError(f'limits[{k!r}]={v!r}: give a positive number ({unit}).')
+    for k in limits: check_choice('limits key', k, list(OBSERVED), err=E)
+    for k, v in limits.items():  # a week at most, in minutes or hours
+        check_num(f'limits[{k!r}]', v, 0, 7 * 24 * (60 if k.endswith('_min') else 1), err=E)
     return {**OBSERVED, **limits}
 
 # %% ../nbs/06a_ledger.ipynb #26dac2ec
@@ -261,16 +284,20 @@ def advice(ledger:UsageLedger|pd.DataFrame, # a ledger, or its `sessions()`
            limits:dict|None=None, # your own figures for any of `OBSERVED`'s keys, e.g. {'streak_h': 30}
           )->Advice:
     "Guidance on the GPU sessions so far against the limits users report (`OBSERVED`), and your own allocation record."
-    o, H = _limits(limits), 3600
-    if not isinstance(ledger, (UsageLedger, pd.DataFrame)):
-        raise MonitorError(f'ledger={ledger!r}: pass a UsageLedger or its sessions() table.')
+    o, H, E = _limits(limits), 3600, MonitorError
+    table = 'a UsageLedger or its sessions() table'
+    check_type('ledger', ledger, (UsageLedger, pd.DataFrame), table, err=E)
+    now = check_num('now', now, 0, 1e11, none=True, eq=True, err=E)
+    open_min = check_num('open_min', open_min, 0, 24 * 60, eq=True, err=E)
     s = ledger.sessions() if isinstance(ledger, UsageLedger) else ledger
+    if missing := {'start', 'end', 'hours', 'busy_h'} - set(s.columns):
+        raise E(f'ledger must be {table}, got a table without {sorted(missing)}.')
     now = (ledger.clock() if isinstance(ledger, UsageLedger) else time.time()) if now is None else now
     start = [t.timestamp() for t in s.start]; end = [t.timestamp() for t in s.end]
     chains = _chains(start, end, o['pause_h'] * H)
     last = chains[-1] if chains else None
     streak = last[2] / H if last and now - last[1] < o['pause_h'] * H else 0.0
-    cur = s.iloc[-1] if len(s) and now - end[-1] <= open_min * 60 else None
+    cur = s.iloc[-1] if len(s) and start[-1] <= now and now - end[-1] <= open_min * 60 else None
     session_h = None if cur is None else (now - start[-1]) / H
     frac = _in_window(start, end, now - 24 * H, now)
     used = sum(f * h for f, h in zip(frac, s.hours)); busy = sum(f * b for f, b in zip(frac, s.busy_h))

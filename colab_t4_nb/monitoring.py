@@ -18,13 +18,15 @@ import pynvml
 from fastcore.basics import patch
 
 from .allocation import ColabT4Error, NoGPUError, parse_smi_csv, state_dir
+from .core import (check_callable, check_choice, check_flag, check_int, check_num, check_path,
+                              check_seq, check_type)
 from .timing import benchmark
 
 # %% auto #0
 __all__ = ['FIELDS', 'ROW', 'BYTES_PER_MIB', 'REASONS', 'SMI_QUERY', 'SMI_REASONS', 'MIN_INTERVAL', 'CSV_COLUMNS', 'METRICS',
-           'MonitorError', 'decode_reasons', 'NVMLSource', 'smi_values', 'SmiSource', 'open_source', 'samples_df',
-           'GPUMonitor', 'read_csv', 'summarize', 'throttle_shares', 'plot_samples', 'status_text', 'LiveView',
-           'check_outputs', 'save_samples', 'run_monitor']
+           'MonitorError', 'decode_reasons', 'NVMLSource', 'smi_values', 'NoSmi', 'SmiSource', 'open_source',
+           'samples_df', 'GPUMonitor', 'read_csv', 'summarize', 'throttle_shares', 'plot_samples', 'status_text',
+           'LiveView', 'check_outputs', 'save_samples', 'run_monitor']
 
 # %% ../nbs/06_monitoring.ipynb #776fa96d
 class MonitorError(ColabT4Error):
@@ -60,7 +62,9 @@ REASONS = _reason_table(pynvml)
 def decode_reasons(mask:int|str|float|None # NVML's mask, or `nvidia-smi`'s '0x0000000000000004'
                   )->list[str]:
     "Names of the reasons set in `mask`; unknown bits as hex; [] for none or a missing value."
-    if mask is None or (not isinstance(mask, str) and pd.isna(mask)): return []
+    if mask is None or mask is pd.NA: return []
+    check_type('mask', mask, (numbers.Real, str), 'an int, a hex string or NaN', err=MonitorError)
+    if not isinstance(mask, str) and math.isnan(mask): return []
     try: mask = int(mask, 0) if isinstance(mask, str) else int(mask)
     except (ValueError, TypeError, OverflowError) as e:
         raise MonitorError(f'mask={mask!r} is not a clocks-event reasons mask: {e}') from None
@@ -115,6 +119,11 @@ def _nvml_fast(nvml, h, reasons:tuple)->Callable:
     return read
 
 # %% ../nbs/06_monitoring.ipynb #a5a64fe2
+def _check_gpus(gpus)->list|None:
+    "`gpus` as a list of GPU indices, or None for all."
+    gpu = lambda n, i: check_int(n, i, 0, 1023, err=MonitorError)
+    return check_seq('gpus', gpus, gpu, none=True, err=MonitorError)
+
 class NVMLSource:
     "Reads samples through NVML: `nvmlInit` and the handles once, then eight calls per GPU per reading."
     kind = 'nvml'
@@ -122,10 +131,15 @@ class NVMLSource:
                  gpus:list|None=None, # GPU indices to read; default all
                  torch_memory:bool=False, # also read the torch allocator, once this process has started CUDA
                 ):
+        if not callable(getattr(nvml, 'nvmlInit', None)):
+            raise MonitorError(f'nvml must be the pynvml module or a stand-in with its functions, '
+                               f'got nvml={nvml!r}.')
+        gpus = _check_gpus(gpus)
+        torch_memory = check_flag('torch_memory', torch_memory, err=MonitorError)
         nvml.nvmlInit()
         try:
             count = nvml.nvmlDeviceGetCount()
-            self.gpus = list(range(count)) if gpus is None else [int(i) for i in gpus]
+            self.gpus = list(range(count)) if gpus is None else gpus
             if bad := [i for i in self.gpus if not 0 <= i < count]:
                 raise MonitorError(f'GPU {bad[0]} is not here: NVML lists {count} GPU(s), indices 0..{count - 1}.')
             self.handles = {i: nvml.nvmlDeviceGetHandleByIndex(i) for i in self.gpus}
@@ -160,6 +174,7 @@ def _read_each(self:NVMLSource, i:int)->tuple:
 @patch
 def read_gpu(self:NVMLSource, i:int)->tuple:
     "The `FIELDS` values of GPU `i`; NaN for a call that failed twice or is not supported."
+    check_choice('i', i, self.gpus, err=MonitorError)
     if not self.unsupported[i]:
         try: return self.fast[i]() + (self._torch_mem(i) if self.torch_memory else (_NAN, _NAN))
         except self.nvml.NVMLError: pass
@@ -206,12 +221,17 @@ def _by_index(text:str)->dict:
 def smi_values(row:dict # one row of `parse_smi_csv`
               )->tuple:
     "The `FIELDS` values in one row of `nvidia-smi --query-gpu` CSV."
+    check_type('row', row, dict, 'a dict (a row of parse_smi_csv)', err=MonitorError)
     num = lambda k: _number(row.get(k))
     r = next((row[k] for k in SMI_REASONS if k in row), '')
     mask = int(r, 16) if re.fullmatch(r'0x[0-9a-fA-F]+', r.strip()) else _NAN
     return tuple(num(k) for k in SMI_QUERY[2:]) + (mask, _NAN, _NAN)
 
 # %% ../nbs/06_monitoring.ipynb #c04a64a1
+class NoSmi(NoGPUError, FileNotFoundError):
+    "`nvidia-smi` is not on the PATH, or cannot be run."
+    def __str__(self): return self.strerror or super().__str__()
+
 class SmiSource:
     "Reads samples by running `nvidia-smi --query-gpu` (a process per reading): the fallback when NVML is missing."
     kind = 'nvidia-smi'
@@ -219,15 +239,20 @@ class SmiSource:
                  gpus:list|None=None, # GPU indices to read; default all
                  timeout:float=10, # seconds one call may take
                 ):
-        self.exe, self.timeout, self.errors = exe or shutil.which('nvidia-smi'), timeout, deque(maxlen=100)
-        if self.exe is None: raise FileNotFoundError('not on the PATH')
+        exe, gpus = check_path('exe', exe, none=True, err=MonitorError), _check_gpus(gpus)
+        timeout = check_num('timeout', timeout, 0, 600, err=MonitorError)
+        self.exe = str(exe) if exe is not None else shutil.which('nvidia-smi')
+        self.timeout, self.errors = timeout, deque(maxlen=100)
+        if self.exe is None: raise NoSmi(errno.ENOENT, 'not on the PATH')
         for extra in ([SMI_REASONS[0]], [SMI_REASONS[1]], []):
             self.args = [self.exe, f"--query-gpu={','.join(SMI_QUERY + extra)}", '--format=csv']
-            r = subprocess.run(self.args, capture_output=True, text=True, timeout=timeout)
+            try: r = subprocess.run(self.args, capture_output=True, text=True, timeout=timeout)
+            except OSError as e:
+                raise NoSmi(e.errno, f'exe={self.exe!r} cannot be run ({e.strerror})') from e
             if r.returncode == 0: break
         else: raise OSError(f'nvidia-smi --query-gpu failed: {(r.stdout + r.stderr).strip()[:200]}')
         rows = _by_index(r.stdout)
-        self.gpus = sorted(rows) if gpus is None else [int(i) for i in gpus]
+        self.gpus = sorted(rows) if gpus is None else gpus
         if bad := [i for i in self.gpus if i not in rows]:
             raise MonitorError(f'GPU {bad[0]} is not here: nvidia-smi lists {sorted(rows)}.')
         self.names = {i: rows[i]['name'] for i in self.gpus}
@@ -248,11 +273,20 @@ def read(self:SmiSource)->list[tuple]:
     return [smi_values(rows[i]) if i in rows else (_NAN,) * len(FIELDS) for i in self.gpus]
 
 # %% ../nbs/06_monitoring.ipynb #e6b86ba0
+_SOURCES = ('nvml', 'nvidia-smi')
+
+def _check_sources(sources)->list:
+    "`sources` as a list of source names."
+    source = lambda n, s: check_choice(n, s, _SOURCES, err=MonitorError)
+    return check_seq('sources', sources, source, err=MonitorError)
+
 def open_source(sources:tuple=('nvml', 'nvidia-smi'), # in the order to try
                 gpus:list|None=None, # GPU indices; default all
                 torch_memory:bool=False, # see `NVMLSource`
                )->tuple:
     "(the first source that lists a GPU or None, {source: why it was passed over})."
+    sources, gpus = _check_sources(sources), _check_gpus(gpus)
+    torch_memory = check_flag('torch_memory', torch_memory, err=MonitorError)
     why = {}
     for s in sources:
         try:
@@ -260,7 +294,6 @@ def open_source(sources:tuple=('nvml', 'nvidia-smi'), # in the order to try
                 import pynvml as nvml  # inside the function: a stand-in put in `sys.modules` is honoured
                 src = NVMLSource(nvml, gpus, torch_memory)
             elif s == 'nvidia-smi': src = SmiSource(gpus=gpus)
-            else: raise MonitorError(f"Unknown source {s!r}: use 'nvml' or 'nvidia-smi'.")
         except (ImportError, OSError, subprocess.SubprocessError, pynvml.NVMLError) as e:
             why[s] = str(e) or type(e).__name__
             continue
@@ -269,10 +302,22 @@ def open_source(sources:tuple=('nvml', 'nvidia-smi'), # in the order to try
     return None, why
 
 # %% ../nbs/06_monitoring.ipynb #cd10de36
+_NAMES = 'a dict of GPU index -> name'
+
+def _check_rows(rows, names=None)->tuple:
+    "(`rows` as a list of `ROW`-layout tuples, `names` as a dict)."
+    def row(n, r):
+        if isinstance(r, (tuple, list)) and len(r) == len(ROW): return r
+        raise MonitorError(f'{n} must be a sample row of {len(ROW)} values ({", ".join(ROW)}), '
+                           f'got {n}={r!r}.')
+    rows = check_seq('rows', rows, row, lo=0, err=MonitorError)
+    return rows, check_type('names', names, dict, _NAMES, none=True, err=MonitorError)
+
 def samples_df(rows:list[tuple], # rows in `ROW` layout
           names:dict|None=None, # GPU index -> name
          )->pd.DataFrame:
     "Samples as a DataFrame indexed by UTC time, one row per GPU per sample."
+    rows, names = _check_rows(rows, names)
     df = pd.DataFrame(rows, columns=ROW)
     names = names or {}
     df.insert(2, 'name', pd.Series([names.get(g, '') for g in df.gpu], index=df.index, dtype=object))
@@ -288,14 +333,21 @@ MIN_INTERVAL = 0.01  # seconds
 
 # %% ../nbs/06_monitoring.ipynb #4584a0ea
 def _check_interval(interval)->float:
-    if isinstance(interval, bool) or not isinstance(interval, numbers.Real) or not 0 < interval < math.inf:
-        raise MonitorError(f'interval must be a positive number of seconds, got {interval!r}.')
+    interval = check_num('interval', interval, 0, 24 * 3600, err=MonitorError)  # a day at most
     if interval < MIN_INTERVAL:
         raise MonitorError(f'interval={interval} s is too short: the driver averages utilization over 1/6 s to 1 s, '
                            f'so use at least {MIN_INTERVAL} s (0.1 s is plenty beside training).')
     return float(interval)
 
 # %% ../nbs/06_monitoring.ipynb #c88eb14d
+def _check_periods(every)->dict:
+    "`GPUMonitor`'s `every`: seconds between CSV flushes, live updates and ledger updates."
+    check_type('every', every, dict, "a dict such as {'flush': 5}", none=True, err=MonitorError)
+    for k, v in (every or {}).items():
+        check_choice('every key', k, ('flush', 'live', 'ledger'), err=MonitorError)
+        check_num(f'every[{k!r}]', v, 0, 24 * 3600, eq=True, err=MonitorError)
+    return dict(every or {})
+
 class GPUMonitor:
     "Samples every GPU in a daemon thread into a DataFrame (and a CSV), cheaply enough to run beside training."
     def __init__(self, interval:float=1.0, # seconds between samples, at least `MIN_INTERVAL`
@@ -312,11 +364,18 @@ class GPUMonitor:
                  display:Callable|None=None, # IPython's `display` for the live view; default: found in a notebook
                 ):
         self.interval = _check_interval(interval)
-        if not isinstance(max_rows, int) or max_rows < 1:
-            raise MonitorError(f'max_rows must be a positive int, got {max_rows!r}.')
+        E = MonitorError
+        max_rows = check_int('max_rows', max_rows, 1, 10**8, err=E)
+        csv, gpus = check_path('csv', csv, none=True, err=E), _check_gpus(gpus)
+        torch_memory = check_flag('torch_memory', torch_memory, err=E)
+        live = check_flag('live', live, err=E)
+        busy_util = check_num('busy_util', busy_util, 0, 100, eq=True, err=E)
+        clock = check_callable('clock', clock, err=E)
+        display = check_callable('display', display, none=True, err=E)
         self.csv, self.gpus, self.torch_memory, self.live, self.ledger = csv, gpus, torch_memory, live, ledger
-        self.sources, self.busy_util, self.clock, self.display = tuple(sources), busy_util, clock, display
-        self.every = {'flush': 5.0, 'live': 1.0, 'ledger': 60.0, **(every or {})}
+        sources = tuple(_check_sources(sources))
+        self.sources, self.busy_util, self.clock, self.display = sources, busy_util, clock, display
+        self.every = {'flush': 5.0, 'live': 1.0, 'ledger': 60.0, **_check_periods(every)}
         self._rows, self._lock, self._stop = deque(maxlen=max_rows), threading.Lock(), threading.Event()
         self.source, self.names, self.available, self.busy_s, self.errors = None, {}, None, 0.0, []
         self._thread = self._csvf = self._session = self._view = self._crash = self._last_t = None
@@ -581,9 +640,18 @@ METRICS = ['util_gpu', 'util_mem', 'mem_used_mib', 'temp_c', 'power_w', 'clock_s
            'torch_alloc_mib', 'torch_reserved_mib']
 
 # %% ../nbs/06_monitoring.ipynb #1a0c7a13
+def _check_df(df, cols:tuple)->pd.DataFrame:
+    "`df` if it is a samples table (`samples_df`, `GPUMonitor.df`, `read_csv`) with columns `cols`."
+    table = 'a samples table (GPUMonitor.df or read_csv)'
+    check_type('df', df, pd.DataFrame, table, err=MonitorError)
+    if missing := [c for c in cols if c not in df.columns]:
+        raise MonitorError(f'df must be {table}, got one without {missing}.')
+    return df
+
 def summarize(df:pd.DataFrame # samples, as `GPUMonitor.df` or `read_csv`
              )->pd.DataFrame:
     "Mean and max of each metric, per GPU (metrics never read are left out)."
+    df = _check_df(df, ('gpu', 'name', *METRICS))
     parts = {(g, n): d[METRICS].agg(['mean', 'max']).T.dropna(how='all')
              for (g, n), d in df.groupby(['gpu', 'name'], dropna=False)}
     return pd.concat(parts, names=['gpu', 'name', 'metric']) if parts else pd.DataFrame(columns=['mean', 'max'])
@@ -592,6 +660,7 @@ def summarize(df:pd.DataFrame # samples, as `GPUMonitor.df` or `read_csv`
 def throttle_shares(df:pd.DataFrame # samples, as `GPUMonitor.df` or `read_csv`
                    )->pd.DataFrame:
     "Share of samples (0..1) in which each clocks-event reason was active, per GPU."
+    df = _check_df(df, ('gpu', 'reasons'))
     # some pandas versions make a column of ''
     shares = df.reasons.str.get_dummies('|').drop(columns='', errors='ignore')
     return shares.groupby(df.gpu.values).mean().rename_axis('gpu')
@@ -620,6 +689,8 @@ def plot_samples(df:pd.DataFrame, # samples, as `GPUMonitor.df` or `read_csv`
                  title:str|None=None, # default: the GPUs' names
                 ):
     "Utilization, memory and temperature/power over time, one line per GPU: a matplotlib `Figure`."
+    df = _check_df(df, ('gpu', 'name', *FIELDS))
+    title = check_type('title', title, str, none=True, err=MonitorError)
     from matplotlib.figure import Figure
     fig = Figure(figsize=(9, 7), layout='constrained')
     ax = fig.subplots(3, 1, sharex=True)
@@ -654,6 +725,7 @@ def status_text(rows:list[tuple], # one sample's rows (`ROW` layout)
                 names:dict|None=None, # GPU index -> name
                )->str:
     "One line per GPU: utilization, memory, temperature, power, SM clock and the active reasons."
+    rows, names = _check_rows(rows, names)
     def f(v, nd=0): return '?' if v != v else f'{v:.{nd}f}'
     out = []
     for r in rows:
@@ -707,9 +779,9 @@ def latest(self:GPUMonitor)->list[tuple]:
     return rows[::-1]
 
 # %% ../nbs/06_monitoring.ipynb #875a6b6e
-def _writable(path:Path, what:str):
+def _writable(path:Path, what:str, name:str):
     "Raise `MonitorError` unless `path` can be written: an existing file opened to append, else a probe file beside it."
-    fix = f'Pass a {what} path in a folder you can write.'
+    fix = f'Pass as {name} a {what} path in a folder you can write.'
     if path.is_dir(): raise MonitorError(f'Cannot write the {what} {path}: it is a folder. {fix}')
     try:
         if path.exists():
@@ -733,28 +805,32 @@ def check_outputs(csv:str|Path|None=None, # the monitor CSV
                   ledger:str|Path|None=None, # the usage ledger ('' for the default file)
                  ):
     "Raise `MonitorError` naming the first output that cannot be written (or a plot format matplotlib cannot save)."
+    E = MonitorError
+    csv = check_path('csv', csv, none=True, err=E)
+    plot_path = check_path('plot_path', plot_path, none=True, err=E)
+    if ledger != '': ledger = check_path('ledger', ledger, none=True, err=E)  # '': the default file
     if csv is not None:
-        p = Path(csv); _writable(p, 'monitor CSV')
+        p = csv; _writable(p, 'monitor CSV', 'csv')
         first = ''
         if p.is_file():
             with open(p, 'rb') as f: first = f.readline().decode('utf-8', 'replace').rstrip('\r\n')
         if first and first != ','.join(CSV_COLUMNS):
             raise MonitorError(f'{p} holds something other than monitor samples (its first line is not the header): '
-                               'use a new file.')
+                               'pass a new file as csv.')
     if plot_path is not None:
         p, fmts = Path(plot_path), _plot_formats()
         if p.suffix.lower().lstrip('.') not in fmts:
             raise MonitorError(f'Cannot save the plot as {p}: name a file ending in one of .{", .".join(fmts)} '
-                               '(e.g. gpu.png).')
+                               "(e.g. plot_path='gpu.png').")
         if not p.parent.is_dir(): raise MonitorError(f'Cannot save the plot to {p}: its folder does not exist.')
-        _writable(p, 'plot')
-    if ledger is not None: _writable(Path(ledger) if ledger else state_dir()/'usage_ledger.jsonl', 'usage ledger')
+        _writable(p, 'plot', 'plot_path')
+    if ledger is not None:
+        ledger = state_dir()/'usage_ledger.jsonl' if ledger == '' else ledger
+        _writable(ledger, 'usage ledger', 'ledger')
 
 # %% ../nbs/06_monitoring.ipynb #1e9e9405
 def _check_every(every, interval:float)->float:
-    if isinstance(every, bool) or not isinstance(every, numbers.Real) or not 0 <= every < math.inf:
-        raise MonitorError(f'every={every!r}: print the latest sample every so many seconds (a number >= 0), '
-                           'or 0 for never.')
+    every = check_num('every', every, 0, 24 * 3600, eq=True, err=MonitorError)  # seconds; 0: never
     return every and max(float(every), interval)
 
 # %% ../nbs/06_monitoring.ipynb #e9126aee
@@ -769,6 +845,9 @@ def save_samples(rows:list[tuple], # samples in `ROW` layout
                  folders:list|None=None, # where to try, in order; default: state folder, current folder, temp folder
                 )->Path:
     "Write `rows` to a new monitor CSV in the first folder that takes it; returns its path."
+    rows, names = _check_rows(rows, check_type('names', names, dict, _NAMES, err=MonitorError))
+    folder = lambda n, d: check_path(n, d, err=MonitorError)
+    folders = check_seq('folders', folders, folder, none=True, err=MonitorError)
     stamp = datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S')
     errors = []
     for d in folders or [lambda: state_dir()/'monitor', Path.cwd, lambda: Path(tempfile.gettempdir())]:
@@ -830,9 +909,9 @@ def run_monitor(interval:float=1.0, # seconds between samples
                 sources:tuple=('nvml', 'nvidia-smi'), # see `open_source`
                )->int:
     "Monitor, print status lines and a summary, save CSV and plot; the exit status. No GPU: `NoGPUError`."
-    if duration is not None and (isinstance(duration, bool) or not isinstance(duration, numbers.Real)
-                                 or not 0 < duration < math.inf):
-        raise MonitorError(f'duration must be a positive number of seconds, got {duration!r}.')
+    duration = check_num('duration', duration, 0, 366 * 24 * 3600, none=True, err=MonitorError)
+    check_type('csv', csv, (str, os.PathLike), 'a path', none=True, err=MonitorError)
+    check_type('ledger', ledger, (str, os.PathLike), 'a path', none=True, err=MonitorError)
     mon = GPUMonitor(interval, csv=csv, ledger=None if ledger is None else (ledger or True), sources=sources)
     every = _check_every(every, mon.interval)
     check_outputs(csv, plot_path, ledger)

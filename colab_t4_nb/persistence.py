@@ -7,10 +7,11 @@ from __future__ import annotations
 import atexit, copy, errno, gc, json, numbers, os, pickle, random, re, shutil, socket, subprocess, sys, threading
 import time, uuid, warnings, weakref, zipfile
 from collections import OrderedDict, deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Mapping, NamedTuple
+from typing import Callable, NamedTuple
 
 import numpy as np
 import torch
@@ -18,7 +19,9 @@ from fastcore.basics import patch, store_attr
 
 from .allocation import COLAB_DRIVE, ColabT4Error, atomic_write, oom_kind, runtime, state_dir
 from .checkpoint_format import *
-from .core import check_flag, check_int, check_num, check_path, check_stateful
+from .checkpoint_format import _ALGOS
+from .core import (check_callable, check_choice, check_flag, check_int, check_num, check_path,
+                              check_seq, check_stateful, check_str, check_type)
 
 # %% auto #0
 __all__ = ['OWNER_STALE_S', 'DEFAULT_EVERY_MINUTES', 'rng_state', 'set_rng_state', 'training_state', 'CheckpointDir',
@@ -72,8 +75,7 @@ def training_state(step:int, # steps done: the step to continue from
     step = check_int('step', step)
     objs = dict(model=model, optimizer=optimizer, scaler=scaler, scheduler=scheduler)
     for k, o in objs.items(): check_stateful(k, o)
-    if extras is not None and not isinstance(extras, Mapping):
-        raise TypeError(f'extras must be a dict or None, got {type(extras).__name__}.')
+    check_type('extras', extras, Mapping, 'a dict', none=True)
     sd = lambda o: None if o is None else o.state_dict()
     return {'step': step, 'model': sd(None if model is None else _unwrap(model)), 'optimizer': sd(optimizer),
             'scaler': sd(scaler), 'scheduler': sd(scheduler), 'rng': rng_state(), 'extras': dict(extras or {}),
@@ -92,8 +94,8 @@ class CheckpointDir:
                  checksum:str='crc32', # 'crc32' or a `hashlib` algorithm
                  take_over:bool=False, # take the folder from another run that may still hold it
                 ):
-        keep = check_int('keep', keep, 1)
-        new_hash(checksum)
+        keep = check_int('keep', keep, 1, 10**6)
+        checksum = check_choice('checksum', checksum, sorted(_ALGOS), err=CheckpointError)
         self.path, self.keep, self.checksum = check_path('path', path), keep, checksum
         self.take_over, self.run = check_flag('take_over', take_over), uuid.uuid4().hex[:12]
         self._verified, self._deleting, self._owned, self._busy = {}, None, False, False
@@ -308,8 +310,7 @@ def _warn(msg): warnings.warn(msg, CheckpointWarning, stacklevel=3)
 @patch
 def verify(self:CheckpointDir, c:Checkpoint)->str|None:
     "None when `c` is intact, else what is wrong with it."
-    if not isinstance(c, Checkpoint):
-        raise TypeError(f'c must be a Checkpoint (from checkpoints() or latest()), got {type(c).__name__}.')
+    check_type('c', c, Checkpoint, 'a Checkpoint (from checkpoints() or latest())')
     try: st = os.stat(c.path)
     except OSError as e: return f'it cannot be read ({e.strerror})'
     key = (str(c.path), st.st_ino, st.st_size, st.st_mtime_ns, c.checksum)
@@ -492,8 +493,9 @@ class CheckpointManager:
                  name:str|None=None, # subfolder of the default folder; default a new one for each run
                  take_over:bool=False, # take the folders from another run that may still hold them
                 ):
+        name = check_str('name', name, none=True)
         if name is None: name = _run_name()
-        if not isinstance(name, str) or not name.strip() or name in ('.', '..') or set(name) & {'/', '\\', '\0'}:
+        if name in ('.', '..') or set(name) & {'/', '\\'}:
             raise ValueError(f'name must be a folder name (no slashes), such as "run", got {name!r}.')
         path, mirror = check_path('path', path, none=True), check_path('mirror', mirror, none=True)
         self.local = CheckpointDir(state_dir()/'checkpoints'/name if path is None else path, keep, checksum,
@@ -656,9 +658,8 @@ def load(self:CheckpointManager, model=None, optimizer=None, scaler=None, schedu
     objs = dict(model=model, optimizer=optimizer, scaler=scaler, scheduler=scheduler)
     for k, o in objs.items(): check_stateful(k, o)
     for k, v in dict(strict=strict, restore_rng=restore_rng, weights_only=weights_only).items(): check_flag(k, v)
-    if not (checkpoint is None or isinstance(checkpoint, (Checkpoint, str, os.PathLike))):
-        raise TypeError(f'checkpoint must be a Checkpoint, a path or None, got {checkpoint!r} '
-                        f'({type(checkpoint).__name__}).')
+    kinds = (Checkpoint, str, os.PathLike)
+    check_type('checkpoint', checkpoint, kinds, 'a Checkpoint or a path', none=True)
     self._settle()
     c = self._pick(checkpoint)
     try: st = torch.load(c.path, map_location='cpu', weights_only=weights_only)
@@ -778,6 +779,7 @@ def _finish_saves():
 @patch
 def copy_in(self:CheckpointDir, c:Checkpoint)->Checkpoint:
     "Copy checkpoint `c` from another folder into this one; the copy is re-read and checked before it is renamed."
+    check_type('c', c, Checkpoint, 'a Checkpoint (from checkpoints() or latest())')
     dst = self.path/c.path.name
     def check(tmp):
         copy = Checkpoint(tmp, c.step, c.seq, c.size, c.checksum)
@@ -819,7 +821,7 @@ def drive_checkpoints(name:str|None=None, # the run's folder name; default a new
                      )->CheckpointManager:
     "A `CheckpointManager` that in Colab keeps a verified copy of each checkpoint on Google Drive (mounted if needed)."
     mountpoint, local = check_path('mountpoint', mountpoint), check_path('local', local, none=True)
-    if not isinstance(folder, str) or not folder.strip('/') or '\0' in folder or '..' in Path(folder).parts:
+    if not check_str('folder', folder).strip('/') or '..' in Path(folder).parts:
         raise ValueError('folder must be a folder path under MyDrive such as "colab_t4_nb/checkpoints", got '
                          f'{folder!r}.')
     new, name = name is None, _run_name() if name is None else name
@@ -865,11 +867,9 @@ class SessionClock:
                 ):
         session_h, margin_min = check_num('session_h', session_h), check_num('margin_min', margin_min, eq=True)
         idle_min, used_min = check_num('idle_min', idle_min, none=True), check_num('used_min', used_min, eq=True)
-        if not isinstance(warn_min, (tuple, list)):
-            raise TypeError(f'warn_min must be a tuple of minutes such as (60, 30, 10), got {warn_min!r}.')
-        warn_min = tuple(check_num('warn_min', w, eq=True) for w in warn_min)
-        if not callable(clock):
-            raise TypeError(f'clock must be a function returning seconds, such as time.monotonic, got {clock!r}.')
+        minutes = lambda n, w: check_num(n, w, eq=True)
+        warn_min = tuple(check_seq('warn_min', warn_min, minutes, lo=0))
+        clock = check_callable('clock', clock)
         store_attr()
         now = clock()
         if isinstance(now, bool) or not isinstance(now, numbers.Real):
@@ -938,20 +938,20 @@ class RunReport:
     reason:str = 'done'      # 'done' or 'session limit'
 
 # %% ../nbs/05_persistence.ipynb #69af2066
+_MAX_STEPS = 10**9  # a billion steps: beyond any run on a T4
+
 def _check_run(step_fn, ckpt, steps, every_steps, steps_per_epoch, every_minutes, session, max_oom, on_oom, background,
                clock):
     "Check `run_resumable`'s arguments, naming the first that is wrong."
-    for k, f in dict(step_fn=step_fn, clock=clock).items():
-        if not callable(f): raise TypeError(f'{k} must be a function, got {f!r} ({type(f).__name__}).')
-    if on_oom is not None and not callable(on_oom):
-        raise TypeError(f'on_oom must be a function or None, got {on_oom!r}.')
-    if not isinstance(ckpt, CheckpointManager):
-        raise TypeError(f'ckpt must be a CheckpointManager, got {type(ckpt).__name__}.')
-    if session is not None and not isinstance(session, SessionClock):
-        raise TypeError(f'session must be a SessionClock or None, got {type(session).__name__}.')
-    check_int('steps', steps); check_int('every_steps', every_steps, 1, none=True)
-    check_int('steps_per_epoch', steps_per_epoch, 1, none=True)
-    check_num('every_minutes', every_minutes, none=True); check_int('max_oom', max_oom)
+    check_callable('step_fn', step_fn); check_callable('clock', clock)
+    check_callable('on_oom', on_oom, none=True)
+    check_type('ckpt', ckpt, CheckpointManager, 'a CheckpointManager')
+    check_type('session', session, SessionClock, 'a SessionClock', none=True)
+    check_int('steps', steps, 0, _MAX_STEPS)
+    check_int('every_steps', every_steps, 1, _MAX_STEPS, none=True)
+    check_int('steps_per_epoch', steps_per_epoch, 1, _MAX_STEPS, none=True)
+    check_num('every_minutes', every_minutes, none=True)  # inf: no saves by time
+    check_int('max_oom', max_oom, 0, 100)
     check_flag('background', background)
 
 # %% ../nbs/05_persistence.ipynb #d969ef1e
@@ -1033,13 +1033,9 @@ def _check_cmd(cmd)->list[str]:
     if isinstance(cmd, (str, bytes)):
         raise TypeError(f'cmd must be a list such as [sys.executable, "train.py"], got the string {cmd!r}: split it '
                         'with shlex.split.')
-    if not isinstance(cmd, (list, tuple)) or not cmd or not all(isinstance(c, (str, os.PathLike)) for c in cmd):
-        raise TypeError('cmd must be a non-empty list of strings and paths such as [sys.executable, "train.py"], '
-                        f'got {cmd!r}.')
-    cmd = [os.fspath(c) for c in cmd]
-    if not all(isinstance(c, str) and c and '\0' not in c for c in cmd):
-        raise ValueError(f'cmd must hold non-empty strings without NUL characters, got {cmd!r}.')
-    return cmd
+    path = lambda n, c: os.fspath(check_type(n, c, (str, os.PathLike), 'a string or path'))
+    arg = lambda n, c: check_str(n, path(n, c), empty=True)
+    return check_seq('cmd', cmd, arg)
 
 # %% ../nbs/05_persistence.ipynb #29859784
 def _child_env(env:dict|None, attempt:int)->dict:
@@ -1057,12 +1053,14 @@ def run_with_restarts(cmd:list, # the command, e.g. [sys.executable, 'train.py']
                      )->list[Attempt]:
     "Run `cmd` until it exits with status 0, restarting it after a crash, at most `max_restarts` times."
     cmd = _check_cmd(cmd)
-    max_restarts, tail = check_int('max_restarts', max_restarts), check_int('tail', tail, 1)
+    max_restarts = check_int('max_restarts', max_restarts, 0, 1000)
+    tail = check_int('tail', tail, 1, 10**6)
     echo = check_flag('echo', echo)
     cwd = check_path('cwd', cwd, none=True)
     if cwd is not None and not cwd.is_dir(): raise ValueError(f'cwd must be an existing folder, got {str(cwd)!r}.')
-    if env is not None and not (isinstance(env, Mapping) and all(isinstance(x, str) for kv in env.items() for x in kv)):
-        raise TypeError(f'env must be a dict of str to str (like os.environ) or None, got {type(env).__name__}.')
+    check_type('env', env, Mapping, 'a dict of str to str (like os.environ)', none=True)
+    for k, v in (env or {}).items():
+        check_type('env key', k, str); check_type(f'env[{k!r}]', v, str)
     attempts = []
     while True:
         t0, lines = time.monotonic(), deque(maxlen=tail)

@@ -9,6 +9,8 @@ from importlib import resources
 
 import pandas as pd
 
+from .core import check_choice
+
 # %% auto #0
 __all__ = ['runs', 'results_names', 'results']
 
@@ -36,8 +38,8 @@ def results_names()->list[str]:
 def results(name:str # a benchmark's name, e.g. 'amp_tensor_core_check'; `results_names()` lists them
            )->pd.DataFrame:
     "Every recorded figure of benchmark `name`, one row per run, nested fields flattened to 'a/b' columns."
+    check_choice('name', name, results_names())
     recs = [r for r in _records() if r['name'] == name]
-    if not recs: raise KeyError(f'No recorded results named {name!r}. Recorded: {", ".join(results_names())}.')
     df = pd.json_normalize(recs, sep='/').set_index('run').drop(columns='name')
     prov = runs()[['date', 'card', 'driver', 'torch']]
     return prov.join(df.drop(columns=[c for c in prov.columns if c in df.columns]), how='inner')

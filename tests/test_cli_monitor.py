@@ -63,9 +63,9 @@ def test_monitor_appends_and_keeps_the_ledger(smi_env, tmp_path):
 @no_real_gpu
 def test_monitor_refuses_bad_input(smi_env, tmp_path):
     (tmp_path/'file').write_text('x')
-    for args, msg in [(['--interval', '0'], 'colab-t4 monitor: interval must be a positive number of seconds, got 0.0.'),
+    for args, msg in [(['--interval', '0'], 'colab-t4 monitor: interval must be a number > 0 and <= 86400, got interval=0.0.'),
                       (['--interval', '1e-4'], 'colab-t4 monitor: interval=0.0001 s is too short'),
-                      (['--duration', '-1'], 'colab-t4 monitor: duration must be a positive number of seconds, got -1.0.'),
+                      (['--duration', '-1'], 'colab-t4 monitor: duration must be a number > 0'),
                       (['--csv', str(tmp_path/'file'/'gpu.csv')], f"colab-t4 monitor: Cannot write the monitor CSV {tmp_path/'file'/'gpu.csv'}"),
                       (['--plot', str(tmp_path/'nowhere'/'gpu.png')], 'colab-t4 monitor: Cannot save the plot to')]:
         r = run(['monitor', '--duration', '5', *args], smi_env)
@@ -78,7 +78,7 @@ def test_monitor_refuses_bad_input(smi_env, tmp_path):
     (['--plot', 'm.txt'], 'colab-t4 monitor: Cannot save the plot as m.txt: name a file ending in one of'),
     (['--csv', '/proc/x/gpu.csv'], 'colab-t4 monitor: Cannot write the monitor CSV /proc/x/gpu.csv'),
     (['--ledger', '/proc/ledger.jsonl'], 'colab-t4 monitor: Cannot write the usage ledger /proc/ledger.jsonl'),
-    (['--every', '-1'], 'colab-t4 monitor: every=-1.0: print the latest sample every so many seconds')])
+    (['--every', '-1'], 'colab-t4 monitor: every must be a number >= 0')])
 def test_bad_outputs_refused_before_looking_for_a_gpu(cpu_env, tmp_path, args, msg):
     "On a machine without a GPU too: bad settings are an error (status 1), not 'No NVIDIA GPU found' and status 0."
     r = run(['monitor', '--duration', '5', *args], cpu_env)

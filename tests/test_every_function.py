@@ -84,7 +84,20 @@ def _examples(tmp:Path)->dict:
     ex.update()
 
     # -- acceptance, results, persistence, checkpoint_format, monitoring, ledger, cli: examples
-    ex.update()
+    import errno, itertools
+    from colab_t4_nb.ledger import UsageLedger
+    from colab_t4_nb import checkpoint_format as CF, persistence as P
+    runs = itertools.count()
+    def written():
+        (tmp/'written').mkdir(exist_ok=True)
+        return CF.write_checkpoint(tmp/'written'/'ckpt-000000001.pt', {'step': 1}, step=1, seq=1)
+    ex.update(ledger=lambda: UsageLedger(tmp/'ledger.jsonl'), c=written, checksum=lambda: 'crc32:00000000',
+              e=Alt((ex['e'], lambda: OSError(errno.ENOSPC, 'No space left on device'))), extras=lambda: {},
+              ckpt=lambda: P.CheckpointManager(tmp/f'ckpt{next(runs)}'))
+    from colab_t4_nb import monitoring as M, testing as TS
+    sample = (1.7e9, 0, 50.0, 10.0, 1000.0, 15360.0, 60.0, 70.0, 70.0, 1590.0, 5000.0, 4, math.nan, math.nan)
+    ex.update(nvml=lambda: TS.FakeNVML([TS.t4_reading()]), df=lambda: M.samples_df([sample], {0: 'Tesla T4'}),
+              names=Alt((ex['names'], lambda: {0: 'Tesla T4'})))
 
     # -- callbacks: examples
     ex.update(run=lambda: tmp/'run', loader=lambda: [1, 2, 3], dl=lambda: [1, 2, 3], done=lambda: (lambda: 0))

@@ -438,24 +438,24 @@ def test_run_resumable_saves_before_the_session_cut(tmp_path):
 
 # ---------------------------------------------------------------- bad input
 @pytest.mark.parametrize('call, match', [
-    (lambda d: P.run_resumable(lambda s: None, P.CheckpointManager(d), -3), 'steps must be an integer >= 0, got steps=-3'),
+    (lambda d: P.run_resumable(lambda s: None, P.CheckpointManager(d), -3), 'got steps=-3'),
     (lambda d: P.run_resumable(lambda s: None, P.CheckpointManager(d), 5, every_steps=-2),
-     'every_steps must be an integer >= 1 or None, got every_steps=-2'),
+     'got every_steps=-2'),
     (lambda d: P.run_resumable(lambda s: None, P.CheckpointManager(d), 5, steps_per_epoch=0),
-     'steps_per_epoch must be an integer >= 1 or None, got steps_per_epoch=0'),
+     'got steps_per_epoch=0'),
     (lambda d: P.run_resumable(lambda s: None, P.CheckpointManager(d), 5, every_minutes=-1),
-     'every_minutes must be a number > 0 or None, got every_minutes=-1'),
-    (lambda d: P.run_resumable(None, P.CheckpointManager(d), 5), 'step_fn must be a function, got None'),
+     'got every_minutes=-1'),
+    (lambda d: P.run_resumable(None, P.CheckpointManager(d), 5), 'step_fn must be a function, got step_fn=None'),
     (lambda d: P.CheckpointManager(d).save('5'), "step must be an integer >= 0, got step='5' (str)"),
     (lambda d: P.CheckpointManager(d).save(1.0), 'step must be an integer >= 0, got step=1.0 (float)'),
     (lambda d: P.CheckpointManager(d).save_async(-1), 'step must be an integer >= 0, got step=-1'),
-    (lambda d: P.CheckpointManager(d, keep=0), 'keep must be an integer >= 1, got keep=0'),
-    (lambda d: P.CheckpointManager(d, checksum='crc64'), "Unknown checksum 'crc64'"),
+    (lambda d: P.CheckpointManager(d, keep=0), 'got keep=0'),
+    (lambda d: P.CheckpointManager(d, checksum='crc64'), "got checksum='crc64'"),
     (lambda d: P.CheckpointManager(name='a/b'), "name must be a folder name (no slashes), such as \"run\", got 'a/b'"),
     (lambda d: P.SessionClock(session_h=0), 'session_h must be a number > 0, got session_h=0'),
-    (lambda d: P.SessionClock(warn_min=30), 'warn_min must be a tuple of minutes such as (60, 30, 10), got 30'),
+    (lambda d: P.SessionClock(warn_min=30), 'warn_min must be a list of at least 0 items, got warn_min=30'),
     (lambda d: P.run_with_restarts('python x.py'), 'cmd must be a list such as'),
-    (lambda d: P.run_with_restarts([sys.executable], max_restarts=-1), 'max_restarts must be an integer >= 0, got max_restarts=-1'),
+    (lambda d: P.run_with_restarts([sys.executable], max_restarts=-1), 'got max_restarts=-1'),
 ])
 def test_bad_arguments_are_named(tmp_path, call, match):
     with pytest.raises((TypeError, ValueError, P.CheckpointError)) as e: call(tmp_path)

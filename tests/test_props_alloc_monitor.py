@@ -175,7 +175,7 @@ def test_ledger_path(path):
 def test_advice_limits(tmp_path, limits, now):
     led = UsageLedger(tmp_path/'adv.jsonl', clock=lambda: 1.8e9)
     led.add(1.8e9 - 7200, 1.8e9 - 60, 'Tesla T4', 1.0, session='s')
-    answers(lambda: advice(led, now=now, limits=limits), 'limits')
+    answers(lambda: advice(led, now=now, limits=limits), 'limits', 'now=')
 
 paths = st.text(st.sampled_from('ab./\x00 '), max_size=8)
 
@@ -185,7 +185,7 @@ paths = st.text(st.sampled_from('ab./\x00 '), max_size=8)
 def test_check_outputs(tmp_path, csv, plot, ledger):
     old = os.getcwd(); os.chdir(tmp_path)
     named = [str(Path(p)) for p in (csv, plot, ledger) if p is not None]
-    try: answers(lambda: check_outputs(csv, plot, ledger), *named, 'usage ledger')
+    try: answers(lambda: check_outputs(csv, plot, ledger), *named, 'usage ledger', 'csv=', 'plot_path=', 'ledger=')
     finally: os.chdir(old)
 
 number = st.one_of(st.floats(), st.integers(-3, 3)).map(str) | st.sampled_from(['', 'x', '1e400', 'nan'])

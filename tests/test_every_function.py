@@ -75,7 +75,12 @@ def _examples(tmp:Path)->dict:
     ex.update()
 
     # -- amp, models, memory: examples
-    ex.update(out=Alt((lambda: tmp/'out', lambda: torch.randn(2, 5, 3))))
+    from colab_t4_nb.memory import allreduce_check
+    ex.update(out=Alt((lambda: tmp/'out', lambda: torch.randn(2, 5, 3))),
+              model=Alt((lambda: _model(), lambda: nn.Sequential(_model(), nn.ReLU()))),
+              target=Alt((ex['target'], lambda: 8)), probe=lambda: (lambda bs, *a, **k: None),
+              parts=Alt((lambda: 2, lambda: [_model()])), devices=lambda: ['cpu'],
+              fn=Alt((ex['fn'], lambda: allreduce_check)))
 
     # -- kernels, switches, t4, benchmarks: examples
     ex.update()
@@ -93,7 +98,7 @@ CHEAP = dict(repeats=2, warmup=0)
 CHEAP.update()
 
 # -- amp, models, memory: cheap values
-CHEAP.update()
+CHEAP.update(start_method='fork', nprocs=1)
 
 # -- kernels, switches, t4, benchmarks: cheap values
 CHEAP.update()

@@ -82,26 +82,29 @@ class UNet(nn.Module):
         return self.head(x)
 
 # %% ../nbs/01a_models.ipynb #8ee4a017
-def _device(device, name:str='device')->torch.device|None:
+def _device(device, name:str='device', err=None)->torch.device|None:
     "`device` as a torch device that is here ('cpu', 'cuda', 'cuda:1'); None stays None; an error naming `name`."
     if device is None: return None
     if isinstance(device, bool) or not isinstance(device, (str, int, torch.device)):
-        raise ArgumentTypeError(f"{name} must be a torch device ('cpu', 'cuda:0') or None, got {name}={device!r}.")
+        raise (err or ArgumentTypeError)(f"{name} must be a torch device ('cpu', 'cuda:0') or None, "
+                                         f"got {name}={device!r}.")
+    if isinstance(device, int): check_int(name, device, hi=1023, err=err)  # torch wraps larger indices
     try: dev = torch.device(device)
     except (RuntimeError, TypeError, ValueError, OverflowError):
-        raise ArgumentError(f"{name}={device!r} is not a torch device: pass 'cpu', 'cuda', 'cuda:1' or None.") from None
+        raise (err or ArgumentError)(f"{name}={device!r} is not a torch device: pass 'cpu', 'cuda', 'cuda:1' "
+                                     'or None.') from None
     n = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if dev.type == 'cuda' and (dev.index or 0) >= n:
         raise NoGPUError(f"{name}={device!r}: this runtime has {n} CUDA GPU(s); pass 'cpu' or None.")
     if dev.type not in ('cpu', 'cuda', 'meta'):
-        raise ArgumentError(f"{name}={device!r}: only 'cpu' and CUDA devices are handled here.")
+        raise (err or ArgumentError)(f"{name}={device!r}: only 'cpu' and CUDA devices are handled here.")
     return dev
 
-def _seed(seed)->int: return check_int('seed', seed, hi=2**64 - 1)
+def _seed(seed, err=None)->int: return check_int('seed', seed, hi=2**64 - 1, err=err)
 
-def _numel(name:str, n:int, most:int=2**32):
+def _numel(name:str, n:int, most:int=2**32, err=None):
     "Refuse a batch of more than `most` elements, naming the arguments (`name`) that make it."
-    if n > most: raise ArgumentError(f'{name} ask for {n:,} elements, more than {most:,}: make the batch smaller.')
+    if n > most: raise (err or ArgumentError)(f'{name} ask for {n:,} elements, more than {most:,}: make the batch smaller.')
 
 # %% ../nbs/01a_models.ipynb #31dcfc04
 def seg_batch(batch:int=4, # images

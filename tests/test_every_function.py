@@ -80,7 +80,11 @@ def _examples(tmp:Path)->dict:
               model=Alt((lambda: _model(), lambda: nn.Sequential(_model(), nn.ReLU()))),
               target=Alt((ex['target'], lambda: 8)), probe=lambda: (lambda bs, *a, **k: None),
               parts=Alt((lambda: 2, lambda: [_model()])), devices=lambda: ['cpu'],
-              fn=Alt((ex['fn'], lambda: allreduce_check)))
+              fn=Alt((ex['fn'], lambda: allreduce_check)),
+              a=Alt((ex['a'], lambda: torch.randn(4, 4))), b=Alt((ex['b'], lambda: torch.randn(4, 4))),
+              batch=Alt((ex['batch'], lambda: (torch.randn(2, 4), torch.randn(2, 2)))),
+              report=lambda: __import__('pandas').DataFrame({'ms': [2.0, 1.0]}, index=['fp32', 'amp fp16']),
+              ids=lambda: torch.zeros(2, 8, dtype=torch.long))
 
     # -- kernels, switches, t4, benchmarks: examples
     ex.update()
@@ -98,7 +102,8 @@ CHEAP = dict(repeats=2, warmup=0)
 CHEAP.update()
 
 # -- amp, models, memory: cheap values
-CHEAP.update(start_method='fork', nprocs=1)
+CHEAP.update(start_method='fork', nprocs=1, loss_fn=torch.nn.functional.mse_loss, batch=2, seq=16,
+             layers=1, hidden=64, heads=2, ffn=128, vocab=1000, max_len=64)
 
 # -- kernels, switches, t4, benchmarks: cheap values
 CHEAP.update()

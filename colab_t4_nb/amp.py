@@ -21,11 +21,12 @@ from fastcore.basics import patch, store_attr
 
 from .allocation import ColabT4Error, GPU, GPUSpec, NoGPUError, SPECS, UnknownGPUError, native_bf16, spec_for
 from .timing import benchmark, cpu_timer, needs_gpu, record
-from .core import check_int
+from .core import check_callable, check_choice, check_int, check_num, check_str, check_type
+from .models import _device, _numel, _seed
 
 # %% auto #0
-__all__ = ['DTYPES', 'AmpError', 'SkippedStepsError', 'EmulatedBF16Warning', 'SlowAMPWarning', 'parse_dtype', 'dtype_name',
-           'AmpChoice', 'amp_choice', 'decide_as', 'amp_dtype', 'AmpStep', 'plain_amp_step', 'OpCounter',
+__all__ = ['DTYPES', 'MAX_ROUNDS', 'AmpError', 'SkippedStepsError', 'EmulatedBF16Warning', 'SlowAMPWarning', 'parse_dtype',
+           'dtype_name', 'AmpChoice', 'amp_choice', 'decide_as', 'amp_dtype', 'AmpStep', 'plain_amp_step', 'OpCounter',
            'autocast_ops', 'in_fp32', 'softmax32', 'no_tf32', 'TensorCoreCheck', 'matmul_ms', 'tensor_core_check',
            'amp_report', 'mlp', 'step_anatomy', 'Encoder', 'token_batch', 'token_loss', 'math_share', 'lint_dims',
            'bench_encoder', 'needs_tf', 'KerasAmp', 'keras_amp']
@@ -52,7 +53,7 @@ def parse_dtype(dtype:str|torch.dtype # 'fp16', 'bf16', 'fp32', an alias, or a t
     if isinstance(dtype, torch.dtype) and dtype in DTYPES.values(): return dtype
     key = str(dtype).strip().lower()
     if _ALIASES.get(key, key) in DTYPES: return DTYPES[_ALIASES.get(key, key)]
-    raise AmpError(f"Unknown precision {dtype!r}. Choices: 'fp16' (float16, half), 'bf16' (bfloat16), "
+    raise AmpError(f"Unknown precision: dtype={dtype!r}. Choices: 'fp16' (float16, half), 'bf16' (bfloat16), "
                    f"'fp32' (float32: AMP off), or the torch.dtype of one of them.")
 
 # %% ../nbs/01_amp.ipynb #2742c49a
@@ -222,9 +223,26 @@ def amp_dtype(device=None, # as for `amp_choice`
     return amp_choice(device, dtype).dtype
 
 # %% ../nbs/01_amp.ipynb #bbcff70e
-def _check_int(name:str, value, lo:int=1)->int:
+def _check_int(name:str, value, lo:int=1, hi:int|None=None)->int:
     "`check_int` raising the page's `AmpError`."
-    return check_int(name, value, lo=lo, err=AmpError)
+    return check_int(name, value, lo=lo, hi=hi, err=AmpError)
+
+MAX_ROUNDS = 10**4  # timed or untimed rounds of a measurement: far more than any median needs
+
+def _rounds(repeats, warmup)->tuple:
+    "`repeats` (>= 1) and `warmup` (>= 0) rounds of a measurement, each at most `MAX_ROUNDS`."
+    return _check_int('repeats', repeats, hi=MAX_ROUNDS), _check_int('warmup', warmup, 0, MAX_ROUNDS)
+
+def _here(device, what:str)->torch.device:
+    "`device` as a torch device of this runtime; None: the GPU if there is one, else the CPU."
+    if device is None: return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+    if isinstance(device, numbers.Integral) and not isinstance(device, bool): _check_int('device', device, 0, 1023)
+    dev = _torch_device(device)
+    if dev is None:
+        raise AmpError(f"device={device!r}: {what} runs here, so it needs a torch device ('cuda', 'cpu').")
+    if dev.type == 'cuda': _cuda_props(device, dev)  # `NoGPUError` naming `device` when it is not here
+    elif dev.type != 'cpu': raise AmpError(f"device={device!r}: {what} runs on 'cpu' or a CUDA GPU.")
+    return dev
 
 # %% ../nbs/01_amp.ipynb #7114b556
 def _model_device(model:nn.Module)->torch.device:
@@ -238,15 +256,11 @@ def _model_device(model:nn.Module)->torch.device:
 # %% ../nbs/01_amp.ipynb #d7948a9f
 def _check_step_args(opt, loss_fn, clip, scaler):
     "`AmpError` naming the first of `AmpStep`'s arguments that cannot work."
-    if not isinstance(opt, torch.optim.Optimizer):
-        raise AmpError(f'opt must be a torch.optim optimizer, got opt={opt!r}')
-    if loss_fn is not None and not callable(loss_fn):
-        raise AmpError(f'loss_fn must be callable or None, got loss_fn={loss_fn!r}')
-    if clip is not None and not (isinstance(clip, numbers.Real) and not isinstance(clip, bool) and clip > 0):
-        raise AmpError(f'clip is the largest gradient norm allowed, a number > 0, got clip={clip!r}: '
-                       'pass e.g. clip=1.0, or clip=None for no clipping.')
-    if not (scaler is None or isinstance(scaler, (bool, torch.amp.GradScaler))):
-        raise AmpError(f'scaler must be True, False, None or a torch.amp.GradScaler, got scaler={scaler!r}')
+    check_type('opt', opt, torch.optim.Optimizer, 'a torch.optim optimizer', err=AmpError)
+    check_callable('loss_fn', loss_fn, none=True, err=AmpError)
+    check_num('clip', clip, none=True, err=AmpError)  # the largest gradient norm allowed
+    check_type('scaler', scaler, (bool, torch.amp.GradScaler), 'True, False or a torch.amp.GradScaler',
+               none=True, err=AmpError)
 
 # %% ../nbs/01_amp.ipynb #d764029e
 class AmpStep:
@@ -388,9 +402,8 @@ def plain_amp_step(model:nn.Module, opt:torch.optim.Optimizer, loss_fn:Callable,
     "The textbook autocast + GradScaler training step, `step(x, y)`, with nothing added."
     _model_device(model)
     _check_step_args(opt, loss_fn, None, scaler)
-    if not callable(loss_fn): raise AmpError(f'loss_fn must be callable: loss_fn(model(x), y), got loss_fn={loss_fn!r}')
-    if device_type not in ('cpu', 'cuda'):
-        raise AmpError(f"device_type is 'cuda' or 'cpu', got device_type={device_type!r}")
+    check_callable('loss_fn', loss_fn, err=AmpError)  # loss_fn(model(x), y)
+    check_choice('device_type', device_type, ('cuda', 'cpu'), err=AmpError)
     dtype = parse_dtype(dtype)
     scaler = torch.amp.GradScaler(device_type, enabled=(dtype == torch.float16) if scaler is None else scaler)
     def step(x, y):
@@ -429,8 +442,7 @@ def autocast_ops(device='cpu', # where to run the probes
                  dtype:str|torch.dtype|None=None, # autocast dtype; None: `amp_dtype(device)`
                 )->pd.DataFrame:
     "For common operations, the output dtype under autocast for fp32 and for half-precision inputs."
-    if _torch_device(device) is None:
-        raise AmpError(f"device={device!r}: the probes run here, so they need a torch device ('cpu', 'cuda').")
+    device = _here(device, 'the probe')
     ch = amp_choice(device, dtype)
     x = torch.randn(8, 16, device=device)
     rows = {}
@@ -543,7 +555,8 @@ def matmul_ms(a:torch.Tensor, b:torch.Tensor, # the operands, on one device
               clock:Callable=time.perf_counter, # the CPU clock
              )->float:
     "Median ms of one `a @ b` into a preallocated output, products issued back to back (CUDA events on a GPU)."
-    repeats, warmup = _check_int('repeats', repeats), _check_int('warmup', warmup, 0)
+    repeats, warmup = _rounds(repeats, warmup)
+    clock = check_callable('clock', clock, err=AmpError)
     if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dim() == b.dim() == 2
             and a.shape[1] == b.shape[0] and a.device == b.device):
         raise AmpError(f'a and b must be matrices on one device that can be multiplied, '
@@ -567,12 +580,11 @@ def tensor_core_check(device=None, # a torch device; None: the GPU if there is o
                       repeats:int=50, warmup:int=10, # timed and untimed products of each dtype (`matmul_ms`)
                      )->TensorCoreCheck:
     "Matrix-product rate in fp32 (TF32 off) and in the AMP dtype, measured here and set against the spec table."
-    dev = _torch_device('cuda' if device is None and torch.cuda.is_available() else 'cpu' if device is None else device)
-    if dev is None:
-        raise AmpError(f"device={device!r}: the check runs here, so it needs a torch device ('cuda', 'cpu').")
+    dev = _here(device, 'the check')
+    n, (repeats, warmup) = _check_int('n', n, hi=2**15) if n is not None else None, _rounds(repeats, warmup)
     ch, spec = amp_choice(dev, dtype), _card(dev)[3]
     if not ch.enabled: raise AmpError('dtype fp32 leaves nothing to compare: pass fp16 or bf16.')
-    n = _check_int('n', n) if n is not None else (8192 if dev.type == 'cuda' else 256)
+    n = n if n is not None else (8192 if dev.type == 'cuda' else 256)
     a, b = torch.randn(n, n, device=dev), torch.randn(n, n, device=dev)
     al, bl = a.to(ch.dtype), b.to(ch.dtype)
     with no_tf32():
@@ -616,7 +628,9 @@ def amp_report(model:nn.Module, batch:tuple, # the model (on its device) and one
     dev = _model_device(model)
     if not isinstance(batch, (tuple, list)) or not batch:
         raise AmpError(f'batch is a tuple (*inputs, target), got batch={type(batch).__name__}: pass e.g. (x, y)')
-    repeats, warmup = _check_int('repeats', repeats), _check_int('warmup', warmup, 0)
+    check_callable('loss_fn', loss_fn, none=True, err=AmpError)
+    dtype = None if dtype is None else parse_dtype(dtype)
+    opt_fn, (repeats, warmup) = check_callable('opt_fn', opt_fn, err=AmpError), _rounds(repeats, warmup)
     opt = opt_fn(model.parameters())
     amp = AmpStep(model, opt, loss_fn, dtype)
     steps = {'fp32': AmpStep(model, opt, loss_fn, 'fp32'), f'amp {amp.choice.name}': amp}
@@ -631,7 +645,8 @@ def amp_report(model:nn.Module, batch:tuple, # the model (on its device) and one
 # %% ../nbs/01_amp.ipynb #5481bb85
 def mlp(d:int=1024, h:int=4096)->nn.Sequential:
     "The article's small model: Linear d -> h, ReLU, Linear h -> d."
-    return nn.Sequential(nn.Linear(_check_int('d', d), _check_int('h', h)), nn.ReLU(), nn.Linear(h, d))
+    d, h = _check_int('d', d, hi=2**16), _check_int('h', h, hi=2**16)
+    return nn.Sequential(nn.Linear(d, h), nn.ReLU(), nn.Linear(h, d))
 
 # %% ../nbs/01_amp.ipynb #2494eab2
 def step_anatomy(step:Callable, *batch)->dict:
@@ -647,8 +662,11 @@ class Encoder(nn.Module):
     def __init__(self, vocab:int=30522, hidden:int=768, layers:int=12, heads:int=12, ffn:int=3072, max_len:int=512,
                  dropout:float=0.1):
         super().__init__()
-        for k, v in dict(vocab=vocab, hidden=hidden, layers=layers, heads=heads, ffn=ffn, max_len=max_len).items():
-            _check_int(k, v)
+        vocab, hidden, layers = _check_int('vocab', vocab, hi=2**20), _check_int('hidden', hidden, hi=2**14), \
+            _check_int('layers', layers, hi=128)
+        heads, ffn = _check_int('heads', heads, hi=hidden), _check_int('ffn', ffn, hi=2**16)
+        max_len, dropout = _check_int('max_len', max_len, hi=2**17), check_num('dropout', dropout, 0, 1, eq=True,
+                                                                                err=AmpError)
         if hidden % heads: raise AmpError(f'hidden must be a multiple of heads, got hidden={hidden}, heads={heads}')
         self.tok, self.pos, self.norm = nn.Embedding(vocab, hidden), nn.Embedding(max_len, hidden), nn.LayerNorm(hidden)
         layer = nn.TransformerEncoderLayer(hidden, heads, ffn, dropout, activation='gelu', batch_first=True)
@@ -656,18 +674,32 @@ class Encoder(nn.Module):
         self.head = nn.Linear(hidden, vocab)
 
     def forward(self, ids:torch.Tensor)->torch.Tensor:
+        check_type('ids', ids, torch.Tensor, 'a tensor of token ids', err=AmpError)
+        if ids.dim() != 2 or ids.is_floating_point() or ids.shape[1] > self.pos.num_embeddings:
+            raise AmpError(f'ids must be integer token ids (batch, seq) with seq <= {self.pos.num_embeddings}, '
+                           f'got ids of shape {tuple(ids.shape)} and dtype {ids.dtype}')
         x = self.norm(self.tok(ids) + self.pos(torch.arange(ids.shape[1], device=ids.device)))
         return self.head(self.enc(x))
 
 # %% ../nbs/01_amp.ipynb #b1c39cd2
 def token_batch(batch:int=16, seq:int=512, vocab:int=30522, device=None, seed:int=0)->tuple:
     "Random token ids and targets, `(batch, seq)` each."
-    batch, seq, vocab = _check_int('batch', batch), _check_int('seq', seq), _check_int('vocab', vocab)
+    batch, seq = _check_int('batch', batch, hi=2**20), _check_int('seq', seq, hi=2**20)
+    vocab, device, seed = _check_int('vocab', vocab, hi=2**24), _device(device, err=AmpError), _seed(seed, AmpError)
+    _numel('batch and seq', batch * seq, err=AmpError)
     g = torch.Generator().manual_seed(seed)
     return tuple(torch.randint(vocab, (batch, seq), generator=g).to(device) for _ in range(2))
 
 # %% ../nbs/01_amp.ipynb #fd8e03cf
-def token_loss(logits, target): return F.cross_entropy(logits.flatten(0, 1), target.flatten())
+def token_loss(logits:torch.Tensor, # (batch, seq, vocab)
+               target:torch.Tensor, # (batch, seq) token ids
+              )->torch.Tensor:
+    "Cross-entropy of token logits against token ids, over every position."
+    check_type('logits', logits, torch.Tensor, err=AmpError), check_type('target', target, torch.Tensor, err=AmpError)
+    if logits.dim() != 3 or target.shape != logits.shape[:2]:
+        raise AmpError(f'logits (batch, seq, vocab) and target (batch, seq) do not match: '
+                       f'got logits={tuple(logits.shape)}, target={tuple(target.shape)}')
+    return F.cross_entropy(logits.flatten(0, 1), target.flatten())
 
 # %% ../nbs/01_amp.ipynb #ea39b806
 def math_share(report:pd.DataFrame, # `amp_report`-style: a `ms` column, rows named 'fp32', 'amp fp16', 'amp bf16', ...
@@ -678,8 +710,7 @@ def math_share(report:pd.DataFrame, # `amp_report`-style: a `ms` column, rows na
     if not isinstance(report, pd.DataFrame) or 'ms' not in report.columns:
         raise AmpError(f"report must be a DataFrame with an 'ms' column (from amp_report), "
                        f"got report={type(report).__name__}")
-    if isinstance(gflop, bool) or not isinstance(gflop, numbers.Real) or not gflop >= 0:
-        raise AmpError(f'gflop is the floating-point work of one step, a number >= 0, got gflop={gflop!r}')
+    gflop = check_num('gflop', gflop, eq=True, hi=1e12, err=AmpError)  # the floating-point work of one step
     try: spec = spec if isinstance(spec, GPUSpec) else spec_for(spec)
     except UnknownGPUError as e: raise AmpError(f'spec={spec!r}: {e}') from None
     peaks = {'fp32': spec.fp32_tflops, 'fp16': spec.fp16_tflops, 'bf16': spec.bf16_tflops}
@@ -712,10 +743,9 @@ def bench_encoder(batch:int=16, seq:int=512, # sequences per step, tokens per se
                   **model_kw, # `Encoder` sizes (vocab, hidden, layers, heads, ffn)
                  )->pd.DataFrame:
     "Training steps of a BERT-shaped encoder: fp32, `AmpStep`, the textbook step and `AmpStep`'s default, interleaved."
-    dev = _torch_device('cuda' if device is None and torch.cuda.is_available() else 'cpu' if device is None else device)
-    if dev is None:
-        raise AmpError(f"device={device!r}: the benchmark runs here, so it needs a torch device ('cuda', 'cpu').")
-    batch, seq = _check_int('batch', batch), _check_int('seq', seq)
+    dev = _here(device, 'the benchmark')
+    batch, seq = _check_int('batch', batch, hi=2**20), _check_int('seq', seq, hi=2**17)
+    dtype, (repeats, warmup) = None if dtype is None else parse_dtype(dtype), _rounds(repeats, warmup)
     torch.manual_seed(0)
     with torch.device(dev): model = Encoder(max_len=seq, **model_kw)
     ids, tgt = token_batch(batch, seq, model.tok.num_embeddings, dev)
@@ -751,6 +781,7 @@ _POLICY = {torch.float16: 'mixed_float16', torch.bfloat16: 'mixed_bfloat16', tor
 def needs_tf(what:str # what the cell would show
             )->bool:
     "True when TensorFlow is installed; otherwise print one line saying `what` was skipped."
+    what = check_str('what', what)
     if find_spec('tensorflow') is not None: return True
     print(f'Skipped on this runtime (TensorFlow is not installed): {what}.')
     return False

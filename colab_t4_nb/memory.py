@@ -4,7 +4,7 @@
 
 # %% ../nbs/02_memory.ipynb #ee15110d
 from __future__ import annotations
-import functools, gc, math, numbers, os, socket, sys, time, traceback, warnings
+import functools, gc, math, numbers, os, re, socket, sys, time, traceback, warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable
@@ -18,7 +18,8 @@ from torch.utils.checkpoint import checkpoint
 
 from .allocation import ColabT4Error, NoGPUError, UnknownGPUError, nvml_gpus, oom_kind, spec_for
 from .timing import benchmark
-from .core import check_int
+from .core import (ArgumentTypeError, check_callable, check_choice, check_flag, check_int,
+                              check_num, check_seq, check_str, check_type)
 
 # %% auto #0
 __all__ = ['REPORTED_MIB', 'BatchSizeError', 'NothingFits', 'SplitError', 'MemoryGrowthError', 'DeviceError', 'StepError',
@@ -47,9 +48,11 @@ class StepError(ColabT4Error, ValueError):
     "Arguments `synthetic_step` cannot build a training step from."
 
 # %% ../nbs/02_memory.ipynb #2942c069
-def _int_arg(name:str, value, what:str='size', lo:int=1)->int:
+_MAX_SIZE, _MAX_STEPS = 2**24, 1000  # a size far above what any GPU fits; training steps per trial
+
+def _int_arg(name:str, value, what:str='size', lo:int=1, hi:int|None=_MAX_SIZE)->int:
     "`check_int` raising the page's `BatchSizeError`; `what` is kept for the callers' readability."
-    return check_int(name, value, lo=lo, err=BatchSizeError)
+    return check_int(name, value, lo=lo, hi=hi, err=BatchSizeError)
 
 # %% ../nbs/02_memory.ipynb #3370df52
 def _clear_exception(e:BaseException|None, seen=None):
@@ -65,8 +68,7 @@ def _clear_exception(e:BaseException|None, seen=None):
 def free_memory(e:BaseException|None=None # the error of a failed step, whose frames are cleared
                ):
     "Release what a failed step held: its traceback's frames, IPython's last OOM, garbage, PyTorch's CUDA cache."
-    if e is not None and not isinstance(e, BaseException):
-        raise TypeError(f'e must be an exception or None, got e={e!r}')
+    check_type('e', e, BaseException, 'an exception', none=True)
     _clear_exception(e)
     last = getattr(sys, 'last_exc', None) or getattr(sys, 'last_value', None)
     if last is not None and oom_kind(last):
@@ -96,7 +98,9 @@ def try_batch(fn:Callable, # `fn(batch_size)` runs one training step
               clock:Callable=time.perf_counter, # wall clock
              )->Trial:
     "Run `fn(size)` `steps` times: a `Trial`; out-of-memory is caught and freed, other errors propagate."
-    size, steps = _int_arg('size', size, 'batch size'), _int_arg('steps', steps, 'batch size')
+    fn = check_callable('fn', fn, err=BatchSizeError)
+    clock = check_callable('clock', clock, err=BatchSizeError)
+    size, steps = _int_arg('size', size, 'batch size'), _int_arg('steps', steps, hi=_MAX_STEPS)
     t0, err = clock(), None
     try:
         for _ in range(steps): fn(size)
@@ -122,6 +126,17 @@ class SizeResult:
     margin:float = 0.015
     train_ooms:list = field(default_factory=list)  # sizes that ran out of memory in training (`auto_batch_size`)
     what = 'size'            # what the size counts, in messages (not a field)
+
+    def __post_init__(self):
+        i = lambda k, v: _int_arg(k, v, lo=0)
+        self.size, self.largest_ok = i('size', self.size), i('largest_ok', self.largest_ok)
+        self.steps = _int_arg('steps', self.steps, hi=_MAX_STEPS)
+        if self.smallest_oom is not None: self.smallest_oom = i('smallest_oom', self.smallest_oom)
+        trial = lambda k, t: check_type(k, t, Trial, err=BatchSizeError)
+        self.trials = check_seq('trials', self.trials, trial, lo=0, err=BatchSizeError)
+        self.train_ooms = check_seq('train_ooms', self.train_ooms, i, lo=0, err=BatchSizeError)
+        self.mode = check_choice('mode', self.mode, ('grow', 'halve'), err=BatchSizeError)
+        self.margin = check_num('margin', self.margin, 0, 1, eq=True, err=BatchSizeError)
 
     @property
     def sizes(self)->list: return [t.size for t in self.trials]
@@ -160,9 +175,9 @@ def _check_args(fn, mode, start, min_size, max_size, steps, margin, tol, what='s
     "`BatchSizeError` naming the first argument of the search that cannot work (`start` is None when not given)."
     if not callable(fn):
         raise BatchSizeError(f'fn must be callable: fn({what.replace(" ", "_")}) runs one training step; got fn={fn!r}')
-    if mode not in ('grow', 'halve'): raise BatchSizeError(f"mode must be 'grow' or 'halve', got mode={mode!r}")
+    mode = check_choice('mode', mode, ('grow', 'halve'), err=BatchSizeError)
     min_size, max_size = _int_arg('min_size', min_size, what), _int_arg('max_size', max_size, what)
-    steps = _int_arg('steps', steps, what)
+    steps = _int_arg('steps', steps, hi=_MAX_STEPS)
     if start is not None: start = _int_arg('start', start, what)
     if max_size < min_size:
         raise BatchSizeError(f'max_size={max_size} is below min_size={min_size}: raise max_size or lower min_size')
@@ -170,10 +185,9 @@ def _check_args(fn, mode, start, min_size, max_size, steps, margin, tol, what='s
         raise BatchSizeError(f'start={start} is below min_size={min_size}: raise start or lower min_size')
     if start is not None and start > max_size:
         raise BatchSizeError(f'max_size={max_size} is below start={start}: raise max_size or lower start')
-    if isinstance(margin, bool) or not isinstance(margin, numbers.Real) or not 0 <= margin < 1:
+    if check_num('margin', margin, 0, 1, eq=True, err=BatchSizeError) == 1:
         raise BatchSizeError(f'margin is a fraction in [0, 1), got margin={margin!r}')
-    if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not 0 <= tol < math.inf:
-        raise BatchSizeError(f'tol is a fraction >= 0, got tol={tol!r}')
+    check_num('tol', tol, 0, 1, eq=True, err=BatchSizeError)
     return start, min_size, max_size, steps
 
 # %% ../nbs/02_memory.ipynb #2c95c04b
@@ -223,6 +237,7 @@ def _nothing_fits(trials, min_size, steps, what='batch size'):
 def _search(fn, mode, start, min_size, max_size, steps, margin, tol, verbose, cls):
     "The search behind `find_max_size` and `find_batch_size`; a `cls` result."
     start, min_size, max_size, steps = _check_args(fn, mode, start, min_size, max_size, steps, margin, tol, cls.what)
+    verbose = check_flag('verbose', verbose, err=BatchSizeError)
     if start is None: start = min(max(32, min_size), max_size) if mode == 'grow' else max_size
     trials = []
     def trial(size):
@@ -273,7 +288,11 @@ def auto_batch_size(probe:Callable, # `probe(batch_size, *args, **kwargs)` runs 
                     **kwargs, # passed to `find_batch_size`
                    ):
     "Decorator: call `train(batch_size, ...)` with the largest batch size `probe` survives."
+    probe = check_callable('probe', probe, err=BatchSizeError)
+    retries = _int_arg('retries', retries, lo=0, hi=100)
+    backoff = check_num('backoff', backoff, 0, 1, err=BatchSizeError)
     def deco(train):
+        check_callable('train', train, err=BatchSizeError)
         @functools.wraps(train)
         def wrapper(*args, **kw):
             res = wrapper.result = find_batch_size(lambda bs: probe(bs, *args, **kw), **kwargs)
@@ -313,7 +332,7 @@ def accumulation(target:int, # the effective batch size wanted
                 )->Accumulation:
     "Micro-batches of at most `fits` samples adding up to exactly `target`."
     fits = fits.size if isinstance(fits, SizeResult) else fits
-    target, fits = _int_arg('target', target, 'batch size'), _int_arg('fits', fits, 'batch size')
+    target, fits = _int_arg('target', target, hi=2**20), _int_arg('fits', fits, 'batch size')
     n = -(-target // fits)
     base, extra = divmod(target, n)
     return Accumulation(target, [base + 1] * extra + [base] * (n - extra))
@@ -324,6 +343,7 @@ REPORTED_MIB = {'T4': 15360, 'K80': 11441, 'H200': 143771}  # total memory the d
 def usable_memory(card:str # a spec-table key or a driver's name: 'T4', 'Tesla T4', 'NVIDIA H200'
                  )->int:
     "Bytes of GPU memory a program on `card` sees: the driver's recorded total, else 15/16 of the datasheet's size."
+    card = check_str('card', card)
     try: spec = spec_for(card)
     except UnknownGPUError as e: raise UnknownGPUError(f'card={card!r}: {e}') from None
     if spec.key in REPORTED_MIB: return REPORTED_MIB[spec.key] * 2**20
@@ -338,10 +358,20 @@ class cap_memory:
                  device:int|str|None=None, # CUDA device; default the current one
                  cuda=None, # the `torch.cuda` module (a stand-in in tests)
                 ):
-        self.cuda = cuda or torch.cuda
+        self.cuda = cuda if cuda is not None else torch.cuda
+        needs = ('is_available', 'current_device', 'get_device_properties',
+                 'set_per_process_memory_fraction')
+        if not all(callable(getattr(self.cuda, k, None)) for k in needs):
+            raise ArgumentTypeError('cuda must be the torch.cuda module (or a stand-in with its '
+                                    f'functions) or None, got cuda={self.cuda!r}')
         if not self.cuda.is_available():
-            raise NoGPUError(f'cap_memory({card!r}) needs a CUDA GPU; this runtime has none, '
-                             'so there is nothing to cap.')
+            raise NoGPUError(f'cap_memory(card={card!r}, device={device!r}) needs a CUDA GPU; '
+                             'this runtime has none, so there is nothing to cap.')
+        bytes_given = isinstance(card, numbers.Integral) and not isinstance(card, bool)
+        card = check_int('card', card, 1, 2**50) if bytes_given else check_str('card', card)
+        if isinstance(device, str) and not re.fullmatch(r'cuda(:\d+)?', device.strip()):
+            raise DeviceError(f"device is a CUDA device ('cuda:0', 0) or None, got {device=}")
+        if not isinstance(device, str): device = check_int('device', device, hi=1023, none=True)
         self.device = self.cuda.current_device() if device is None else device
         self.total = self.cuda.get_device_properties(self.device).total_memory
         self.limit = card if isinstance(card, int) else usable_memory(card)
@@ -365,6 +395,8 @@ class cap_memory:
 def _device(device=None, name:str='device')->torch.device:
     "`device` as a torch device (`name` is what the error calls it); None: the GPU if there is one, else the CPU."
     if device is None: return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+    if isinstance(device, bool) or not isinstance(device, (str, int, torch.device)):
+        raise DeviceError(f"{name}={device!r} is not a torch device: pass 'cuda', 'cpu' or None")
     try: return torch.device(device)
     except (RuntimeError, TypeError) as e:
         raise DeviceError(f"{name}={device!r} is not a torch device: pass 'cuda', 'cuda:1', 'cpu' or None "
@@ -427,6 +459,9 @@ _REPORT = ['name', 'allocated_mib', 'reserved_mib', 'peak_allocated_mib', 'peak_
 def memory_report(nvml=None # the `pynvml` module (a stand-in in tests); default the real one
                  )->pd.DataFrame:
     "One row per GPU: PyTorch's allocator figures and NVML's used/total, in MiB (NaN where a source cannot tell)."
+    if nvml is not None and not isinstance(getattr(nvml, 'NVMLError', None), type):
+        raise ArgumentTypeError('nvml must be the pynvml module (or a stand-in with NVMLError) '
+                                f'or None, got nvml={nvml!r}')
     rows = _nvml_report(nvml)
     if torch.cuda.is_initialized():
         for i in range(torch.cuda.device_count()): rows.setdefault(i, {}).update(_torch_report(i))
@@ -437,6 +472,7 @@ def memory_report(nvml=None # the `pynvml` module (a stand-in in tests); default
 class Checkpointed(nn.Module):
     "Run `module` with activation checkpointing (non-reentrant) while training."
     def __init__(self, module:nn.Module):
+        check_type('module', module, nn.Module, 'a torch nn.Module', err=SplitError)
         super().__init__(); store_attr()
 
     def forward(self, *args, **kwargs):
@@ -450,10 +486,9 @@ def checkpoint_every(model:nn.Sequential, # the blocks, in order
                     )->nn.Sequential:
     "`model`'s blocks regrouped into checkpointed segments of `n` blocks (the blocks are shared, not copied)."
     if not isinstance(model, nn.Sequential):
-        raise SplitError(f'checkpoint_every takes an nn.Sequential, got {type(model).__name__}; '
-                         'wrap a single module in Checkpointed(...) instead.')
-    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
-        raise SplitError(f'n must be an integer >= 1, got n={n!r}')
+        raise SplitError(f'checkpoint_every takes an nn.Sequential, got {type(model).__name__} '
+                         f'(model={model!r:.40}); wrap a single module in Checkpointed(...).')
+    n = check_int('n', n, lo=1, err=SplitError)
     blocks = list(model)
     return nn.Sequential(*[Checkpointed(nn.Sequential(*blocks[i:i + n])) for i in range(0, len(blocks), n)])
 
@@ -465,8 +500,11 @@ def checkpoint_report(model:nn.Sequential, # the model, on its device
                       warmup:int=2, # untimed steps of each variant first
                      )->pd.DataFrame:
     "Step time and peak memory of `model` plain and checkpointed every `n` blocks, with ratios to the plain model."
-    if not isinstance(x, torch.Tensor): raise SplitError(f'x is one input batch, a tensor, got x={x!r}')
-    repeats, warmup = _int_arg('repeats', repeats), _int_arg('warmup', warmup, lo=0)
+    check_type('model', model, nn.Sequential, 'an nn.Sequential', err=SplitError)
+    check_type('x', x, torch.Tensor, 'one input batch, a tensor', err=SplitError)
+    n = check_int('n', n, lo=1, err=SplitError)
+    repeats = _int_arg('repeats', repeats, hi=10**4)
+    warmup = _int_arg('warmup', warmup, lo=0, hi=10**4)
     variants = {'plain': model, f'checkpoint every {n}': checkpoint_every(model, n)}
     def step(m):
         def f():
@@ -490,13 +528,16 @@ def balance(sizes:list, # size of each block, in order
             parts:int, # number of consecutive groups
            )->list[int]:
     "How many consecutive blocks go in each of `parts` groups, making the largest group's total as small as possible."
-    if not isinstance(sizes, (list, tuple)) or not all(isinstance(s, numbers.Real) and s >= 0 for s in sizes):
+    if not isinstance(sizes, (list, tuple)):
         raise SplitError(f'sizes must be a list of block sizes >= 0, got sizes={sizes!r}')
+    size = lambda k, s: check_num(k, s, 0, 2**63, eq=True, err=SplitError)  # finite: a byte count
+    sizes = check_seq('sizes', sizes, size, lo=1, hi=1024, err=SplitError)
     if isinstance(parts, bool) or not isinstance(parts, numbers.Integral):
         raise SplitError(f'parts must be an integer (the number of devices), got parts={parts!r}')
     n = len(sizes)
     if not 1 <= parts <= n:
-        raise SplitError(f'Cannot split {n} blocks over {parts} devices: need 1 <= devices <= blocks.')
+        raise SplitError(f'Cannot split {n} blocks over {parts} devices (parts={parts}): '
+                         'need 1 <= devices <= blocks.')
     pre = [0]
     for s in sizes: pre.append(pre[-1] + s)
     best = [[math.inf] * (n + 1) for _ in range(parts + 1)]
@@ -514,6 +555,7 @@ def balance(sizes:list, # size of each block, in order
 # %% ../nbs/02_memory.ipynb #2e8a7a20
 def param_bytes(m:nn.Module)->int:
     "Bytes of `m`'s parameters and buffers."
+    check_type('m', m, nn.Module, 'a torch nn.Module', err=SplitError)
     return sum(t.numel() * t.element_size() for t in [*m.parameters(), *m.buffers()])
 
 # %% ../nbs/02_memory.ipynb #04489c99
@@ -527,10 +569,17 @@ def _to(x, device):
 class SplitModel(nn.Module):
     "Consecutive parts of a sequential model, each on its own device; activations follow."
     def __init__(self, parts:list, devices:list):
+        module = lambda k, p: check_type(k, p, nn.Module, 'a torch nn.Module', err=SplitError)
+        parts = check_seq('parts', parts, module, err=SplitError)
+        n = len(parts)  # one device per part
+        devices = check_seq('devices', devices, lambda k, d: _device(d, k), n, n, err=SplitError)
         super().__init__()
-        self.parts, self.devices = nn.ModuleList(parts), [torch.device(d) for d in devices]
+        self.parts, self.devices = nn.ModuleList(parts), devices
 
     def forward(self, x):
+        if not (isinstance(x, torch.Tensor) or isinstance(x, (list, tuple, dict)) and x):
+            raise SplitError('x must be a tensor (or a list, tuple or dict of them), '
+                             f'got x={x!r:.40}')
         for part, dev in zip(self.parts, self.devices): x = part(_to(x, dev))
         return x
 
@@ -550,6 +599,7 @@ def split_model(model:nn.Sequential, # the blocks, in order
         raise SplitError(f'split_model splits an nn.Sequential (blocks run one after another), '
                          f'got {type(model).__name__}. Rebuild the model as nn.Sequential(block1, block2, ...), '
                          'or train a copy on each GPU with launch_ddp.')
+    verbose = check_flag('verbose', verbose, err=SplitError)
     if devices is None: devices = [f'cuda:{i}' for i in range(torch.cuda.device_count())] or ['cpu']
     if not isinstance(devices, (list, tuple)) or not devices:
         raise SplitError(f"devices is a list of devices, e.g. ['cuda:0', 'cuda:1'], got devices={devices!r}")
@@ -606,16 +656,27 @@ def launch_ddp(fn:Callable, # `fn(rank, world_size, *args)`, run once in each pr
               )->list:
     "Run `fn` in `nprocs` processes under `torch.distributed`; each rank's return value, in rank order."
     import pickle, importlib, torch.multiprocessing as mp
+    fn, args = check_callable('fn', fn), tuple(check_type('args', args, (tuple, list), 'a tuple'))
+    nprocs = check_int('nprocs', nprocs, lo=1, hi=256, none=True)
+    backend = check_choice('backend', backend, ('nccl', 'gloo'), none=True)
+    start_method = check_choice('start_method', start_method, ('spawn', 'fork', 'forkserver'))
+    timeout = check_num('timeout', timeout, hi=7 * 86400)  # seconds: at most a week
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    backend = backend or ('nccl' if gpus else 'gloo')
-    nprocs = nprocs or (gpus if backend == 'nccl' else 2)
+    backend = backend if backend is not None else ('nccl' if gpus else 'gloo')
+    nprocs = nprocs if nprocs is not None else (gpus if backend == 'nccl' else 2)
     if backend == 'nccl' and nprocs > gpus:
         raise ColabT4Error(f'NCCL needs one GPU per process: nprocs={nprocs}, but {gpus} GPU(s) here. '
                            'Use fewer processes or backend="gloo".')
     _check_importable(fn, start_method)
+    if start_method != 'fork':
+        try: pickle.dumps(fn)
+        except Exception as e:
+            raise ColabT4Error(f'fn={fn!r} cannot be sent to spawned processes ({e}): pass a '
+                               'function defined at the top level of an importable module, '
+                               "or start_method='fork'.") from None
     worker = importlib.import_module('colab_t4_nb.memory')._ddp_worker  # by its module: spawned processes import it
     queue = mp.get_context(start_method).SimpleQueue()
-    wargs = (fn, nprocs, backend, _free_port(), tuple(args), queue, start_method == 'fork')
+    wargs = (fn, nprocs, backend, _free_port(), args, queue, start_method == 'fork')
     ctx = mp.start_processes(worker, args=wargs,
                              nprocs=nprocs, join=False, start_method=start_method)
     results, t0 = {}, time.monotonic()
@@ -636,6 +697,12 @@ def launch_ddp(fn:Callable, # `fn(rank, world_size, *args)`, run once in each pr
 def allreduce_check(rank:int, world_size:int)->float:
     "For `launch_ddp`: all-reduce `rank + 1` over the group; each rank returns the sum it received."
     import torch.distributed as dist
+    world_size = check_int('world_size', world_size, lo=1, hi=2**16)
+    rank = check_int('rank', rank, hi=world_size - 1)
+    if not dist.is_available() or not dist.is_initialized() or dist.get_world_size() != world_size:
+        raise ColabT4Error(f'allreduce_check(rank={rank}, world_size={world_size}) runs in the '
+                           'processes of launch_ddp(allreduce_check): no process group of that '
+                           'size is running here.')
     dev = torch.device('cuda', torch.cuda.current_device()) if dist.get_backend() == 'nccl' else torch.device('cpu')
     t = torch.tensor([rank + 1.0], device=dev)
     dist.all_reduce(t)
@@ -646,6 +713,9 @@ def tf_memory_growth(enable:bool=True, # True: take GPU memory as needed; False:
                      tf=None, # the `tensorflow` module (a stand-in in tests); imported if not given
                     )->list:
     "Switch TensorFlow's memory growth on every GPU it sees; the GPUs switched."
+    enable = check_flag('enable', enable)
+    if tf is not None and not hasattr(tf, 'config'):
+        raise ArgumentTypeError(f'tf must be the tensorflow module (a stand-in) or None, got {tf=}')
     if tf is None: import tensorflow as tf
     gpus = tf.config.list_physical_devices('GPU')
     for g in gpus:
@@ -671,8 +741,8 @@ def synthetic_step(model:nn.Module, # on its device
                    amp:str|None='fp16', # autocast dtype: 'fp16', 'bf16' or None (fp32)
                   )->Callable:
     "`step(batch_size)`: one training step of `model` on random data."
-    if not (amp is None or isinstance(amp, str)) or amp not in _AMP:
-        raise StepError(f"amp is 'fp16', 'bf16' or None (fp32), got amp={amp!r}")
+    amp = check_choice('amp', amp, ('fp16', 'bf16'), none=True, err=StepError)
+    check_type('opt', opt, torch.optim.Optimizer, 'a torch optimizer', err=StepError)
     p = next(model.parameters(), None) if isinstance(model, nn.Module) else None
     if p is None: raise StepError(f'model must be an nn.Module with parameters, got model={type(model).__name__}')
     for k, v in dict(input_shape=input_shape, target_shape=target_shape).items():

@@ -10,7 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .allocation import ColabT4Error
+from .allocation import ColabT4Error, NoGPUError
+from .core import ArgumentError, ArgumentTypeError, check_choice, check_int, check_str, check_type
 
 # %% auto #0
 __all__ = ['MissingPackage', 'needs_package', 'DoubleConv', 'UNet', 'seg_batch', 'hf_bert', 'cls_batch', 'seq_cls_loss',
@@ -31,14 +32,18 @@ def needs_package(name:str, # the import name, e.g. 'transformers'
                   what:str, # what the cell would show
                  )->bool:
     "True when `name` is installed; otherwise print one line saying `what` was skipped."
+    name, what = check_str('name', name), check_str('what', what)
     if find_spec(name) is not None: return True
     print(f'Skipped on this runtime ({name} is not installed: pip install {name}): {what}.')
     return False
 
 # %% ../nbs/01a_models.ipynb #bd058ac5
+_MAX_CH, _MAX_CLASSES = 2**16, 2**17  # channels of a layer, classes of a head: far above any real model
+
 class DoubleConv(nn.Sequential):
     "Two 3x3 convolutions, each followed by batch norm and ReLU: one UNet level."
     def __init__(self, cin:int, cout:int):
+        cin, cout = check_int('cin', cin, lo=1, hi=_MAX_CH), check_int('cout', cout, lo=1, hi=_MAX_CH)
         super().__init__(nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True),
                          nn.Conv2d(cout, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True))
 
@@ -50,8 +55,13 @@ class UNet(nn.Module):
                  base:int=32, # channels at full resolution
                  depth:int=4, # poolings; the input side must be divisible by 2**depth
                 ):
+        in_ch, n_classes = check_int('in_ch', in_ch, 1, _MAX_CH), check_int('n_classes', n_classes, 1, _MAX_CLASSES)
+        base, depth = check_int('base', base, lo=1, hi=_MAX_CH), check_int('depth', depth, lo=1, hi=12)
+        if base * 2**depth > _MAX_CH:
+            raise ArgumentError(f'base={base} and depth={depth} give {base * 2**depth} channels at the deepest '
+                                f'level: keep base * 2**depth <= {_MAX_CH}.')
         super().__init__()
-        self.depth = depth
+        self.in_ch, self.depth = in_ch, depth
         ch = [base * 2**i for i in range(depth + 1)]
         self.downs = nn.ModuleList([DoubleConv(in_ch, ch[0])] + [DoubleConv(ch[i], ch[i + 1]) for i in range(depth)])
         self.ups = nn.ModuleList([nn.ConvTranspose2d(ch[i + 1], ch[i], 2, stride=2) for i in reversed(range(depth))])
@@ -59,6 +69,9 @@ class UNet(nn.Module):
         self.head = nn.Conv2d(ch[0], n_classes, 1)
 
     def forward(self, x:torch.Tensor)->torch.Tensor:
+        check_type('x', x, torch.Tensor, 'a tensor')
+        if x.dim() != 4 or x.shape[1] != self.in_ch:
+            raise ArgumentError(f'x must be images (N, {self.in_ch}, H, W), got x of shape {tuple(x.shape)}.')
         if x.shape[-1] % 2**self.depth or x.shape[-2] % 2**self.depth:
             raise ValueError(f'UNet(depth={self.depth}) needs height and width divisible by {2**self.depth}, '
                              f'got {tuple(x.shape[-2:])}: pad or resize the images.')
@@ -69,6 +82,31 @@ class UNet(nn.Module):
         return self.head(x)
 
 # %% ../nbs/01a_models.ipynb #8ee4a017
+def _device(device, name:str='device', err=None)->torch.device|None:
+    "`device` as a torch device that is here ('cpu', 'cuda', 'cuda:1'); None stays None; an error naming `name`."
+    if device is None: return None
+    if isinstance(device, bool) or not isinstance(device, (str, int, torch.device)):
+        raise (err or ArgumentTypeError)(f"{name} must be a torch device ('cpu', 'cuda:0') or None, "
+                                         f"got {name}={device!r}.")
+    if isinstance(device, int): check_int(name, device, hi=1023, err=err)  # torch wraps larger indices
+    try: dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError, OverflowError):
+        raise (err or ArgumentError)(f"{name}={device!r} is not a torch device: pass 'cpu', 'cuda', 'cuda:1' "
+                                     'or None.') from None
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if dev.type == 'cuda' and (dev.index or 0) >= n:
+        raise NoGPUError(f"{name}={device!r}: this runtime has {n} CUDA GPU(s); pass 'cpu' or None.")
+    if dev.type not in ('cpu', 'cuda', 'meta'):
+        raise (err or ArgumentError)(f"{name}={device!r}: only 'cpu' and CUDA devices are handled here.")
+    return dev
+
+def _seed(seed, err=None)->int: return check_int('seed', seed, hi=2**64 - 1, err=err)
+
+def _numel(name:str, n:int, most:int=2**32, err=None):
+    "Refuse a batch of more than `most` elements, naming the arguments (`name`) that make it."
+    if n > most: raise (err or ArgumentError)(f'{name} ask for {n:,} elements, more than {most:,}: make the batch smaller.')
+
+# %% ../nbs/01a_models.ipynb #31dcfc04
 def seg_batch(batch:int=4, # images
               size:int=512, # side of the square images
               in_ch:int=3, n_classes:int=2, # channels in, classes out
@@ -76,6 +114,10 @@ def seg_batch(batch:int=4, # images
               seed:int=0, # the random images and masks depend only on this
              )->tuple:
     "Random images `(batch, in_ch, size, size)` and integer masks `(batch, size, size)` for `UNet`."
+    batch, size = check_int('batch', batch, lo=1, hi=2**20), check_int('size', size, lo=1, hi=2**16)
+    in_ch, n_classes = check_int('in_ch', in_ch, 1, _MAX_CH), check_int('n_classes', n_classes, 1, _MAX_CLASSES)
+    _numel('batch, in_ch and size', batch * in_ch * size * size)
+    device, seed = _device(device), _seed(seed)
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(batch, in_ch, size, size, generator=g)
     y = torch.randint(n_classes, (batch, size, size), generator=g)
@@ -87,8 +129,9 @@ def hf_bert(num_labels:int=2, # classes of the classification head
             **config, # `BertConfig` fields to change, e.g. max_position_embeddings=1024
            )->nn.Module:
     "Hugging Face `BertForSequenceClassification`, BERT-base unless `config` says otherwise, random weights."
+    num_labels = check_int('num_labels', num_labels, lo=1, hi=_MAX_CLASSES)
+    attn = check_choice('attn', attn, ('sdpa', 'eager'))
     _require('transformers', 'hf_bert')
-    if attn not in ('sdpa', 'eager'): raise ValueError(f"attn must be 'sdpa' or 'eager', got attn={attn!r}")
     from transformers import BertConfig, BertForSequenceClassification
     model = BertForSequenceClassification(BertConfig(num_labels=num_labels, attn_implementation=attn, **config))
     if model.config._attn_implementation != attn:
@@ -105,6 +148,10 @@ def cls_batch(batch:int=8, # sequences
               seed:int=0, # the batch depends only on this
              )->tuple:
     "Random token ids `(batch, seq)` and labels `(batch,)` for `hf_bert`."
+    batch, seq = check_int('batch', batch, lo=1, hi=2**20), check_int('seq', seq, lo=1, hi=2**20)
+    vocab, num_labels = check_int('vocab', vocab, 1, 2**24), check_int('num_labels', num_labels, 1, _MAX_CLASSES)
+    _numel('batch and seq', batch * seq)
+    device, seed = _device(device), _seed(seed)
     g = torch.Generator().manual_seed(seed)
     ids, labels = torch.randint(vocab, (batch, seq), generator=g), torch.randint(num_labels, (batch,), generator=g)
     return ids.to(device), labels.to(device)
@@ -113,12 +160,18 @@ def cls_batch(batch:int=8, # sequences
 def seq_cls_loss(out, # a model's output: logits, or an object with `.logits` (Hugging Face)
                  target:torch.Tensor)->torch.Tensor:
     "Cross-entropy of classification logits, for plain and Hugging Face models alike."
-    return F.cross_entropy(getattr(out, 'logits', out), target)
+    logits = check_type('out', getattr(out, 'logits', out), torch.Tensor, 'logits (a tensor) or an object with .logits')
+    target = check_type('target', target, torch.Tensor, 'a tensor of class indices or probabilities')
+    if logits.dim() < 1 or target.shape not in (logits.shape, logits.shape[:1] + logits.shape[2:]):
+        raise ArgumentError(f'out (logits of shape {tuple(logits.shape)}) and target (shape {tuple(target.shape)}) '
+                            'do not match: target is (N, ...) class indices or probabilities shaped like out.')
+    return F.cross_entropy(logits, target)
 
 # %% ../nbs/01a_models.ipynb #5215bce9
 def resnet50(num_classes:int=1000 # outputs of the last layer
             )->nn.Module:
     "torchvision's ResNet-50 with random weights."
+    num_classes = check_int('num_classes', num_classes, lo=1, hi=_MAX_CLASSES)
     _require('torchvision', 'resnet50')
     from torchvision.models import resnet50 as _resnet50
     return _resnet50(weights=None, num_classes=num_classes)

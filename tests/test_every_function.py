@@ -78,7 +78,16 @@ def _examples(tmp:Path)->dict:
               o=Alt((lambda: None, lambda: T.small_run())))
 
     # -- amp, models, memory: examples
-    ex.update()
+    from colab_t4_nb.memory import allreduce_check
+    ex.update(out=Alt((lambda: tmp/'out', lambda: torch.randn(2, 5, 3))),
+              model=Alt((lambda: _model(), lambda: nn.Sequential(_model(), nn.ReLU()))),
+              target=Alt((ex['target'], lambda: 8)), probe=lambda: (lambda bs, *a, **k: None),
+              parts=Alt((lambda: 2, lambda: [_model()])), devices=lambda: ['cpu'],
+              fn=Alt((ex['fn'], lambda: allreduce_check)),
+              a=Alt((ex['a'], lambda: torch.randn(4, 4))), b=Alt((ex['b'], lambda: torch.randn(4, 4))),
+              batch=Alt((ex['batch'], lambda: (torch.randn(2, 4), torch.randn(2, 2)))),
+              report=lambda: __import__('pandas').DataFrame({'ms': [2.0, 1.0]}, index=['fp32', 'amp fp16']),
+              ids=lambda: torch.zeros(2, 8, dtype=torch.long))
 
     # -- kernels, switches, t4, benchmarks: examples
     ex.update()
@@ -109,7 +118,8 @@ CHEAP = dict(repeats=2, warmup=0)
 CHEAP.update(samples={'T4': [1.0, 1.2], 'L4': [2.0]}, timeout=0.5)
 
 # -- amp, models, memory: cheap values
-CHEAP.update()
+CHEAP.update(start_method='fork', nprocs=1, loss_fn=torch.nn.functional.mse_loss, batch=2, seq=16,
+             layers=1, hidden=64, heads=2, ffn=128, vocab=1000, max_len=64)
 
 # -- kernels, switches, t4, benchmarks: cheap values
 CHEAP.update()

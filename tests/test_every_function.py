@@ -130,6 +130,9 @@ CHEAP.update()
 # -- callbacks: cheap values
 CHEAP.update()
 
+# What to pass through the `**kwargs` of a function that forwards them to a model, to keep it small.
+KWARGS = {'bench_encoder': dict(hidden=64, layers=1, heads=2, ffn=128, vocab=1000)}
+
 ANNOTATION = {'int': 2, 'float': 1.0, 'str': 'x', 'bool': False, 'dict': {}, 'list': [], 'tuple': ()}
 
 def _by_annotation(p:inspect.Parameter):
@@ -141,10 +144,12 @@ class NoExample(Exception): pass
 
 class Alt(tuple):
     "Several candidate values for one parameter name; the first that makes the call work is used."
+    def __new__(cls, makers):  # an Alt among the candidates adds its own candidates, in order
+        return super().__new__(cls, [m for x in makers for m in (x if isinstance(x, Alt) else (x,))])
 
 def base_kwargs(f, tmp:Path)->dict:
     "Working keyword arguments for the required parameters of `f`."
-    ex, kw = _examples(tmp), {}
+    ex, kw = _examples(tmp), dict(KWARGS.get(getattr(f, '__qualname__', ''), {}))
     for p in inspect.signature(f).parameters.values():
         if p.name in ('self', 'cls') or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.POSITIONAL_ONLY): continue
         if p.default is not p.empty:

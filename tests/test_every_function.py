@@ -78,7 +78,10 @@ def _examples(tmp:Path)->dict:
     ex.update()
 
     # -- kernels, switches, t4, benchmarks: examples
-    ex.update()
+    from colab_t4_nb import t4 as T4
+    ex.update(ops=lambda: T4._charge([T4.Op('mm', 'matmul', 'fp32', 1e6, 1e4)]),
+              build=Alt((lambda: (lambda device: ((lambda x: x + 1), (torch.zeros(2, device=device),))),
+                         lambda: (lambda small, size, **kw: _model()))))
 
     # -- acceptance, results, persistence, checkpoint_format, monitoring, ledger, cli: examples
     ex.update()

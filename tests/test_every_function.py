@@ -79,6 +79,8 @@ def _examples(tmp:Path)->dict:
 
     # -- kernels, switches, t4, benchmarks: examples
     from colab_t4_nb import t4 as T4
+    ex.update(loader=lambda: [torch.zeros(1)] * 6, step=Alt((lambda: 1, lambda: (lambda *a: None))),
+              batch=Alt((lambda: (torch.randn(2, 4), torch.tensor([0, 1])), lambda: 2)))
     ex.update(ops=lambda: T4._charge([T4.Op('mm', 'matmul', 'fp32', 1e6, 1e4)]),
               build=Alt((lambda: (lambda device: ((lambda x: x + 1), (torch.zeros(2, device=device),))),
                          lambda: (lambda small, size, **kw: _model()))))

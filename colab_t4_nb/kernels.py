@@ -14,6 +14,7 @@ import pynvml
 
 from .allocation import ColabT4Error, GPU, GPUSpec, gpu_info, parse_smi_table, spec_for
 from .timing import benchmark, needs_gpu
+from .core import check_flag, check_int, check_seq, check_type
 
 # %% auto #0
 __all__ = ['ARCHS', 'TORCH_CUDA_BUILDS', 'CLOCK_REASONS', 'POWER_REASONS', 'THERMAL_REASONS', 'KernelError', 'Arch', 'arch',
@@ -77,11 +78,12 @@ def arch(cc:tuple|str|float|Arch # (7, 5), '7.5', 7.5, or a card name from the s
         )->Arch:
     "The SM limits of compute capability `cc`."
     if isinstance(cc, Arch): return cc
+    check_type('cc', cc, (tuple, list, str, float), "(7, 5), '7.5', 7.5 or a card name", err=KernelError)
     if isinstance(cc, str) and not re.fullmatch(r'\s*\d+\.\d+\s*', cc): cc = spec_for(cc).cc
     if isinstance(cc, (str, float)): cc = tuple(int(p) for p in str(cc).strip().split('.'))
     key = tuple(cc)
     if key not in ARCHS:
-        raise KernelError(f"Compute capability {'.'.join(map(str, key))} is not known to the occupancy calculator. "
+        raise KernelError(f"cc={cc!r}: compute capability {'.'.join(map(str, key))} is not known to the occupancy calculator. "
                           f"Known: {', '.join(a.name for a in ARCHS.values())}.")
     return ARCHS[key]
 
@@ -102,7 +104,9 @@ def _resolve(card)->tuple:
     if isinstance(card, GPUSpec): return arch(card.cc), card.sms, card.key
     if isinstance(card, str) and not re.fullmatch(r'\s*\d+\.\d+\s*', card):
         s = spec_for(card); return arch(s.cc), s.sms, s.key
-    a = arch(card); return a, None, f'cc {a.name}'
+    try: a = arch(card)
+    except KernelError as e: raise KernelError(f'card={card!r} is not a card or compute capability: {e}') from None
+    return a, None, f'cc {a.name}'
 
 # %% ../nbs/03_kernels.ipynb #862481a8
 @dataclass
@@ -193,6 +197,7 @@ def occupancy(block:int, # threads per block, a multiple of 32
               barriers:int=0, # named barriers a block uses (Hopper counts them: 2 per block slot)
              )->Occupancy:
     "Resident blocks and warps per SM, the occupancy and the limiting resource for one launch configuration."
+    check_int('carveout', carveout, hi=100, none=True, err=KernelError)
     a, sms, label = _resolve(card)
     block, regs, smem = (int(v) if isinstance(v, numbers.Integral) and not isinstance(v, bool) else v
                          for v in (block, regs, smem))
@@ -218,6 +223,8 @@ def best_block_size(regs:int=0, # registers per thread
                     carveout:int|None=None, # see `occupancy`
                    )->Occupancy:
     "The block size with the most resident threads per SM, as `cudaOccupancyMaxPotentialBlockSize` chooses it."
+    max_block = check_int('max_block', max_block, lo=32, hi=1024, err=KernelError)
+    check_int('carveout', carveout, hi=100, none=True, err=KernelError)
     a, _, _ = _resolve(card)
     best = None
     for b in range(min(max_block, a.max_threads_block) // a.warp * a.warp, 0, -a.warp):
@@ -234,6 +241,7 @@ def best_block_size(regs:int=0, # registers per thread
 # %% ../nbs/03_kernels.ipynb #8f499ca4
 def candidates(regs:int=0, smem:int|Callable=0, card=None, max_block:int=1024, carveout:int|None=None)->list[int]:
     "Power-of-two block sizes (32-1024) that reach the best occupancy for these resources."
+    max_block = check_int('max_block', max_block, lo=32, hi=1024, err=KernelError)
     best = best_block_size(regs, smem, card, max_block, carveout)
     out = []
     for b in (32, 64, 128, 256, 512, 1024):
@@ -254,6 +262,8 @@ class LaunchConfig:
     def __iter__(self): return iter((self.grid, self.block))
 
 # %% ../nbs/03_kernels.ipynb #eafa7c6b
+_MAX_N = 2**36  # elements: 128 GB of fp16, more than any card holds
+
 def launch_config(n:int, # elements to process
                   card=None, # compute capability or card; None: the GPU here
                   regs:int=0, # registers per thread of the kernel
@@ -262,10 +272,9 @@ def launch_config(n:int, # elements to process
                   grid_stride:bool=False, # the kernel loops over the data: cap the grid at one full wave
                  )->LaunchConfig:
     "Grid and block size for `n` elements from the occupancy calculator, instead of `threads = min(n, 1024)`."
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise KernelError(f'n must be a positive number of elements, got {n!r}.')
-    if not isinstance(per_thread, int) or per_thread < 1:
-        raise KernelError(f'per_thread must be >= 1, got {per_thread!r}.')
+    n = check_int('n', n, lo=1, hi=_MAX_N, err=KernelError)  # 2**36 elements: 128 GB of fp16
+    per_thread = check_int('per_thread', per_thread, lo=1, hi=_MAX_N, err=KernelError)
+    check_flag('grid_stride', grid_stride, err=KernelError)
     a, sms, _ = _resolve(card)
     sm = (lambda b: smem(b)) if callable(smem) else (lambda b: smem)
     cands = [b for b in candidates(regs, smem, card) if b >= 64] or [best_block_size(regs, smem, card).block]
@@ -282,6 +291,8 @@ def launch_config(n:int, # elements to process
 def compare_launch(ns:list, # element counts
                    card=None, regs:int=0, smem:int=0)->pd.DataFrame:
     "`min(n, 1024)` threads per block against `launch_config`: blocks, SMs used, occupancy."
+    ns = check_seq('ns', ns, lambda k, v: check_int(k, v, lo=1, hi=_MAX_N, err=KernelError), hi=1000, err=KernelError)
+    check_int('regs', regs, hi=255, err=KernelError); check_int('smem', smem, hi=2**20, err=KernelError)
     a, sms, label = _resolve(card)
     rows = []
     for n in ns:

@@ -14,7 +14,7 @@ import pynvml
 
 from .allocation import ColabT4Error, GPU, GPUSpec, gpu_info, parse_smi_table, spec_for
 from .timing import benchmark, needs_gpu
-from .core import check_flag, check_int, check_seq, check_type
+from .core import check_choice, check_flag, check_int, check_num, check_seq, check_str, check_type
 
 # %% auto #0
 __all__ = ['ARCHS', 'TORCH_CUDA_BUILDS', 'CLOCK_REASONS', 'POWER_REASONS', 'THERMAL_REASONS', 'KernelError', 'Arch', 'arch',
@@ -598,6 +598,16 @@ class ClockState:
     power_limit_w:float
     reasons:list
 
+    def __post_init__(self):
+        E, mhz = KernelError, lambda k, v, eq=True: check_num(k, v, eq=eq, hi=1e5, err=KernelError)
+        check_int('gpu', self.gpu, hi=1024, err=E); check_str('name', self.name, empty=True, err=E)
+        mhz('sm_mhz', self.sm_mhz); mhz('sm_max_mhz', self.sm_max_mhz, False)
+        mhz('mem_mhz', self.mem_mhz); mhz('mem_max_mhz', self.mem_max_mhz, False)
+        check_num('temp_c', self.temp_c, lo=-100, hi=200, eq=True, err=E)
+        check_num('power_w', self.power_w, eq=True, hi=1e4, err=E)
+        check_num('power_limit_w', self.power_limit_w, hi=1e4, err=E)
+        check_seq('reasons', self.reasons, lambda k, v: check_str(k, v, err=E), lo=0, err=E)
+
     def __str__(self):
         return (f'GPU {self.gpu} {self.name}: SM {self.sm_mhz:.0f} of {self.sm_max_mhz:.0f} MHz '
                 f'({self.sm_mhz / self.sm_max_mhz:.0%}), memory {self.mem_mhz:.0f} of {self.mem_max_mhz:.0f} MHz, '
@@ -643,6 +653,18 @@ class ClockReport:
     temp_max_c:float
     by_clock:pd.DataFrame|None = None  # step-time medians in the lower and upper half of the SM clocks
     ms_per_100mhz:float|None = None    # fitted change of step time per 100 MHz more SM clock
+
+    def __post_init__(self):
+        E, num = KernelError, lambda k, v, **kw: check_num(k, v, err=KernelError, **kw)
+        check_choice('verdict', self.verdict, ('power', 'thermal', 'idle', 'not limited'), err=E)
+        check_type('shares', self.shares, dict, err=E)
+        if 'idle' not in self.shares: raise E(f"shares must have an 'idle' share, got shares={self.shares!r}.")
+        check_int('samples', self.samples, lo=1, hi=10**9, err=E)
+        check_seq('sm_mhz', self.sm_mhz, lambda k, v: num(k, v, eq=True, hi=1e5), lo=3, hi=3, err=E)
+        num('sm_max_mhz', self.sm_max_mhz, hi=1e5, none=True); num('power_w', self.power_w, eq=True, hi=1e4)
+        num('power_limit_w', self.power_limit_w, hi=1e4); num('temp_max_c', self.temp_max_c, lo=-100, hi=200)
+        check_type('by_clock', self.by_clock, pd.DataFrame, none=True, err=E)
+        num('ms_per_100mhz', self.ms_per_100mhz, lo=-1e9, hi=1e9, none=True)
 
     def __str__(self):
         lo, med, hi = self.sm_mhz

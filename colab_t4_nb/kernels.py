@@ -387,11 +387,17 @@ def _cu(rc:int, what:str):
     if rc: raise KernelError(f'{what} failed with CUDA driver error {rc}.')
 
 # %% ../nbs/03_kernels.ipynb #af37abba
+def _handle(func)->int:
+    "`func` as a CUfunction handle: a non-zero address."
+    return check_int('func', func, lo=1, hi=2**64 - 1, err=KernelError)
+
 def driver_blocks(func:int, # a CUfunction handle of a loaded kernel
                   block:int, # threads per block
                   dynamic_smem:int=0, # dynamic shared memory per block, bytes
                  )->int:
     "Resident blocks per SM by the driver's `cuOccupancyMaxActiveBlocksPerMultiprocessor`."
+    func, block = _handle(func), check_int('block', block, lo=1, hi=1024, err=KernelError)
+    dynamic_smem = check_int('dynamic_smem', dynamic_smem, hi=2**20, err=KernelError)
     n = ctypes.c_int()
     _cu(_libcuda().cuOccupancyMaxActiveBlocksPerMultiprocessor(
             ctypes.byref(n), ctypes.c_void_p(int(func)), ctypes.c_int(block), ctypes.c_size_t(dynamic_smem)),
@@ -401,6 +407,7 @@ def driver_blocks(func:int, # a CUfunction handle of a loaded kernel
 # %% ../nbs/03_kernels.ipynb #a8f98fb7
 def driver_best_block(func:int, dynamic_smem:int=0)->int:
     "The block size the driver's `cuOccupancyMaxPotentialBlockSize` picks for a loaded kernel."
+    func, dynamic_smem = _handle(func), check_int('dynamic_smem', dynamic_smem, hi=2**20, err=KernelError)
     g, b = ctypes.c_int(), ctypes.c_int()
     _cu(_libcuda().cuOccupancyMaxPotentialBlockSize(
             ctypes.byref(g), ctypes.byref(b), ctypes.c_void_p(int(func)), None, ctypes.c_size_t(dynamic_smem),
@@ -413,6 +420,7 @@ _ATTRS = {'max_threads': 0, 'static_smem': 1, 'regs': 4}
 
 def kernel_attributes(func:int)->dict:
     "Registers per thread, static shared memory and the block-size limit of a loaded kernel (`cuFuncGetAttribute`)."
+    func = _handle(func)
     out = {}
     for k, code in _ATTRS.items():
         v = ctypes.c_int()

@@ -510,6 +510,11 @@ class CudaCompat:
     def _repr_markdown_(self): return '\n\n'.join(f'- {l}' for l in str(self).splitlines())
 
 # %% ../nbs/03_kernels.ipynb #391ba484
+def _nvml(nvml):
+    "`nvml` if it is None or looks like the `pynvml` module."
+    if nvml is None or callable(getattr(nvml, 'nvmlInit', None)): return nvml
+    raise KernelError(f'nvml must be the pynvml module, a stand-in with nvmlInit(), or None, got nvml={nvml!r}.')
+
 def _driver_cuda(nvml, smi)->tuple:
     "(driver, CUDA version, source) from NVML, else `nvidia-smi`'s banner; Nones where neither answers."
     try:
@@ -535,7 +540,10 @@ def cuda_compat(torch_cuda:str|None='auto', # PyTorch's CUDA version; 'auto': th
                 nvml=None, # the `pynvml` module or a stand-in; default `import pynvml`
                 smi:str|None='auto', # `nvidia-smi` output to read when NVML fails; 'auto': run it; None: don't
                )->CudaCompat:
-    "Whether the installed PyTorch's CUDA build runs on this driver, and the fix when it does not; never raises."
+    "Whether the installed PyTorch's CUDA build runs on this driver, and the fix when it does not; a missing driver or torch raises nothing."
+    check_str('torch_cuda', torch_cuda, none=True, err=KernelError)
+    check_str('torch_version', torch_version, none=True, err=KernelError)
+    _nvml(nvml); check_str('smi', smi, none=True, empty=True, err=KernelError)
     if torch_version == 'auto' or torch_cuda == 'auto':
         tv, tc = (None, None)
         if importlib.util.find_spec('torch') is not None:
@@ -628,6 +636,7 @@ def clock_state(gpu:int=0, # NVML index of the GPU
                 nvml=None, # the `pynvml` module or a stand-in; default `import pynvml`
                )->ClockState|None:
     "Clocks, temperature, power and clock-event reasons of GPU `gpu` through NVML; None without an NVIDIA driver."
+    check_int('gpu', gpu, hi=1024, err=KernelError); _nvml(nvml)
     try:
         if nvml is None: import pynvml as nvml
         nvml.nvmlInit()

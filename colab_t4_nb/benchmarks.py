@@ -25,6 +25,7 @@ from .memory import NothingFits, cap_memory, find_max_size, free_memory, peak_me
 from .models import UNet, cls_batch, hf_bert, resnet50, seg_batch, seq_cls_loss
 from .t4 import T4Estimate, estimate_t4, t4_rehearsal
 from .timing import benchmark
+from .core import check_choice
 
 # %% auto #0
 __all__ = ['COLUMNS', 'T4_COLUMNS', 'WORKLOADS', 'GUIDE', 'DEFAULT_WORKLOADS', 'BenchError', 'Context', 'context', 'Workload',
@@ -142,11 +143,12 @@ WORKLOADS = {w.name: w for w in [
 ]}
 
 # %% ../nbs/04_benchmarks.ipynb #369d3afb
-def workload(name:str|Workload # a key of `WORKLOADS`, or a `Workload`
+def workload(name:str|Workload, # a key of `WORKLOADS`, or a `Workload`
+             arg:str='name', # the argument's name in the caller, for the message
             )->Workload:
     "The workload called `name`; `BenchError` listing the known ones otherwise."
     if isinstance(name, Workload): return name
-    if name not in WORKLOADS: raise BenchError(f'Unknown workload {name!r}. Known workloads: {", ".join(WORKLOADS)}.')
+    check_choice(arg, name, list(WORKLOADS), err=BenchError)
     return WORKLOADS[name]
 
 # %% ../nbs/04_benchmarks.ipynb #0b87bef0
@@ -210,7 +212,7 @@ def train_speed(wl:str|Workload='unet', # the workload
                 repeats:int|None=None, warmup:int|None=None, # rounds of `benchmark`; None: by device and quick
                )->pd.DataFrame:
     "Iterations/s, samples/s, achieved TFLOP/s, fp32 (TF32 off) against AMP, interleaved; each with its T4 prediction."
-    w, ctx = workload(wl), ctx or context()
+    w, ctx = workload(wl, 'wl'), ctx or context()
     if (skip := _skipped(w, ctx)) is not None: return skip
     size, bs = w.shape(ctx)
     bs, model = batch or bs, w.model(ctx, size)
@@ -304,7 +306,7 @@ def memory_limits(wl:str|Workload='unet', # the workload
                   steps:int=2, # training steps (AdamW) each batch must survive
                  )->pd.DataFrame:
     "Largest batch that trains and its peak memory, fp32 and AMP, under a T4's memory by default."
-    w, ctx = workload(wl), ctx or context()
+    w, ctx = workload(wl, 'wl'), ctx or context()
     if (skip := _skipped(w, ctx)) is not None: return skip
     size, bs = w.shape(ctx)
     max_size, out = max_size or (4 * bs if ctx.small else 2**12), []
@@ -329,7 +331,7 @@ def longest_sequence(wl:str|Workload='bert', # a text workload
                      steps:int=2, # training steps each length must survive
                     )->pd.DataFrame:
     "Longest sequence that trains at each batch in `batches`, fp32 and AMP, under a T4's memory by default."
-    w, ctx = workload(wl), ctx or context()
+    w, ctx = workload(wl, 'wl'), ctx or context()
     if not w.text:
         raise BenchError(f'{w.name!r} has no sequence length; longest_sequence takes one of: '
                          f'{", ".join(k for k, v in WORKLOADS.items() if v.text)}.')
@@ -484,7 +486,7 @@ def recipe(wl:str|Workload='hf-bert', # the workload
            repeats:int|None=None, warmup:int|None=None, # rounds of `benchmark`; compile needs warm-up >= 2
           )->pd.DataFrame:
     "The recipe against plain fp16 autocast (and fp32), with a matmul ceiling, interleaved in one run."
-    w, ctx = workload(wl), ctx or context()
+    w, ctx = workload(wl, 'wl'), ctx or context()
     if (skip := _skipped(w, ctx)) is not None: return skip
     size, bs = w.shape(ctx)
     bs, kw = batch or bs, {'attn': 'eager'} if w.name == 'hf-bert' else {}

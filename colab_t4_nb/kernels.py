@@ -14,6 +14,7 @@ import pynvml
 
 from .allocation import ColabT4Error, GPU, GPUSpec, gpu_info, parse_smi_table, spec_for
 from .timing import benchmark, needs_gpu
+from .core import check_choice, check_flag, check_int, check_num, check_seq, check_str, check_type
 
 # %% auto #0
 __all__ = ['ARCHS', 'TORCH_CUDA_BUILDS', 'CLOCK_REASONS', 'POWER_REASONS', 'THERMAL_REASONS', 'KernelError', 'Arch', 'arch',
@@ -77,11 +78,12 @@ def arch(cc:tuple|str|float|Arch # (7, 5), '7.5', 7.5, or a card name from the s
         )->Arch:
     "The SM limits of compute capability `cc`."
     if isinstance(cc, Arch): return cc
+    check_type('cc', cc, (tuple, list, str, float), "(7, 5), '7.5', 7.5 or a card name", err=KernelError)
     if isinstance(cc, str) and not re.fullmatch(r'\s*\d+\.\d+\s*', cc): cc = spec_for(cc).cc
     if isinstance(cc, (str, float)): cc = tuple(int(p) for p in str(cc).strip().split('.'))
     key = tuple(cc)
     if key not in ARCHS:
-        raise KernelError(f"Compute capability {'.'.join(map(str, key))} is not known to the occupancy calculator. "
+        raise KernelError(f"cc={cc!r}: compute capability {'.'.join(map(str, key))} is not known to the occupancy calculator. "
                           f"Known: {', '.join(a.name for a in ARCHS.values())}.")
     return ARCHS[key]
 
@@ -102,7 +104,9 @@ def _resolve(card)->tuple:
     if isinstance(card, GPUSpec): return arch(card.cc), card.sms, card.key
     if isinstance(card, str) and not re.fullmatch(r'\s*\d+\.\d+\s*', card):
         s = spec_for(card); return arch(s.cc), s.sms, s.key
-    a = arch(card); return a, None, f'cc {a.name}'
+    try: a = arch(card)
+    except KernelError as e: raise KernelError(f'card={card!r} is not a card or compute capability: {e}') from None
+    return a, None, f'cc {a.name}'
 
 # %% ../nbs/03_kernels.ipynb #862481a8
 @dataclass
@@ -193,6 +197,7 @@ def occupancy(block:int, # threads per block, a multiple of 32
               barriers:int=0, # named barriers a block uses (Hopper counts them: 2 per block slot)
              )->Occupancy:
     "Resident blocks and warps per SM, the occupancy and the limiting resource for one launch configuration."
+    check_int('carveout', carveout, hi=100, none=True, err=KernelError)
     a, sms, label = _resolve(card)
     block, regs, smem = (int(v) if isinstance(v, numbers.Integral) and not isinstance(v, bool) else v
                          for v in (block, regs, smem))
@@ -218,6 +223,8 @@ def best_block_size(regs:int=0, # registers per thread
                     carveout:int|None=None, # see `occupancy`
                    )->Occupancy:
     "The block size with the most resident threads per SM, as `cudaOccupancyMaxPotentialBlockSize` chooses it."
+    max_block = check_int('max_block', max_block, lo=32, hi=1024, err=KernelError)
+    check_int('carveout', carveout, hi=100, none=True, err=KernelError)
     a, _, _ = _resolve(card)
     best = None
     for b in range(min(max_block, a.max_threads_block) // a.warp * a.warp, 0, -a.warp):
@@ -234,6 +241,7 @@ def best_block_size(regs:int=0, # registers per thread
 # %% ../nbs/03_kernels.ipynb #8f499ca4
 def candidates(regs:int=0, smem:int|Callable=0, card=None, max_block:int=1024, carveout:int|None=None)->list[int]:
     "Power-of-two block sizes (32-1024) that reach the best occupancy for these resources."
+    max_block = check_int('max_block', max_block, lo=32, hi=1024, err=KernelError)
     best = best_block_size(regs, smem, card, max_block, carveout)
     out = []
     for b in (32, 64, 128, 256, 512, 1024):
@@ -254,6 +262,8 @@ class LaunchConfig:
     def __iter__(self): return iter((self.grid, self.block))
 
 # %% ../nbs/03_kernels.ipynb #eafa7c6b
+_MAX_N = 2**36  # elements: 128 GB of fp16, more than any card holds
+
 def launch_config(n:int, # elements to process
                   card=None, # compute capability or card; None: the GPU here
                   regs:int=0, # registers per thread of the kernel
@@ -262,10 +272,9 @@ def launch_config(n:int, # elements to process
                   grid_stride:bool=False, # the kernel loops over the data: cap the grid at one full wave
                  )->LaunchConfig:
     "Grid and block size for `n` elements from the occupancy calculator, instead of `threads = min(n, 1024)`."
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise KernelError(f'n must be a positive number of elements, got {n!r}.')
-    if not isinstance(per_thread, int) or per_thread < 1:
-        raise KernelError(f'per_thread must be >= 1, got {per_thread!r}.')
+    n = check_int('n', n, lo=1, hi=_MAX_N, err=KernelError)  # 2**36 elements: 128 GB of fp16
+    per_thread = check_int('per_thread', per_thread, lo=1, hi=_MAX_N, err=KernelError)
+    check_flag('grid_stride', grid_stride, err=KernelError)
     a, sms, _ = _resolve(card)
     sm = (lambda b: smem(b)) if callable(smem) else (lambda b: smem)
     cands = [b for b in candidates(regs, smem, card) if b >= 64] or [best_block_size(regs, smem, card).block]
@@ -282,6 +291,8 @@ def launch_config(n:int, # elements to process
 def compare_launch(ns:list, # element counts
                    card=None, regs:int=0, smem:int=0)->pd.DataFrame:
     "`min(n, 1024)` threads per block against `launch_config`: blocks, SMs used, occupancy."
+    ns = check_seq('ns', ns, lambda k, v: check_int(k, v, lo=1, hi=_MAX_N, err=KernelError), hi=1000, err=KernelError)
+    check_int('regs', regs, hi=255, err=KernelError); check_int('smem', smem, hi=2**20, err=KernelError)
     a, sms, label = _resolve(card)
     rows = []
     for n in ns:
@@ -376,11 +387,17 @@ def _cu(rc:int, what:str):
     if rc: raise KernelError(f'{what} failed with CUDA driver error {rc}.')
 
 # %% ../nbs/03_kernels.ipynb #af37abba
+def _handle(func)->int:
+    "`func` as a CUfunction handle: a non-zero address."
+    return check_int('func', func, lo=1, hi=2**64 - 1, err=KernelError)
+
 def driver_blocks(func:int, # a CUfunction handle of a loaded kernel
                   block:int, # threads per block
                   dynamic_smem:int=0, # dynamic shared memory per block, bytes
                  )->int:
     "Resident blocks per SM by the driver's `cuOccupancyMaxActiveBlocksPerMultiprocessor`."
+    func, block = _handle(func), check_int('block', block, lo=1, hi=1024, err=KernelError)
+    dynamic_smem = check_int('dynamic_smem', dynamic_smem, hi=2**20, err=KernelError)
     n = ctypes.c_int()
     _cu(_libcuda().cuOccupancyMaxActiveBlocksPerMultiprocessor(
             ctypes.byref(n), ctypes.c_void_p(int(func)), ctypes.c_int(block), ctypes.c_size_t(dynamic_smem)),
@@ -390,6 +407,7 @@ def driver_blocks(func:int, # a CUfunction handle of a loaded kernel
 # %% ../nbs/03_kernels.ipynb #a8f98fb7
 def driver_best_block(func:int, dynamic_smem:int=0)->int:
     "The block size the driver's `cuOccupancyMaxPotentialBlockSize` picks for a loaded kernel."
+    func, dynamic_smem = _handle(func), check_int('dynamic_smem', dynamic_smem, hi=2**20, err=KernelError)
     g, b = ctypes.c_int(), ctypes.c_int()
     _cu(_libcuda().cuOccupancyMaxPotentialBlockSize(
             ctypes.byref(g), ctypes.byref(b), ctypes.c_void_p(int(func)), None, ctypes.c_size_t(dynamic_smem),
@@ -402,6 +420,7 @@ _ATTRS = {'max_threads': 0, 'static_smem': 1, 'regs': 4}
 
 def kernel_attributes(func:int)->dict:
     "Registers per thread, static shared memory and the block-size limit of a loaded kernel (`cuFuncGetAttribute`)."
+    func = _handle(func)
     out = {}
     for k, code in _ATTRS.items():
         v = ctypes.c_int()
@@ -491,6 +510,11 @@ class CudaCompat:
     def _repr_markdown_(self): return '\n\n'.join(f'- {l}' for l in str(self).splitlines())
 
 # %% ../nbs/03_kernels.ipynb #391ba484
+def _nvml(nvml):
+    "`nvml` if it is None or looks like the `pynvml` module."
+    if nvml is None or callable(getattr(nvml, 'nvmlInit', None)): return nvml
+    raise KernelError(f'nvml must be the pynvml module, a stand-in with nvmlInit(), or None, got nvml={nvml!r}.')
+
 def _driver_cuda(nvml, smi)->tuple:
     "(driver, CUDA version, source) from NVML, else `nvidia-smi`'s banner; Nones where neither answers."
     try:
@@ -516,7 +540,10 @@ def cuda_compat(torch_cuda:str|None='auto', # PyTorch's CUDA version; 'auto': th
                 nvml=None, # the `pynvml` module or a stand-in; default `import pynvml`
                 smi:str|None='auto', # `nvidia-smi` output to read when NVML fails; 'auto': run it; None: don't
                )->CudaCompat:
-    "Whether the installed PyTorch's CUDA build runs on this driver, and the fix when it does not; never raises."
+    "Whether the installed PyTorch's CUDA build runs on this driver, and the fix when it does not; a missing driver or torch raises nothing."
+    check_str('torch_cuda', torch_cuda, none=True, err=KernelError)
+    check_str('torch_version', torch_version, none=True, err=KernelError)
+    _nvml(nvml); check_str('smi', smi, none=True, empty=True, err=KernelError)
     if torch_version == 'auto' or torch_cuda == 'auto':
         tv, tc = (None, None)
         if importlib.util.find_spec('torch') is not None:
@@ -587,6 +614,16 @@ class ClockState:
     power_limit_w:float
     reasons:list
 
+    def __post_init__(self):
+        E, mhz = KernelError, lambda k, v, eq=True: check_num(k, v, eq=eq, hi=1e5, err=KernelError)
+        check_int('gpu', self.gpu, hi=1024, err=E); check_str('name', self.name, empty=True, err=E)
+        mhz('sm_mhz', self.sm_mhz); mhz('sm_max_mhz', self.sm_max_mhz, False)
+        mhz('mem_mhz', self.mem_mhz); mhz('mem_max_mhz', self.mem_max_mhz, False)
+        check_num('temp_c', self.temp_c, lo=-100, hi=200, eq=True, err=E)
+        check_num('power_w', self.power_w, eq=True, hi=1e4, err=E)
+        check_num('power_limit_w', self.power_limit_w, hi=1e4, err=E)
+        check_seq('reasons', self.reasons, lambda k, v: check_str(k, v, err=E), lo=0, err=E)
+
     def __str__(self):
         return (f'GPU {self.gpu} {self.name}: SM {self.sm_mhz:.0f} of {self.sm_max_mhz:.0f} MHz '
                 f'({self.sm_mhz / self.sm_max_mhz:.0%}), memory {self.mem_mhz:.0f} of {self.mem_max_mhz:.0f} MHz, '
@@ -599,6 +636,7 @@ def clock_state(gpu:int=0, # NVML index of the GPU
                 nvml=None, # the `pynvml` module or a stand-in; default `import pynvml`
                )->ClockState|None:
     "Clocks, temperature, power and clock-event reasons of GPU `gpu` through NVML; None without an NVIDIA driver."
+    check_int('gpu', gpu, hi=1024, err=KernelError); _nvml(nvml)
     try:
         if nvml is None: import pynvml as nvml
         nvml.nvmlInit()
@@ -632,6 +670,18 @@ class ClockReport:
     temp_max_c:float
     by_clock:pd.DataFrame|None = None  # step-time medians in the lower and upper half of the SM clocks
     ms_per_100mhz:float|None = None    # fitted change of step time per 100 MHz more SM clock
+
+    def __post_init__(self):
+        E, num = KernelError, lambda k, v, **kw: check_num(k, v, err=KernelError, **kw)
+        check_choice('verdict', self.verdict, ('power', 'thermal', 'idle', 'not limited'), err=E)
+        check_type('shares', self.shares, dict, err=E)
+        if 'idle' not in self.shares: raise E(f"shares must have an 'idle' share, got shares={self.shares!r}.")
+        check_int('samples', self.samples, lo=1, hi=10**9, err=E)
+        check_seq('sm_mhz', self.sm_mhz, lambda k, v: num(k, v, eq=True, hi=1e5), lo=3, hi=3, err=E)
+        num('sm_max_mhz', self.sm_max_mhz, hi=1e5, none=True); num('power_w', self.power_w, eq=True, hi=1e4)
+        num('power_limit_w', self.power_limit_w, hi=1e4); num('temp_max_c', self.temp_max_c, lo=-100, hi=200)
+        check_type('by_clock', self.by_clock, pd.DataFrame, none=True, err=E)
+        num('ms_per_100mhz', self.ms_per_100mhz, lo=-1e9, hi=1e9, none=True)
 
     def __str__(self):
         lo, med, hi = self.sm_mhz

@@ -12,6 +12,7 @@ from typing import Callable
 import pandas as pd
 
 from .allocation import ColabT4Error, NoGPUError, native_bf16
+from .core import check_callable, check_choice, check_int, check_num, check_seq, check_flag
 from .timing import benchmark
 
 # %% auto #0
@@ -173,6 +174,14 @@ def _train_step(model_fn, batch, device, amp, tf32, bench, cl, dtype):
     return step
 
 # %% ../nbs/03a_switches.ipynb #5b6faaf1
+def _device(device, gpu:bool=False):
+    "`device` as 'cuda' or 'cpu'; with `gpu`, `NoGPUError` for 'cuda' without a GPU."
+    import torch
+    check_choice('device', device, ('cuda', 'cpu'), err=SwitchError)
+    if gpu and device == 'cuda' and not torch.cuda.is_available():
+        raise NoGPUError("device='cuda', but there is no CUDA GPU here: pass device='cpu'.")
+    return device
+
 def switch_benchmark(model_fn:Callable, # builds the model (random weights), e.g. torchvision.models.resnet50
                      batch:tuple, # (inputs, class labels) on the CPU
                      device:str='cuda', # 'cuda' or 'cpu'
@@ -181,6 +190,10 @@ def switch_benchmark(model_fn:Callable, # builds the model (random weights), e.g
                     )->pd.DataFrame:
     "Training-step time of each switch variant from one interleaved run, with the speed-up over its baseline."
     import torch
+    E = SwitchError
+    check_callable('model_fn', model_fn, err=E); check_seq('batch', batch, lo=2, hi=2, err=E); _device(device)
+    check_int('repeats', repeats, lo=1, hi=1000, err=E); check_int('warmup', warmup, hi=100, err=E)
+    _device(device, gpu=True)
     cc = torch.cuda.get_device_capability() if device == 'cuda' else None
     dtype = (torch.bfloat16 if native_bf16(cc) else torch.float16) if device == 'cuda' else torch.bfloat16
     vs = _variants(device, cc)
@@ -199,6 +212,10 @@ def shape_change_cost(model_fn:Callable, # builds the model
                      )->pd.DataFrame:
     "Median time of the first step at each new batch size, with `cudnn.benchmark` on and off."
     import torch
+    E = SwitchError
+    check_callable('model_fn', model_fn, err=E); check_callable('make_batch', make_batch, err=E); _device(device)
+    sizes = check_seq('sizes', sizes, lambda n, v: check_int(n, v, lo=1, hi=4096, err=E), hi=64, err=E)
+    _device(device, gpu=True)
     sync = torch.cuda.synchronize if device == 'cuda' else (lambda: None)
     def step(model, n, bench):
         x, y = (t.to(device) for t in make_batch(n))
@@ -219,6 +236,7 @@ def loader_settings(cpus:int|None=None, # CPUs this process may use; default: wh
                     cuda:bool|None=None, # will the batches go to a GPU? default: is one here
                    )->dict:
     "Recommended `DataLoader` arguments for this machine."
+    check_int('cpus', cpus, lo=0, hi=4096, none=True, err=SwitchError); check_flag('cuda', cuda, none=True)
     if cpus is None: cpus = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else (os.cpu_count() or 1)
     if cuda is None:
         torch = sys.modules.get('torch')
@@ -234,6 +252,10 @@ class DataWait:
     "Per-step milliseconds spent waiting for the next batch and in the step itself."
     wait_ms:list
     step_ms:list
+    def __post_init__(self):
+        ms = lambda n, v: check_num(n, v, eq=True, hi=1e9, err=SwitchError)
+        self.wait_ms = check_seq('wait_ms', self.wait_ms, ms, lo=0, err=SwitchError)
+        self.step_ms = check_seq('step_ms', self.step_ms, ms, lo=0, err=SwitchError)
     @property
     def wait_share(self)->float:
         "Share of the loop's time spent waiting for data (0..1)."
@@ -255,6 +277,12 @@ def data_wait(loader, # an iterable of batches, e.g. a DataLoader
               clock:Callable=time.perf_counter, # replaceable in tests
              )->DataWait:
     "How much of a training loop waits for the next batch: wait and step times per step."
+    E = SwitchError
+    check_callable('step', step, err=E); check_callable('sync', sync, none=True, err=E)
+    check_callable('clock', clock, err=E)
+    steps, skip = check_int('steps', steps, lo=1, hi=10**6, err=E), check_int('skip', skip, hi=10**6, err=E)
+    try: iter(loader)
+    except TypeError: raise E(f'loader must be an iterable of batches, got loader={loader!r}.') from None
     sync, it, wait, work = sync or (lambda: None), iter(loader), [], []
     for i in range(steps + skip):
         t0 = clock()
@@ -271,6 +299,8 @@ def h2d_bandwidth(mib:int=256, # bytes per copy, MiB
                  )->pd.DataFrame:
     "Host-to-device copy bandwidth (GB/s) from pageable and from pinned memory, from one interleaved run."
     import torch
+    mib = check_int('mib', mib, lo=1, hi=4096, err=SwitchError)  # the host has only some GiB to pin
+    repeats = check_int('repeats', repeats, lo=1, hi=1000, err=SwitchError)
     if not torch.cuda.is_available(): raise NoGPUError('h2d_bandwidth needs a CUDA GPU: there is none here.')
     n = mib * 2**20
     pageable = torch.randint(0, 256, (n,), dtype=torch.uint8)

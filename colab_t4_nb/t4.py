@@ -17,6 +17,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
 from .allocation import ColabT4Error, SPECS
+from .core import (ArgumentError, check_callable, check_choice, check_flag, check_int, check_num,
+                              check_seq, check_str, check_type)
 from .amp import AmpError, Encoder, decide_as, no_tf32, parse_dtype
 from .memory import cap_memory
 from .timing import benchmark
@@ -53,7 +55,7 @@ def t4_rehearsal(bf16:str='warn', # 'warn' (as `amp_choice` does for a T4) or 'e
                  verbose:bool=True, # print one line naming what was skipped
                 ):
     "Make the card at hand behave for PyTorch as a T4 would; everything is restored on exit."
-    if bf16 not in ('warn', 'error'): raise ColabT4Error(f"bf16 must be 'warn' or 'error', got bf16={bf16!r}")
+    check_choice('bf16', bf16, ('warn', 'error')); check_flag('memory', memory); check_flag('verbose', verbose)
     cuda = torch.cuda.is_available()
     r = Rehearsal(f'cuda:{torch.cuda.current_device()}' if cuda else 'cpu')
     with ExitStack() as stack:
@@ -204,6 +206,7 @@ def _fused_attention():
 # %% ../nbs/03b_t4.ipynb #08f3b073
 def count_work(fn:Callable, *args, **kwargs)->list:
     "The ops one call of `fn(*args, **kwargs)` runs, as `Op`s, with attention counted as the fused kernel a T4 runs."
+    check_callable('fn', fn)
     with _sdpa_t4(), _fused_attention(), WorkCounter() as wc: fn(*args, **kwargs)
     return wc.ops
 
@@ -271,6 +274,7 @@ def estimate_t4(fn:Callable, # the work to predict, e.g. a training step or a mo
                 repeats:int=3, # timed calls here after one warm-up (0: count only)
                 **kwargs)->T4Estimate:
     "Run `fn(*args, **kwargs)` here, count its work, and predict its time per call on a T4."
+    check_callable('fn', fn); repeats = check_int('repeats', repeats, hi=1000)  # each repeat is a whole call
     ops = count_work(fn, *args, **kwargs)
     d, lo, hi = _charge(ops), _charge(ops, 'low'), _charge(ops, 'high')
     measured, where = _measure(fn, args, kwargs, repeats) if repeats else (None, 'not timed (repeats=0)')
@@ -280,6 +284,8 @@ def estimate_t4(fn:Callable, # the work to predict, e.g. a training step or a mo
 class Bottleneck(nn.Module):
     "ResNet v1.5 bottleneck (stride on the 3x3 convolution, as torchvision builds it)."
     def __init__(self, cin:int, width:int, stride:int=1):
+        cin, width = check_int('cin', cin, lo=1, hi=16384), check_int('width', width, lo=1, hi=4096)
+        stride = check_int('stride', stride, lo=1, hi=8)
         super().__init__()
         cout = width * 4
         self.body = nn.Sequential(nn.Conv2d(cin, width, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(inplace=True),
@@ -288,10 +294,16 @@ class Bottleneck(nn.Module):
         self.down = (nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
                      if stride != 1 or cin != cout else nn.Identity())
 
-    def forward(self, x): return F.relu(self.body(x) + self.down(x), inplace=True)
+    def forward(self, x):
+        cin = self.body[0].in_channels
+        check_type('x', x, torch.Tensor, 'a tensor (batch, channels, height, width)')
+        if x.ndim != 4 or x.shape[1] != cin:
+            raise ArgumentError(f'x must be a 4-d tensor with {cin} channels, got shape {tuple(x.shape)}.')
+        return F.relu(self.body(x) + self.down(x), inplace=True)
 
 def resnet50_v15(num_classes:int=1000)->nn.Sequential:
     "ResNet-50 v1.5 (torchvision's layout) with random weights, from plain torch: no torchvision needed."
+    num_classes = check_int('num_classes', num_classes, lo=1, hi=100_000)  # ImageNet-21k has 21,841
     layers, cin = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(inplace=True),
                    nn.MaxPool2d(3, 2, 1)], 64
     for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
@@ -303,7 +315,7 @@ def bert_qa(size:str='base')->nn.Module:
     "BERT-base or BERT-large with a SQuAD head (start and end logits), from `Encoder`, random weights."
     dims = dict(base=dict(hidden=768, layers=12, heads=12, ffn=3072),
                 large=dict(hidden=1024, layers=24, heads=16, ffn=4096))
-    if size not in dims: raise ColabT4Error(f"size must be 'base' or 'large', got size={size!r}")
+    check_choice('size', size, ('base', 'large'))
     m = Encoder(**dims[size])
     m.head = nn.Linear(dims[size]['hidden'], 2)
     return m
@@ -339,6 +351,10 @@ class T4Measurement:
     ms:float     # the published time per call (ms), read or computed from the source's figure
     build:Callable  # build(device) -> (fn, args): the workload, rebuilt from code with random weights
     run:str = ''    # the run behind the figure: framework, container, what the time covers
+
+    def __post_init__(self):
+        check_str('name', self.name); check_str('source', self.source); check_num('ms', self.ms, hi=1e7)
+        check_callable('build', self.build); check_str('run', self.run, empty=True)
 
 # %% ../nbs/03b_t4.ipynb #53d07fc3
 _DLE = 'github.com/NVIDIA/DeepLearningExamples'
@@ -384,9 +400,17 @@ def validation_table(measurements:list|None=None, # `T4Measurement`s; None: `PUB
                      device:str|None=None, # where the workloads are rebuilt: None: 'meta' (counted only)
                     )->pd.DataFrame:
     "Each published T4 figure beside `estimate_t4`'s prediction for the rebuilt workload, and the error."
+    item = lambda n, m: check_type(n, m, T4Measurement)
+    ms = PUBLISHED if measurements is None else check_seq('measurements', measurements, item)
+    device = check_str('device', device, none=True) or 'meta'
+    try: dev = torch.device(device)
+    except RuntimeError: raise ArgumentError(f"device must be a torch device such as 'meta', 'cpu' or 'cuda', "
+                                             f"got device={device!r}.") from None
+    if dev.type == 'cuda' and not torch.cuda.is_available():
+        raise ArgumentError(f'device={device!r}, but no CUDA GPU is here: pass device=None (counted only).')
     rows = []
-    for m in measurements or PUBLISHED:
-        fn, args = m.build(device or 'meta')
+    for m in ms:
+        fn, args = m.build(device)
         e = estimate_t4(fn, *args, repeats=0)
         rows.append(dict(workload=m.name, published_ms=m.ms, predicted_ms=e.ms, low_ms=e.low_ms, high_ms=e.high_ms,
                          error=e.ms / m.ms - 1, bound=e.bound, launches=e.launches, run=m.run, source=m.source))

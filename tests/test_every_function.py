@@ -90,7 +90,15 @@ def _examples(tmp:Path)->dict:
               ids=lambda: torch.zeros(2, 8, dtype=torch.long))
 
     # -- kernels, switches, t4, benchmarks: examples
-    ex.update()
+    from colab_t4_nb import t4 as T4
+    ex.update(ns=Alt((lambda: [1.0], lambda: [1000, 10**6])), gpu=Alt((lambda: 'Tesla T4', lambda: 0)),
+              verdict=lambda: 'power', shares=lambda: {'idle': 0.0, 'SwPowerCap': 0.5},
+              sm_mhz=Alt((lambda: 1000.0, lambda: (1000.0, 1200.0, 1400.0))))
+    ex.update(loader=lambda: [torch.zeros(1)] * 6, step=Alt((lambda: 1, lambda: (lambda *a: None))),
+              batch=Alt((lambda: (torch.randn(2, 4), torch.tensor([0, 1])), lambda: 2)))
+    ex.update(ops=lambda: T4._charge([T4.Op('mm', 'matmul', 'fp32', 1e6, 1e4)]),
+              build=Alt((lambda: (lambda device: ((lambda x: x + 1), (torch.zeros(2, device=device),))),
+                         lambda: (lambda small, size, **kw: _model()))))
 
     # -- acceptance, results, persistence, checkpoint_format, monitoring, ledger, cli: examples
     import errno, itertools

@@ -14,7 +14,8 @@ import pynvml
 
 from .allocation import ColabT4Error, GPU, GPUSpec, gpu_info, parse_smi_table, spec_for
 from .timing import benchmark, needs_gpu
-from .core import check_choice, check_flag, check_int, check_num, check_seq, check_str, check_type
+from .core import (check_callable, check_choice, check_flag, check_int, check_num,
+                              check_seq, check_str, check_type)
 
 # %% auto #0
 __all__ = ['ARCHS', 'TORCH_CUDA_BUILDS', 'CLOCK_REASONS', 'POWER_REASONS', 'THERMAL_REASONS', 'KernelError', 'Arch', 'arch',
@@ -263,6 +264,7 @@ class LaunchConfig:
 
 # %% ../nbs/03_kernels.ipynb #eafa7c6b
 _MAX_N = 2**36  # elements: 128 GB of fp16, more than any card holds
+_MAX_GRID = 2**31 - 1  # blocks in a grid's x dimension: CUDA's limit from compute capability 3.0 on
 
 def launch_config(n:int, # elements to process
                   card=None, # compute capability or card; None: the GPU here
@@ -285,6 +287,10 @@ def launch_config(n:int, # elements to process
     occ = occupancy(block, regs, sm(block), card)
     grid = -(-threads // block)
     if grid_stride and sms: grid = min(grid, occ.blocks * sms)
+    if grid > _MAX_GRID:
+        raise KernelError(f'n={n} needs {grid} blocks of {block} threads, more than the '
+                          f'{_MAX_GRID} a grid can have: raise per_thread, or pass '
+                          'grid_stride=True with a card whose SM count is known.')
     return LaunchConfig(grid, block, n, occ)
 
 # %% ../nbs/03_kernels.ipynb #6a1c6f68
@@ -348,6 +354,19 @@ def needs_triton(what:str # what the cell would show
         print(f'Skipped on this runtime (Triton is not installed): {what}.'); return False
     return True
 
+# %% ../nbs/03_kernels.ipynb #5f121739
+_MAX_TRITON_BLOCK = 2**20  # elements one Triton program can hold (TRITON_MAX_TENSOR_NUMEL)
+
+def _check_xb(x, bias):
+    "Refuse an `x` or a `bias` that `bias_gelu` cannot take, before any kernel is compiled."
+    import torch
+    check_type('x', x, torch.Tensor, 'a torch tensor', err=KernelError)
+    check_type('bias', bias, torch.Tensor, 'a torch tensor', err=KernelError)
+    if x.dim() < 1 or x.shape[-1] < 1:
+        raise KernelError(f'x must have at least one column, got shape {tuple(x.shape)}.')
+    if tuple(bias.shape) != (x.shape[-1],):
+        raise KernelError(f'bias must have shape ({x.shape[-1]},), got {tuple(bias.shape)}.')
+
 # %% ../nbs/03_kernels.ipynb #1ec01709
 def bias_gelu(x, # a contiguous CUDA tensor, e.g. the output of a linear layer without its bias
               bias, # one value per column: shape (x.shape[-1],)
@@ -356,12 +375,19 @@ def bias_gelu(x, # a contiguous CUDA tensor, e.g. the output of a linear layer w
               out=None, # where to write; default a new tensor like `x`
              )->tuple:
     "gelu(x + bias) (tanh form) in one pass over `x` with Triton; returns (output, compiled kernel)."
-    k = triton_kernels()
-    if not x.is_cuda or not x.is_contiguous(): raise KernelError('x must be a contiguous CUDA tensor.')
-    if tuple(bias.shape) != (x.shape[-1],):
-        raise KernelError(f'bias must have shape ({x.shape[-1]},), got {tuple(bias.shape)}.')
-    if block < 1 or block & (block - 1):
+    import torch
+    _check_xb(x, bias)
+    block = check_int('block', block, lo=1, hi=_MAX_TRITON_BLOCK, err=KernelError)
+    if block & (block - 1):
         raise KernelError(f'block={block} must be a power of two (Triton aranges need one).')
+    num_warps = check_int('num_warps', num_warps, lo=1, hi=32, err=KernelError)
+    if num_warps & (num_warps - 1):
+        raise KernelError(f'num_warps={num_warps} must be a power of two: 1 to 32.')
+    check_type('out', out, torch.Tensor, 'a torch tensor', none=True, err=KernelError)
+    if out is not None and (out.shape != x.shape or out.device != x.device):
+        raise KernelError(f'out must have the shape and device of x, got shape {tuple(out.shape)}.')
+    if not x.is_cuda or not x.is_contiguous(): raise KernelError('x must be a contiguous CUDA tensor.')
+    k = triton_kernels()
     y = x.new_empty(x.shape) if out is None else out
     cols = x.shape[-1]
     ck = k.bias_gelu_kernel[(x.numel() // cols, -(-cols // block))](x, bias, y, cols, BLOCK=block, num_warps=num_warps)
@@ -370,6 +396,10 @@ def bias_gelu(x, # a contiguous CUDA tensor, e.g. the output of a linear layer w
 # %% ../nbs/03_kernels.ipynb #27ac1f59
 def kernel_resources(ck)->tuple:
     "(registers per thread, shared memory bytes) of a Triton compiled kernel."
+    regs_known = hasattr(ck, 'n_regs') or hasattr(ck, 'function')
+    if not (regs_known and hasattr(getattr(ck, 'metadata', None), 'shared')):
+        raise KernelError(f'ck must be a compiled Triton kernel (with n_regs or function, and '
+                          f'metadata.shared), got ck={ck!r:.60}.')
     regs = getattr(ck, 'n_regs', None)
     if regs is None: regs = kernel_attributes(ck.function)['regs']
     return int(regs), int(ck.metadata.shared)
@@ -440,6 +470,10 @@ def tune_bias_gelu(x, bias, # as for `bias_gelu`
                   )->pd.DataFrame:
     "Time `bias_gelu`'s candidate launches beside a copy, the `min(n, 1024)` launch and PyTorch's ops."
     import torch
+    _check_xb(x, bias)
+    elem = lambda k, v: check_int(k, v, lo=1, hi=_MAX_TRITON_BLOCK // 32, err=KernelError)
+    elems = check_seq('elems', elems, elem, hi=16, err=KernelError)
+    repeats = check_int('repeats', repeats, lo=1, hi=1000, err=KernelError); _resolve(card)
     y = torch.empty_like(x)
     cols_p2 = 1 << (x.shape[-1] - 1).bit_length()
     cands = candidates(*kernel_resources(bias_gelu(x, bias, 1024, 4, out=y)[1]), card)
@@ -474,17 +508,27 @@ TORCH_CUDA_BUILDS = ('11.8', '12.1', '12.4', '12.6', '12.8', '12.9', '13.0')
 
 def _ver(v:str|None)->tuple|None: return None if not v else tuple(int(p) for p in str(v).split('.')[:2])
 
+# %% ../nbs/03_kernels.ipynb #628f6c7e
+def _cuda_version(name:str, v, none:bool=False)->str|None:
+    "`v` if it is a CUDA version such as '12.1' or '12.1.105' (or None, when `none`)."
+    check_str(name, v, none=none, err=KernelError)
+    if v is not None and not re.fullmatch(r'\s*\d+\.\d+(\.\d+)?\s*', v):
+        raise KernelError(f"{name} must be a CUDA version such as '12.1', got {name}={v!r}.")
+    return v
+
 # %% ../nbs/03_kernels.ipynb #17389303
 def torch_build_for(driver_cuda:str # the highest CUDA version the driver supports, e.g. '12.0'
                    )->str|None:
     "The PyTorch CUDA build (e.g. '12.6') for a driver: its major's newest not above it, else that major's oldest."
-    d = _ver(driver_cuda)
+    d = _ver(_cuda_version('driver_cuda', driver_cuda))
     same = [b for b in TORCH_CUDA_BUILDS if _ver(b)[0] == d[0]]
     return max((b for b in same if _ver(b) <= d), key=_ver, default=None) or min(same, key=_ver, default=None) \
         or max((b for b in TORCH_CUDA_BUILDS if _ver(b) <= d), key=_ver, default=None)
 
 # %% ../nbs/03_kernels.ipynb #723a737e
 _WHL = 'pip install torch --index-url https://download.pytorch.org/whl/cu{}'
+_STATUSES = ('ok', 'minor-version compatibility', 'driver too old', 'cpu build', 'no driver',
+             'no torch')
 
 @dataclass
 class CudaCompat:
@@ -496,6 +540,16 @@ class CudaCompat:
     status:str            # 'ok', 'minor-version compatibility', 'driver too old', 'cpu build', 'no driver', 'no torch'
     advice:str
     source:str = ''       # where the driver's figures came from
+
+    def __post_init__(self):
+        E = KernelError
+        check_str('torch_version', self.torch_version, none=True, err=E)
+        _cuda_version('torch_cuda', self.torch_cuda, none=True)
+        check_str('driver', self.driver, none=True, err=E)
+        _cuda_version('driver_cuda', self.driver_cuda, none=True)
+        check_choice('status', self.status, _STATUSES, err=E)
+        check_str('advice', self.advice, empty=True, err=E)
+        check_str('source', self.source, empty=True, err=E)
 
     @property
     def ok(self)->bool: return self.status in ('ok', 'minor-version compatibility')
@@ -541,7 +595,7 @@ def cuda_compat(torch_cuda:str|None='auto', # PyTorch's CUDA version; 'auto': th
                 smi:str|None='auto', # `nvidia-smi` output to read when NVML fails; 'auto': run it; None: don't
                )->CudaCompat:
     "Whether the installed PyTorch's CUDA build runs on this driver, and the fix when it does not; a missing driver or torch raises nothing."
-    check_str('torch_cuda', torch_cuda, none=True, err=KernelError)
+    if torch_cuda != 'auto': _cuda_version('torch_cuda', torch_cuda, none=True)
     check_str('torch_version', torch_version, none=True, err=KernelError)
     _nvml(nvml); check_str('smi', smi, none=True, empty=True, err=KernelError)
     if torch_version == 'auto' or torch_cuda == 'auto':
@@ -594,8 +648,14 @@ THERMAL_REASONS = {'SwThermalSlowdown', 'HwThermalSlowdown', 'HwSlowdown'}
 def clock_reasons(mask:int|str|None # NVML's mask, or `nvidia-smi`'s '0x0000000000000004'
                  )->list[str]:
     "Names of the clock-event reasons set in `mask`."
-    if mask is None or (isinstance(mask, float) and mask != mask): return []
-    mask = int(mask, 0) if isinstance(mask, str) else int(mask)
+    if mask is None or mask is pd.NA or (isinstance(mask, float) and mask != mask): return []
+    if isinstance(mask, str):
+        try: mask = int(mask, 0)
+        except ValueError:
+            raise KernelError(f"mask must be NVML's integer mask or a string such as '0x4', "
+                              f"got mask={mask!r}.") from None
+    elif isinstance(mask, float) and mask.is_integer(): mask = int(mask)  # from a float column
+    mask = check_int('mask', mask, hi=2**64 - 1, err=KernelError)
     rest = mask & ~sum(CLOCK_REASONS)
     return [n for b, n in CLOCK_REASONS.items() if mask & b] + ([hex(rest)] if rest else [])
 
@@ -718,6 +778,31 @@ def _step_vs_clock(d:pd.DataFrame, steps)->tuple:
     slope = float(pd.Series(m.ms.to_numpy()).cov(pd.Series(m.sm.to_numpy())) / m.sm.var()) * 100
     return by, slope
 
+# %% ../nbs/03_kernels.ipynb #e3ef85b2
+_SAMPLE_COLS = ('util_gpu', 'clock_sm_mhz', 'power_w', 'power_limit_w', 'temp_c')  # what is read
+
+def _check_samples(df)->pd.DataFrame:
+    "`df` if it is a table of samples with the columns `clock_report` reads; else a `KernelError`."
+    check_type('df', df, pd.DataFrame, 'a DataFrame of samples (GPUMonitor.df)', err=KernelError)
+    missing = [c for c in _SAMPLE_COLS if c not in df]
+    if not {'reasons', 'throttle'} & set(df): missing.append('reasons')
+    if missing:
+        raise KernelError(f"df lacks the column(s) {', '.join(missing)}: pass GPUMonitor.df or "
+                          "a table like it.")
+    return df
+
+def _check_steps(steps):
+    "`steps` as a DataFrame of `time` and `ms`, None if there are none."
+    if steps is None: return None
+    if isinstance(steps, pd.DataFrame):
+        if {'time', 'ms'} - set(steps):
+            raise KernelError("steps must have the columns 'time' and 'ms'.")
+        return steps[['time', 'ms']]
+    num = lambda k, v: check_num(k, v, eq=True, hi=1e12, err=KernelError)
+    row = lambda k, v: check_seq(k, v, num, lo=2, hi=2, err=KernelError)
+    rows = check_seq('steps', steps, row, lo=0, err=KernelError)
+    return pd.DataFrame(rows, columns=['time', 'ms'], dtype=float)
+
 # %% ../nbs/03_kernels.ipynb #a6f87d56
 def clock_report(df:pd.DataFrame, # samples as `GPUMonitor.df` (monitoring page) lays them out
                  steps=None, # step times: a DataFrame or rows of (time in epoch seconds, ms)
@@ -726,8 +811,14 @@ def clock_report(df:pd.DataFrame, # samples as `GPUMonitor.df` (monitoring page)
                  busy_util:float=50, # a sample with at least this utilization, %, is busy
                 )->ClockReport:
     "Whether a run was power-, thermal- or idle-limited, and how its step time moved with the SM clock."
+    df, steps = _check_samples(df), _check_steps(steps)
+    check_num('sm_max_mhz', sm_max_mhz, hi=1e5, none=True, err=KernelError)
+    gpu = check_int('gpu', gpu, hi=1024, err=KernelError)
+    busy_util = check_num('busy_util', busy_util, hi=100, eq=True, err=KernelError)
     d = df[df.gpu == gpu] if 'gpu' in df else df
-    if d.empty: raise KernelError(f'No samples of GPU {gpu} in the table: monitor the GPU while the workload runs.')
+    if d.empty:
+        raise KernelError(f'No samples of GPU {gpu} in the table (gpu={gpu}): monitor the GPU '
+                          'while the workload runs.')
     busy = d[d.util_gpu >= busy_util]
     reasons = _reasons_col(busy)
     names = sorted({r for s in reasons for r in s.split('|') if r})
@@ -743,6 +834,8 @@ def clock_report(df:pd.DataFrame, # samples as `GPUMonitor.df` (monitoring page)
                        float(b.power_limit_w.median()), float(d.temp_c.max()), by, slope)
 
 # %% ../nbs/03_kernels.ipynb #5a552e71
+_MAX_WATCH = 10**6  # steps watched: hours of training steps, every one of them a row in memory
+
 def watch_clocks(step:Callable, # one unit of work (a training step), no arguments
                  monitor, # a `GPUMonitor` (monitoring page), not yet started
                  steps:int=50, # how many times to run `step`
@@ -751,6 +844,15 @@ def watch_clocks(step:Callable, # one unit of work (a training step), no argumen
                  timer:Callable=time.perf_counter, # the clock step times are taken with
                 )->ClockReport:
     "Run `step` beside `monitor` and report what held the clocks and how step time followed the SM clock."
+    E = KernelError
+    check_callable('step', step, err=E); check_callable('sync', sync, none=True, err=E)
+    check_callable('timer', timer, err=E)
+    methods = all(callable(getattr(monitor, m, None)) for m in ('start', 'stop', 'clock'))
+    if not (methods and hasattr(monitor, 'df')):
+        raise E(f'monitor must be a GPUMonitor or have start, stop, clock and df, '
+                f'got monitor={monitor!r:.60}.')
+    steps = check_int('steps', steps, lo=1, hi=_MAX_WATCH, err=E)
+    gpu = check_int('gpu', gpu, hi=1024, err=E)
     sync, times = sync or (lambda: None), []
     monitor.start()
     try:

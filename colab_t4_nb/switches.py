@@ -145,16 +145,18 @@ def torch_flags(cudnn_benchmark:bool|None=None, # torch.backends.cudnn.benchmark
         torch.use_deterministic_algorithms(old[4])
 
 # %% ../nbs/03a_switches.ipynb #a5e91dbd
-def _variants(device:str, cc:tuple|None)->dict:
-    "name -> (amp, tf32, cudnn.benchmark, channels_last, baseline name)."
+def _variants(device:str, cc:tuple|None, images:bool=True)->dict:
+    "name -> (amp, tf32, cudnn.benchmark, channels_last, baseline); channels-last for `images`."
     if device == 'cpu':
-        return {'fp32': (False, False, False, False, 'fp32'),
-                'fp32 + channels-last': (False, False, False, True, 'fp32')}
-    v = {'fp32': (False, False, False, False, 'fp32')}
-    if cc and cc >= (8, 0): v['fp32 + TF32'] = (False, True, False, False, 'fp32')
-    v.update({'AMP': (True, False, False, False, 'AMP'), 'AMP + cudnn.benchmark': (True, False, True, False, 'AMP'),
-              'AMP + cudnn.benchmark + channels-last': (True, False, True, True, 'AMP')})
-    return v
+        v = {'fp32': (False, False, False, False, 'fp32'),
+             'fp32 + channels-last': (False, False, False, True, 'fp32')}
+    else:
+        v = {'fp32': (False, False, False, False, 'fp32')}
+        if cc and cc >= (8, 0): v['fp32 + TF32'] = (False, True, False, False, 'fp32')
+        v.update({'AMP': (True, False, False, False, 'AMP'),
+                  'AMP + cudnn.benchmark': (True, False, True, False, 'AMP'),
+                  'AMP + cudnn.benchmark + channels-last': (True, False, True, True, 'AMP')})
+    return {k: s for k, s in v.items() if images or not s[3]}
 
 # %% ../nbs/03a_switches.ipynb #59575ae7
 def _train_step(model_fn, batch, device, amp, tf32, bench, cl, dtype):
@@ -182,6 +184,16 @@ def _device(device, gpu:bool=False):
         raise NoGPUError("device='cuda', but there is no CUDA GPU here: pass device='cpu'.")
     return device
 
+def _batch(batch)->tuple:
+    "`batch` as (inputs, labels): two tensors with the same first dimension; else a `SwitchError`."
+    import torch
+    pair = isinstance(batch, (tuple, list)) and len(batch) == 2
+    ok = pair and all(isinstance(t, torch.Tensor) and t.dim() >= 1 for t in batch)
+    if not (ok and len(batch[0]) == len(batch[1]) > 0):
+        raise SwitchError(f'batch must be (inputs, labels): two tensors with the same non-zero '
+                          f'first dimension, got batch={batch!r:.80}.')
+    return tuple(batch)
+
 def switch_benchmark(model_fn:Callable, # builds the model (random weights), e.g. torchvision.models.resnet50
                      batch:tuple, # (inputs, class labels) on the CPU
                      device:str='cuda', # 'cuda' or 'cpu'
@@ -191,12 +203,12 @@ def switch_benchmark(model_fn:Callable, # builds the model (random weights), e.g
     "Training-step time of each switch variant from one interleaved run, with the speed-up over its baseline."
     import torch
     E = SwitchError
-    check_callable('model_fn', model_fn, err=E); check_seq('batch', batch, lo=2, hi=2, err=E); _device(device)
+    check_callable('model_fn', model_fn, err=E); batch = _batch(batch); _device(device)
     check_int('repeats', repeats, lo=1, hi=1000, err=E); check_int('warmup', warmup, hi=100, err=E)
     _device(device, gpu=True)
     cc = torch.cuda.get_device_capability() if device == 'cuda' else None
     dtype = (torch.bfloat16 if native_bf16(cc) else torch.float16) if device == 'cuda' else torch.bfloat16
-    vs = _variants(device, cc)
+    vs = _variants(device, cc, images=batch[0].dim() == 4)
     steps = {k: _train_step(model_fn, batch, device, *v[:4], dtype) for k, v in vs.items()}
     t = benchmark(steps, repeats=repeats, warmup=warmup, device=device)
     df = t.df[['median_ms', 'p25_ms', 'p75_ms']].copy()

@@ -317,10 +317,15 @@ def sandbox(tmp_path, monkeypatch):
 NOT_YET = {'acceptance': 'the acceptance benchmarks do not check their sizes, counts and callables yet',
            'benchmarks': 'the benchmark suite does not check its sizes and callables yet'}
 
+# A raw CUfunction handle cannot be checked before the driver reads it: on a machine with CUDA a junk
+# handle may crash the process, so these run only where there is no GPU (there they raise the no-GPU error).
+RAW_HANDLE = {'driver_blocks', 'driver_best_block', 'kernel_attributes'}
+
 @pytest.mark.parametrize('mod', modules())
 def test_junk_arguments(mod, sandbox):
     if mod in NOT_YET: pytest.skip(NOT_YET[mod])
-    problems = [p for label, o, meth in targets(mod) for p in check(label, o, meth, sandbox)]
+    skip = RAW_HANDLE if torch.cuda.is_available() else set()
+    problems = [p for label, o, meth in targets(mod) if label not in skip for p in check(label, o, meth, sandbox)]
     assert not problems, f'{len(problems)} calls misbehaved:\n' + '\n'.join(problems)
 
 def test_every_public_callable_is_reached():

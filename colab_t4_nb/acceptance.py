@@ -4,7 +4,7 @@
 
 # %% ../nbs/04a_acceptance.ipynb #e22f07d4
 from __future__ import annotations
-import contextlib, functools, importlib, operator, os, shutil, statistics, tempfile, time
+import contextlib, functools, importlib, numbers, operator, os, shutil, statistics, tempfile, time
 from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
@@ -17,19 +17,20 @@ from torch import nn
 from fastcore.basics import patch
 from tqdm.auto import tqdm
 
-from .allocation import ColabT4Error
-from .core import check_choice, check_int, check_path, check_seq
+from .allocation import ColabT4Error, NoGPUError, spec_for
+from .core import (check_callable, check_choice, check_flag, check_int, check_num, check_path,
+                              check_seq, check_str, check_type)
 from .amp import _bench_out, bench_encoder
 from .memory import cap_memory, find_batch_size, free_memory, synthetic_step, try_batch
-from .models import UNet, resnet50
-from .monitoring import GPUMonitor, MonitorError, NVMLSource, SmiSource, _reasons_call
+from .models import MissingPackage, UNet, resnet50
+from .monitoring import MIN_INTERVAL, GPUMonitor, MonitorError, NVMLSource, SmiSource, _reasons_call
 from .persistence import CheckpointManager, training_state
 from .timing import Timings, benchmark, cpu_timer, record
 
 # %% auto #0
-__all__ = ['CHECKS', 'AcceptanceError', 'target', 'Check', 'check', 'encoder_race', 'accelerate_search', 'measure_search',
-           'finder_race', 'resnet50_step', 'oom_storm', 'unet_race', 'bert_like_model', 'bert_like', 'state_mib',
-           'fsync_tree', 'accelerate_saver', 'save_throughput', 'save_race', 'measure_background_save',
+__all__ = ['LIMITS', 'SECONDS', 'CHECKS', 'AcceptanceError', 'target', 'Check', 'check', 'encoder_race', 'accelerate_search',
+           'measure_search', 'finder_race', 'resnet50_step', 'oom_storm', 'unet_race', 'bert_like_model', 'bert_like',
+           'state_mib', 'fsync_tree', 'accelerate_saver', 'save_throughput', 'save_race', 'measure_background_save',
            'background_save_race', 'sample_cost', 'sample_cost_race', 'Overhead', 'monitor_overhead', 'toy_step',
            'overhead_race', 'run_checks']
 
@@ -41,11 +42,14 @@ class AcceptanceError(ColabT4Error, ValueError):
 _OPS = {'<=': operator.le, '>=': operator.ge, '<': operator.lt, '>': operator.gt, '==': operator.eq}
 
 def target(what:str, # the figure, in words
-           measured, # its value in this run
+           measured:float|bool, # its value in this run
            op:str, # '<=', '>=', '<', '>' or '=='
-           bound, # the value it is held to
+           bound:float|bool, # the value it is held to
           )->dict:
     "One target row: `measured op bound`, and whether it holds (a NaN never does)."
+    check_str('what', what, err=AcceptanceError)
+    for k, v in (('measured', measured), ('bound', bound)):
+        check_type(k, v, (numbers.Real, bool), 'a number or True/False', err=AcceptanceError)
     check_choice('op', op, list(_OPS), err=AcceptanceError)
     return {'target': what, 'measured': measured, 'op': op, 'bound': bound, 'passed': bool(_OPS[op](measured, bound))}
 
@@ -57,6 +61,13 @@ class Check:
     card:str  # the device it ran on
     df:pd.DataFrame  # the measurement
     targets:pd.DataFrame  # target, measured, op, bound, passed
+
+    def __post_init__(self):
+        for k in ('name', 'card'): check_str(k, getattr(self, k), err=AcceptanceError)
+        for k in ('df', 'targets'):
+            check_type(k, getattr(self, k), pd.DataFrame, 'a DataFrame', err=AcceptanceError)
+        if missing := {'target', 'measured', 'op', 'bound', 'passed'} - set(self.targets.columns):
+            raise AcceptanceError(f'targets lacks the columns {sorted(missing)}.')
 
     @property
     def passed(self)->bool: return bool(len(self.targets)) and bool(self.targets.passed.all())
@@ -85,6 +96,71 @@ def record(self:Check, **extra)->str|None:
     return _bench_out(f'acceptance.{self.name}', self.df, card=self.card, passed=self.passed,
                       targets=self.targets.to_dict('records'), **extra)
 
+# %% ../nbs/04a_acceptance.ipynb #521e9194
+# Bounds of the counts and sizes the checks accept, [least, most]: far above any full-size run
+# (BERT-base has 12 layers of 768; a T4 trains ResNet-50 at batches of a few hundred), low enough
+# that a mistyped number is refused at once instead of hanging the session or asking for petabytes.
+LIMITS = {'batch': (1, 2**20), 'seq': (1, 2**17), 'size': (16, 2**14), 'start': (1, 2**24),
+          'steps': (1, 10**4), 'rounds': (1, 100), 'repeats': (1, 10**4), 'warmup': (0, 10**4),
+          'n': (1, 10**4), 'factor': (2, 1024), 'inner': (1, 10**6), 'pairs': (1, 10**4),
+          'gpu': (0, 1023), 'layers': (1, 128), 'd': (1, 2**14), 'heads': (1, 2**10),
+          'ff': (1, 2**16), 'vocab': (1, 2**20), 'width': (1, 2**15), 'depth': (1, 1000)}
+# Seconds, [least, most]: a monitor samples at most every MIN_INTERVAL; an hour is above any block.
+SECONDS = {'interval': (MIN_INTERVAL, 3600), 'block_s': (0.001, 3600), 'warmup_s': (0, 3600)}
+
+# %% ../nbs/04a_acceptance.ipynb #096ad979
+def _device(device)->torch.device:
+    "`device` as a torch device that is here; None: the GPU if there is one, else the CPU."
+    if device is None: return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+    E, n = AcceptanceError, torch.cuda.device_count()
+    check_type('device', device, (str, torch.device), "a torch device ('cuda:1') or None", err=E)
+    try: dev = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise E(f"device={device!r} is not a torch device: pass 'cpu', 'cuda' or None.") from None
+    if dev.type not in ('cpu', 'cuda'): raise E(f"device={device!r}: pass 'cpu' or 'cuda'.")
+    if dev.type == 'cuda' and (dev.index or 0) >= n:
+        raise NoGPUError(f'device={device!r}, but this runtime has {n} CUDA GPU(s): '
+                         "pass device='cpu' for a toy-size run, or pick a GPU runtime.")
+    return dev
+
+def _cap(cap):
+    "`cap` as `cap_memory` takes it: a card of the spec table, a number of bytes, or None."
+    if cap is None: return None
+    E = AcceptanceError
+    check_type('cap', cap, (str, int), "a card such as 'T4', a number of bytes, or None", err=E)
+    if isinstance(cap, int): return check_int('cap', cap, 1, 2**50, err=E)
+    if spec_for(check_str('cap', cap, err=E), strict=False) is None:
+        raise E(f"cap={cap!r} is not one card of the spec table: pass one such as 'T4' or 'L4'.")
+    return cap
+
+# %% ../nbs/04a_acceptance.ipynb #f441a93a
+_CALLS = ('step', 'search', 'work', 'finder', 'sync')  # functions
+_TYPES = {'model': (nn.Module, 'a torch nn.Module'),
+          'opt': (torch.optim.Optimizer, 'a torch optimizer'),
+          'ckpt': (CheckpointManager, 'a CheckpointManager'),
+          'monitor': (GPUMonitor, 'a GPUMonitor')}
+
+def _arg(k:str, v):
+    "Argument `k` checked by its name."
+    E = AcceptanceError
+    if k in LIMITS: return check_int(k, v, *LIMITS[k], err=E)
+    if k in SECONDS: return check_num(k, v, *SECONDS[k], eq=True, err=E)
+    if k in _CALLS: return check_callable(k, v, err=E)
+    if k in _TYPES: return check_type(k, v, *_TYPES[k], err=E)
+    if k == 'device': return _device(v)
+    if k == 'cap': return _cap(v)
+    if k == 'folder': return check_path(k, v, err=E)
+    if k == 'amp': return check_choice(k, v, ('fp16', 'bf16'), err=E)
+    if k == 'smi': return check_str(k, v, err=E)
+    if k == 'accelerate': return check_flag(k, v, err=E)
+    raise TypeError(f'_args has no check for an argument named {k!r}')
+
+def _args(none:tuple=(), # names that may also be None (finder, sync, cap, amp and smi always may)
+          **kw)->list:
+    "Each of `kw` checked by its name, in order: counts within `LIMITS`, seconds within `SECONDS`."
+    none = (*none, 'finder', 'sync', 'cap', 'amp', 'smi')
+    return [None if v is None and k in none else _arg(k, v) for k, v in kw.items()]
+
 # %% ../nbs/04a_acceptance.ipynb #eb12103f
 def encoder_race(batch:int=16, seq:int=512, # sequences per step, tokens per sequence
                  device=None, # torch device; None: the GPU if there is one
@@ -92,6 +168,8 @@ def encoder_race(batch:int=16, seq:int=512, # sequences per step, tokens per seq
                  **model_kw, # `Encoder` sizes (vocab, hidden, layers, heads, ffn); default BERT-base
                 )->Check:
     "`AmpStep` within 5% of the textbook AMP step, and faster than fp32, on a BERT-shaped encoder."
+    batch, seq, device = _args(batch=batch, seq=seq, device=device)
+    repeats, warmup = _args(repeats=repeats, warmup=warmup)
     df = bench_encoder(batch, seq, device=device, repeats=repeats, warmup=warmup, **model_kw)
     amp = next(i for i in df.index if i.startswith('AmpStep ') and 'default' not in i)
     return check('encoder_race', df.attrs['device'], df,
@@ -105,6 +183,7 @@ def accelerate_search(step:Callable, # `step(batch_size)`: one training step
                       finder:Callable|None=None, # default: `accelerate.utils.find_executable_batch_size`
                      )->tuple:
     "accelerate's `find_executable_batch_size` on `steps` steps of `step`: (size chosen, sizes tried)."
+    step, start, steps, finder = _args(step=step, start=start, steps=steps, finder=finder)
     if finder is None:
         if find_spec('accelerate') is None:
             raise AcceptanceError('accelerate_search needs accelerate: pip install accelerate')
@@ -122,7 +201,8 @@ def measure_search(search:Callable, # no arguments; returns (size chosen, sizes 
                    device='cpu', # where the memory is counted
                   )->dict:
     "Wall time of `search()` and the memory it left behind on `device` (NaN on the CPU)."
-    cuda = torch.device(device).type == 'cuda'
+    search, device = _args(search=search, device=device)
+    cuda = device.type == 'cuda'
     mem = lambda: (torch.cuda.memory_allocated(), torch.cuda.memory_reserved()) if cuda else (float('nan'),) * 2
     free_memory()
     a0, r0 = mem()
@@ -156,7 +236,8 @@ def finder_race(step:Callable, # `step(batch_size)`: one training step, on `devi
                 device='cuda', # where `step` runs
                )->Check:
     "accelerate's finder against `find_batch_size`, interleaved, beside the true largest batch."
-    rounds = check_int('rounds', rounds, 1, 100, err=AcceptanceError)  # at least one, to time anything
+    step, cap, start, finder = _args(step=step, cap=cap, start=start, finder=finder)
+    rounds, device = _args(rounds=rounds, device=device)  # at least one round, to time anything
     found = {}
     searches = {'accelerate': lambda: accelerate_search(step, start, finder=finder),
                 'find_batch_size': lambda: _ours(step, found)}
@@ -173,19 +254,23 @@ def finder_race(step:Callable, # `step(batch_size)`: one training step, on `devi
     ts = [target('find_batch_size: size chosen / true largest', float(ours.of_true_max), '>=', 0.95),
           target('find_batch_size: size chosen / true largest', float(ours.of_true_max), '<=', 1),
           target('find_batch_size seconds / accelerate seconds (medians)', ours.seconds / acc.seconds, '<', 1)]
-    if torch.device(device).type == 'cuda':
+    if device.type == 'cuda':
         mine = runs['find_batch_size']
         ts += [target('find_batch_size: MiB left allocated (worst run)', max(r['left_allocated_mib'] for r in mine),
                       '<=', 0),
                target('find_batch_size: MiB reserved after minus before (worst run)',
                       max(r['reserved_after_mib'] - r['reserved_before_mib'] for r in mine), '<=', 2)]
-    name = torch.cuda.get_device_name() if torch.device(device).type == 'cuda' else str(device)
+    name = torch.cuda.get_device_name(device) if device.type == 'cuda' else str(device)
     return check('finder_race', name, df, *ts)
 
 # %% ../nbs/04a_acceptance.ipynb #bd9767e9
 def resnet50_step(amp:str|None='fp16', # autocast dtype, or None for fp32
                   device='cuda')->Callable:
     "`step(batch_size)`: a training step of torchvision's ResNet-50 at 224x224, SGD with momentum."
+    amp, = _args(amp=amp)
+    if find_spec('torchvision') is None:  # said first, on a GPU runtime or not
+        raise MissingPackage('resnet50_step needs torchvision: `pip install torchvision` (Colab has it).')
+    device, = _args(device=device)
     torch.manual_seed(0)
     model = resnet50().to(device)
     return synthetic_step(model, torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9), (3, 224, 224), 1000,
@@ -200,7 +285,9 @@ def oom_storm(step:Callable, # `step(batch_size)`: one training step
               device='cuda', # where `step` runs
              )->Check:
     "`n` real out-of-memory errors in a row, then training at `batch`: it trains, and nothing is left allocated."
-    cuda = torch.device(device).type == 'cuda'
+    step, batch, n, factor = _args(step=step, batch=batch, n=n, factor=factor)
+    cap, device = _args(cap=cap, device=device)
+    cuda = device.type == 'cuda'
     alloc = lambda: torch.cuda.memory_allocated() if cuda else float('nan')
     with cap_memory(cap) if cap is not None else contextlib.nullcontext():
         free_memory()
@@ -222,6 +309,8 @@ def unet_race(size:int=512, # image side
               start:int=1024, # accelerate's starting size
              )->Check:
     "Both finders on a UNet at `size`x`size`, fp16 autocast and fp32, beside the true largest batch of each."
+    size, cap, start = _args(size=size, cap=cap, start=start)
+    if size % 16: raise AcceptanceError(f'size={size}: the UNet needs a multiple of 16.')
     if not torch.cuda.is_available():
         raise AcceptanceError('unet_race needs a CUDA GPU: on a CPU nothing runs out of memory to search for.')
     rows = {}
@@ -251,6 +340,8 @@ def unet_race(size:int=512, # image side
 # %% ../nbs/04a_acceptance.ipynb #a465c9bc
 def bert_like_model(layers:int=12, d:int=768, heads:int=12, ff:int=3072, vocab:int=30522)->nn.Module:
     "A BERT-base-shaped encoder: embeddings, `layers` transformer layers, pooler."
+    layers, d, heads, ff, vocab = _args(layers=layers, d=d, heads=heads, ff=ff, vocab=vocab)
+    if d % heads: raise AcceptanceError(f'd={d} must be a multiple of heads={heads}.')
     layer = nn.TransformerEncoderLayer(d, heads, ff, batch_first=True)
     enc = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
     return nn.ModuleDict(dict(tok=nn.Embedding(vocab, d), pos=nn.Embedding(512, d), typ=nn.Embedding(2, d),
@@ -259,6 +350,7 @@ def bert_like_model(layers:int=12, d:int=768, heads:int=12, ff:int=3072, vocab:i
 # %% ../nbs/04a_acceptance.ipynb #2dc21988
 def bert_like(device='cpu', **sizes)->tuple:
     "A `bert_like_model` with random weights on `device`, and an Adam optimizer holding one step of state."
+    device, = _args(device=device)
     torch.manual_seed(0)
     model = bert_like_model(**sizes).to(device)
     opt = torch.optim.Adam(model.parameters())
@@ -269,6 +361,7 @@ def bert_like(device='cpu', **sizes)->tuple:
 # %% ../nbs/04a_acceptance.ipynb #604b6cb7
 def state_mib(model:nn.Module, opt:torch.optim.Optimizer)->float:
     "Size of the model's and the optimizer's tensors, MiB."
+    model, opt = _args(model=model, opt=opt)
     ts = list(model.state_dict().values())
     ts += [v for s in opt.state_dict()['state'].values() for v in s.values() if torch.is_tensor(v)]
     return sum(t.numel() * t.element_size() for t in ts) / 2**20
@@ -276,7 +369,9 @@ def state_mib(model:nn.Module, opt:torch.optim.Optimizer)->float:
 # %% ../nbs/04a_acceptance.ipynb #0c6cffef
 def fsync_tree(folder:str|Path):
     "fsync every file under `folder`, then `folder` itself (or the one file `folder` names)."
-    for p in [*Path(folder).rglob('*'), Path(folder)]:
+    folder, = _args(folder=folder)
+    if not folder.exists(): raise AcceptanceError(f'folder={str(folder)!r} does not exist.')
+    for p in [*folder.rglob('*'), folder]:
         fd = os.open(p, os.O_RDONLY)
         try: os.fsync(fd)
         finally: os.close(fd)
@@ -284,6 +379,7 @@ def fsync_tree(folder:str|Path):
 # %% ../nbs/04a_acceptance.ipynb #ee7e2df8
 def accelerate_saver(model:nn.Module, opt:torch.optim.Optimizer, folder:str|Path)->Callable|None:
     "A call saving `model` and `opt` with `Accelerator.save_state` in a new subfolder of `folder` (None: no accelerate)."
+    model, opt, folder = _args(model=model, opt=opt, folder=folder)
     if find_spec('accelerate') is None: return None
     acc = importlib.import_module('accelerate').Accelerator(device_placement=False)  # the tensors stay where they are
     n = iter(range(1, 10**6))
@@ -301,6 +397,9 @@ def save_throughput(model:nn.Module, opt:torch.optim.Optimizer, # the state save
                     accelerate:bool=True, # add accelerate's `save_state`, when installed
                    )->pd.DataFrame:
     "Median time and MiB/s of `torch.save` + fsync, `CheckpointManager.save` and accelerate's `save_state`."
+    model, opt, folder = _args(model=model, opt=opt, folder=folder)
+    repeats, warmup, accelerate = _args(repeats=repeats, warmup=warmup, accelerate=accelerate)
+    folder.mkdir(parents=True, exist_ok=True)
     st, n = training_state(0, model, opt), iter(range(1, 10**6))
     work = Path(tempfile.mkdtemp(dir=folder, prefix='.save_throughput-'))
     ckpt = CheckpointManager(work/'managed', keep=1)
@@ -337,12 +436,13 @@ def save_race(device=None, # where the state lives; None: the GPU if there is on
               **sizes, # `bert_like_model` sizes; default BERT-base
              )->Check:
     "`CheckpointManager.save` of a BERT-base + Adam state at >= 80% of `torch.save` + fsync on the same disk."
-    device = device or ('cuda' if torch.cuda.is_available() else 'cpu')
+    device, folder, repeats = _args(('folder',), device=device, folder=folder, repeats=repeats)
+    if folder is not None: folder.mkdir(parents=True, exist_ok=True)
     model, opt = bert_like(device, **sizes)
     with tempfile.TemporaryDirectory(dir=folder) as tmp: df = save_throughput(model, opt, tmp, repeats=repeats)
     mib = state_mib(model, opt)
     del model, opt
-    card = torch.cuda.get_device_name() if torch.device(device).type == 'cuda' else str(device)
+    card = torch.cuda.get_device_name(device) if device.type == 'cuda' else str(device)
     df.attrs.update(state_mib=mib)
     return check('save_race', card, df,
                  target('CheckpointManager.save MiB/s / torch.save + fsync MiB/s',
@@ -353,6 +453,8 @@ def measure_background_save(ckpt:CheckpointManager, model:nn.Module, opt:torch.o
                             work:Callable, # one training step, run while the background save is in flight
                             rounds:int=3)->tuple:
     "Per round: a sync save's time, the time `save_async` blocks, the background write's time, steps done meanwhile."
+    ckpt, model, opt = _args(ckpt=ckpt, model=model, opt=opt)
+    work, rounds = _args(work=work, rounds=rounds)
     t0 = time.perf_counter(); ckpt.save_async(0, model, opt); first_block = time.perf_counter() - t0; ckpt.wait()
     ckpt.save(0, model, opt)
     rows = []
@@ -376,13 +478,14 @@ def background_save_race(device=None, # where the state lives; None: the GPU if 
                          **sizes, # `bert_like_model` sizes; default BERT-base
                         )->Check:
     "`save_async` of a BERT-base + Adam state blocks training for at most 10% of a synchronous save."
-    device = device or ('cuda' if torch.cuda.is_available() else 'cpu')
+    device, folder, rounds = _args(('folder',), device=device, folder=folder, rounds=rounds)
+    if folder is not None: folder.mkdir(parents=True, exist_ok=True)
     model, opt = bert_like(device, **sizes)
-    a = torch.randn(*(4096 if torch.device(device).type == 'cuda' else 256,) * 2, device=device)
+    a = torch.randn(*(4096 if device.type == 'cuda' else 256,) * 2, device=device)
     with tempfile.TemporaryDirectory(dir=folder) as tmp:
         bg, first = measure_background_save(CheckpointManager(tmp, keep=1), model, opt,
                                             work=lambda: (a @ a).sum().item(), rounds=rounds)
-    card = torch.cuda.get_device_name() if torch.device(device).type == 'cuda' else str(device)
+    card = torch.cuda.get_device_name(device) if device.type == 'cuda' else str(device)
     bg.attrs.update(first_blocked_s=first, state_mib=state_mib(model, opt))
     del model, opt, a
     return check('background_save_race', card, bg,
@@ -407,6 +510,7 @@ def sample_cost(monitor:GPUMonitor, # an NVML monitor; `gpus=[0]` for the cost o
                 smi:str|None='nvidia-smi', # the program for the `nvidia-smi` variant; None: leave it out
                )->pd.DataFrame:
     "Microseconds per sample: `sample_once`, the raw NVML calls, one `nvidia-smi` query; interleaved medians."
+    monitor, inner, repeats, smi = _args(monitor=monitor, inner=inner, repeats=repeats, smi=smi)
     monitor.open()
     if not isinstance(monitor.source, NVMLSource): raise MonitorError('sample_cost needs a monitor that reads NVML.')
     raw, once = _raw_nvml(monitor.source, monitor.source.gpus[0]), monitor.sample_once
@@ -426,6 +530,7 @@ def sample_cost_race(inner:int=200, repeats:int=21, # as for `sample_cost`
                      gpu:int=0, # the GPU sampled
                     )->Check:
     "One full sample of one GPU costs at most 30 µs."
+    inner, repeats, gpu = _args(inner=inner, repeats=repeats, gpu=gpu)
     mon = GPUMonitor(gpus=[gpu])
     try: cost = sample_cost(mon, inner=inner, repeats=repeats)
     finally: mon.close()
@@ -438,7 +543,15 @@ class Overhead:
     "Step times of interleaved blocks with and without a running monitor."
     blocks:pd.DataFrame  # pair, monitor ('on'/'off'), steps, ms_per_step, samples
 
-    def median(self, mode:str)->float: return float(self.blocks.ms_per_step[self.blocks.monitor == mode].median())
+    def __post_init__(self):
+        check_type('blocks', self.blocks, pd.DataFrame, 'a DataFrame', err=AcceptanceError)
+        missing = {'pair', 'monitor', 'steps', 'ms_per_step', 'samples'} - set(self.blocks.columns)
+        if missing: raise AcceptanceError(f'blocks lacks the columns {sorted(missing)}: pass what '
+                                          '`monitor_overhead` makes.')
+
+    def median(self, mode:str)->float:
+        check_choice('mode', mode, ('on', 'off'), err=AcceptanceError)
+        return float(self.blocks.ms_per_step[self.blocks.monitor == mode].median())
 
     @property
     def ratios(self)->pd.Series:
@@ -480,6 +593,9 @@ def monitor_overhead(step:Callable, # one training step, no arguments
                      **kwargs, # more `GPUMonitor` arguments
                     )->Overhead:
     "Step time with and without a monitor running, in alternating blocks of about `block_s` seconds."
+    step, sync, interval = _args(step=step, sync=sync, interval=interval)
+    pairs, block_s, warmup_s = _args(pairs=pairs, block_s=block_s, warmup_s=warmup_s)
+    GPUMonitor(interval, **kwargs)  # its arguments are checked before anything runs
     sync, t = sync or (lambda: None), time.perf_counter()
     while time.perf_counter() - t < warmup_s: step(); sync()
     n = max(1, round(block_s / (_block(step, 5, sync) / 1e3)))
@@ -498,6 +614,7 @@ def monitor_overhead(step:Callable, # one training step, no arguments
 # %% ../nbs/04a_acceptance.ipynb #7e2a1cd2
 def toy_step(device='cpu', width:int=64, depth:int=3, batch:int=32)->Callable:
     "One training step of a `depth`-layer MLP of `width` on random data, as a function of no arguments."
+    device, width, depth, batch = _args(device=device, width=width, depth=depth, batch=batch)
     torch.manual_seed(0)
     layers = [m for _ in range(depth) for m in (nn.Linear(width, width), nn.ReLU())]
     model = nn.Sequential(*layers).to(device)
@@ -514,6 +631,8 @@ def overhead_race(interval:float=0.1, pairs:int=16, block_s:float=0.5, # as for 
                   width:int=2048, depth:int=4, batch:int=2048, # the MLP trained on the GPU
                  )->Check:
     "A monitor sampling every `interval` s changes a GPU training loop's step time by less than 1%."
+    interval, pairs, block_s = _args(interval=interval, pairs=pairs, block_s=block_s)
+    width, depth, batch = _args(width=width, depth=depth, batch=batch)
     if not torch.cuda.is_available():
         raise AcceptanceError('overhead_race times a training loop on a GPU: none is usable here. '
                               'Call monitor_overhead(toy_step("cpu")) for the CPU.')

@@ -123,6 +123,17 @@ def _examples(tmp:Path)->dict:
     ex.update(nvml=lambda: TS.FakeNVML([TS.t4_reading()]), df=lambda: M.samples_df([sample], {0: 'Tesla T4'}),
               names=Alt((ex['names'], lambda: {0: 'Tesla T4'})))
 
+    # -- acceptance: examples
+    from colab_t4_nb import acceptance as AC
+    def opened():  # a monitor whose NVML is the stand-in, opened while the stand-in is installed
+        with TS.fake_nvml([TS.t4_reading()]): return M.GPUMonitor(gpus=[0]).open()
+    blocks = dict(pair=[0, 0, 1, 1], monitor=['off', 'on', 'on', 'off'], steps=10,
+                  ms_per_step=[10.0, 10.2, 9.9, 9.9], samples=[0, 3, 3, 0])
+    ex.update(op=lambda: '<=', search=lambda: (lambda: (1, [1])), work=lambda: (lambda: None), mode=lambda: 'on',
+              targets=lambda: __import__('pandas').DataFrame([AC.target('t', 1.0, '<=', 2.0)]),
+              monitor=Alt((opened, lambda: M.GPUMonitor(gpus=[0]))),
+              blocks=Alt((lambda: 2, lambda: __import__('pandas').DataFrame(blocks))))
+
     # -- callbacks: examples
     ex.update(run=lambda: tmp/'run', loader=lambda: [1, 2, 3], dl=lambda: [1, 2, 3], done=lambda: (lambda: 0))
     return ex
@@ -155,6 +166,15 @@ KWARGS.update(torch_build_for=dict(driver_cuda='12.0'),
                               status='ok', advice='Nothing to do.'))
 # -- switches: the training-step measurements run on the CPU, on the examples' tiny model and batch
 KWARGS.update(switch_benchmark=dict(device='cpu'), shape_change_cost=dict(device='cpu'))
+# -- acceptance: kwargs (a one-layer encoder, a few rounds on the CPU, no memory cap)
+_BERT = dict(layers=1, d=64, heads=2, ff=128, vocab=1000)
+KWARGS.update({'encoder_race': KWARGS['bench_encoder'], 'finder_race': dict(cap=None, device='cpu', rounds=1),
+               'oom_storm': dict(n=2, cap=None, device='cpu'), 'bert_like_model': _BERT, 'bert_like': _BERT,
+               'save_race': _BERT, 'background_save_race': dict(rounds=1, **_BERT),
+               'measure_background_save': dict(rounds=1), 'sample_cost': dict(inner=5),
+               'sample_cost_race': dict(inner=5),
+               'monitor_overhead': dict(interval=0.01, pairs=1, block_s=0.01, warmup_s=0),
+               'toy_step': dict(width=8, depth=1)})
 
 ANNOTATION = {'int': 2, 'float': 1.0, 'str': 'x', 'bool': False, 'dict': {}, 'list': [], 'tuple': ()}
 
@@ -313,9 +333,7 @@ def sandbox(tmp_path, monkeypatch):
     torch.set_default_dtype(torch.float32)
 
 # Modules whose functions do not check every argument yet; each is named here, so the gap is visible.
-# acceptance: its races and storms run real training when junk is accepted (a full pass took 14 minutes here).
-NOT_YET = {'acceptance': 'the acceptance benchmarks do not check their sizes, counts and callables yet',
-           'benchmarks': 'the benchmark suite does not check its sizes and callables yet'}
+NOT_YET = {'benchmarks': 'the benchmark suite does not check its sizes and callables yet'}
 
 # A raw CUfunction handle cannot be checked before the driver reads it: on a machine with CUDA a junk
 # handle may crash the process, so these run only where there is no GPU (there they raise the no-GPU error).

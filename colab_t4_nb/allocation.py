@@ -481,7 +481,8 @@ def atomic_write(path:str|Path, # the file to (re)write; its folder must exist
                  tmp_prefix:str|None=None, # the temporary file's name starts so; default `.<name>.`
                 ):
     "Context manager giving a binary file that replaces `path` atomically when the block ends without error."
-    path = Path(path)
+    path, check = check_path('path', path), check_callable('check', check, none=True)
+    tmp_prefix = check_str('tmp_prefix', tmp_prefix, none=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=tmp_prefix or f'.{path.name}.', suffix='.tmp')
     try:
         with os.fdopen(fd, 'w+b') as f:
@@ -526,6 +527,7 @@ def _take_lock_file(lock:Path, stale_s:float):
 
 # %% ../nbs/00_allocation.ipynb #41c313cc
 LOCK_STALE_S = 30.0  # seconds after which a lock file is taken to be left behind by a process that died
+_MAX_FD = 2**31 - 1  # file descriptors and `os.open` flags are C ints
 
 def _flock(fd:int):
     import fcntl
@@ -537,6 +539,8 @@ def file_lock(fd:int, # an open descriptor of `path`
               stale_s:float=LOCK_STALE_S, # age after which a lock file is broken
              ):
     "Hold an exclusive lock on `path`: `flock` where the file system supports it, else an `O_EXCL` lock file."
+    fd, path = check_int('fd', fd, hi=_MAX_FD), check_path('path', path)
+    stale_s = check_num('stale_s', stale_s, hi=10**7)  # up to about four months
     try: _flock(fd); how = 'flock'
     except (ImportError, OSError): how = 'lock file'
     if how == 'flock':
@@ -556,6 +560,7 @@ def open_locked(path:str|Path, # the file
                 flags:int=os.O_RDWR, # `os.open` flags (add `os.O_CREAT` to create it)
                ):
     "A descriptor of `path` under an exclusive lock, taken on the file that is at `path` now."
+    path, flags = check_path('path', path), check_int('flags', flags, hi=_MAX_FD)
     while True:
         fd = os.open(path, flags, 0o644)
         try:

@@ -128,6 +128,8 @@ def torch_flags(cudnn_benchmark:bool|None=None, # torch.backends.cudnn.benchmark
                ):
     "Set PyTorch's global speed switches for the block and restore them after (None leaves one as it is)."
     import torch
+    for k, v in dict(cudnn_benchmark=cudnn_benchmark, tf32=tf32, deterministic=deterministic).items():
+        check_flag(k, v, none=True, err=SwitchError)
     if matmul_precision is not None and matmul_precision not in _PRECISIONS:
         raise SwitchError(f'matmul_precision={matmul_precision!r}: use one of {", ".join(_PRECISIONS)}.')
     cd, mm = torch.backends.cudnn, torch.backends.cuda.matmul

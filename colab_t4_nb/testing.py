@@ -5,13 +5,15 @@
 # %% ../nbs/00b_testing.ipynb #b045ea58
 from __future__ import annotations
 import copy, json, os, random, stat, sys, tempfile, time, types
+from collections.abc import Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 
 import pynvml
 
-from .core import check_callable, check_int, check_num, check_seq, check_str, check_type
+from .core import (ArgumentError, ArgumentTypeError, check_callable, check_int, check_num,
+                              check_seq, check_str, check_type)
 
 # %% auto #0
 __all__ = ['H200_NVML_JSON', 'h200_reading', 't4_reading', 'FakeNVML', 'fake_nvml', 'missing_nvml', 'fake_smi', 'FakeColab',
@@ -142,6 +144,8 @@ def fake_smi(table:str, # what plain `nvidia-smi` prints
              query_csv:str|None=None, # what `--query-gpu=...` prints; None: fail like an old driver
             ):
     "Context manager: a stand-in `nvidia-smi` first on the PATH."
+    table = check_str('table', table, empty=True)
+    query_csv = check_str('query_csv', query_csv, none=True, empty=True)
     with tempfile.TemporaryDirectory() as d:
         Path(d, 'table.txt').write_text(table)
         if query_csv is not None: Path(d, 'query.csv').write_text(query_csv)
@@ -198,6 +202,10 @@ def fake_colab(unassign_status:int=200, # HTTP status the runtime service answer
                env:dict|None=None, # environment variables for the block
               ):
     "Context manager: this process looks like a Colab runtime; yields the `FakeColab` recorder."
+    env = check_type('env', env, Mapping, 'a dict of environment variables', none=True)
+    for k, v in (env or {}).items():
+        if not isinstance(k, str) or not (v is None or isinstance(v, str)):
+            raise ArgumentTypeError(f'env must map names to strings (or None to unset), got {k!r}: {v!r}.')
     fake = FakeColab(unassign_status, mount_error)
     env = {'COLAB_RELEASE_TAG': 'release-colab-stand-in', 'TBE_RUNTIME_ADDR': '172.28.0.1:8080', **(env or {})}
     saved_env = {k: os.environ.get(k) for k in env}
@@ -225,13 +233,21 @@ def fake_colab(unassign_status:int=200, # HTTP status the runtime service answer
         elif hasattr(google, 'colab'): del google.colab
 
 # %% ../nbs/00b_testing.ipynb #7035a8bf
+def _attribute(obj, name:str):
+    "`obj.name`, or an error naming both when `obj` has no such attribute."
+    name = check_str('name', name)
+    try: return getattr(obj, name)
+    except AttributeError:
+        raise ArgumentError(f'obj has no attribute name={name!r} to replace, '
+                            f'got obj={obj!r} ({type(obj).__name__}).') from None
+
 @contextmanager
 def patched(obj, # a module, class or object
             name:str, # the attribute to replace
             fn, # called as `fn(original, *args, **kwargs)` in its place
            ):
     "Inside the block, `obj.name(...)` calls `fn(original, ...)`; the original is back afterwards."
-    orig = getattr(obj, name)
+    orig, fn = _attribute(obj, name), check_callable('fn', fn)
     setattr(obj, name, lambda *a, **k: fn(orig, *a, **k))
     try: yield
     finally: setattr(obj, name, orig)
@@ -243,7 +259,10 @@ def failing(obj, # a module, class or object
             after:int=0, # calls that still succeed first
            ):
     "Inside the block, `obj.name` raises `exc` once it has been called `after` times."
-    calls = [0]
+    _attribute(obj, name)
+    if not (isinstance(exc, BaseException) or (isinstance(exc, type) and issubclass(exc, BaseException))):
+        raise ArgumentTypeError(f'exc must be an exception to raise, got exc={exc!r} ({type(exc).__name__}).')
+    after, calls = check_int('after', after), [0]
     def fn(orig, *a, **k):
         calls[0] += 1
         if calls[0] > after: raise exc

@@ -225,11 +225,16 @@ def _shows(msg:str, v)->bool:
     r = repr(v)[:20]
     return not (isinstance(v, int) and not isinstance(v, bool) and abs(v) < 10) and r in msg
 
+def _enter(r):
+    "Enter and leave `r` when it is a context manager (a `@contextmanager` checks its arguments on entry)."
+    if hasattr(r, '__enter__') and hasattr(r, '__exit__') and not isinstance(r, io.IOBase):
+        with r: pass
+
 def _failure(f, kw:dict)->tuple|None:
     "(type, message) of the package error the working call raises on this machine, or None."
     try:
         with limit(LIMIT_S), warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
-            warnings.simplefilter('ignore'); f(**kw)
+            warnings.simplefilter('ignore'); _enter(f(**kw))
     except ColabT4Error as e: return type(e), str(e)
     except (Exception, Hang): return None
     return None
@@ -244,7 +249,7 @@ def outcome(f, kw:dict, name:str, alias:str|None=None, base:tuple|None=None)->st
             r = f(**kw)
             if inspect.isgenerator(r): r.close()
             str(r), repr(r)
-            if hasattr(r, '__exit__') and hasattr(r, '__enter__') and not isinstance(r, io.IOBase): pass
+            _enter(r)
         return None
     except Hang as e: return f'hangs: {e}'
     except (ColabT4Error, ValueError, TypeError) as e:

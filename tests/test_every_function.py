@@ -116,6 +116,15 @@ def _examples(tmp:Path)->dict:
     ex.update(nvml=lambda: TS.FakeNVML([TS.t4_reading()]), df=lambda: M.samples_df([sample], {0: 'Tesla T4'}),
               names=Alt((ex['names'], lambda: {0: 'Tesla T4'})))
 
+    # -- benchmarks: examples
+    from colab_t4_nb import benchmarks as B
+    ex.update(ctx=lambda: B.context('cpu', quick=True), loss=lambda: torch.nn.functional.mse_loss,
+              data=lambda: (lambda b, size, dev, small: (torch.randn(b, 4), torch.randn(b, 2))),
+              batch=Alt((ex['batch'], lambda: (torch.randn(2, 4), torch.randn(2, 2)))),
+              row=Alt((lambda: {}, lambda: B.context('cpu').row('fp32', 'unet', 'x', 1, 'x'))),
+              df=Alt((ex['df'], lambda: B.GUIDE.copy())), name=Alt((ex['name'], lambda: 'unet')),
+              names=Alt((ex['names'], lambda: ['unet'])))
+
     # -- callbacks: examples
     ex.update(run=lambda: tmp/'run', loader=lambda: [1, 2, 3], dl=lambda: [1, 2, 3], done=lambda: (lambda: 0))
     return ex
@@ -132,6 +141,17 @@ CHEAP.update(start_method='fork', nprocs=1, loss_fn=torch.nn.functional.mse_loss
 # -- kernels, switches, t4, benchmarks: cheap values
 CHEAP.update()
 
+# -- benchmarks: cheap values
+def _tiny(text:bool):
+    "A 1x1 linear layer over (batch, size, 1) inputs: each benchmark runs it in moments on a CPU."
+    from colab_t4_nb.benchmarks import Workload
+    x = lambda b, size, dev: torch.randn(b, size, 1, device=dev)
+    build = lambda small, size, **kw: nn.Linear(1, 1)
+    data = lambda b, size, dev, small: (x(b, size, dev), x(b, size, dev))
+    return Workload('tiny', 'a 1x1 linear layer', 'a 1x1 linear layer', build, data,
+                    torch.nn.functional.mse_loss, 4, 2, 4, 2, text=text)
+CHEAP.update(wl=_tiny(text=True))
+
 # -- acceptance, results, persistence, checkpoint_format, monitoring, ledger, cli: cheap values
 CHEAP.update()
 
@@ -140,6 +160,7 @@ CHEAP.update()
 
 # What to pass through the `**kwargs` of a function that forwards them to a model, to keep it small.
 KWARGS = {'bench_encoder': dict(hidden=64, layers=1, heads=2, ffn=128, vocab=1000)}
+KWARGS.update(run_suite=dict(quick=True, workloads=[_tiny(text=False)], progress=False))
 
 ANNOTATION = {'int': 2, 'float': 1.0, 'str': 'x', 'bool': False, 'dict': {}, 'list': [], 'tuple': ()}
 
@@ -299,7 +320,6 @@ def sandbox(tmp_path, monkeypatch):
 # Modules whose functions do not check every argument yet; each is named here, so the gap is visible.
 # acceptance: its races and storms run real training when junk is accepted (a full pass took 14 minutes here).
 NOT_YET = {'acceptance': 'the acceptance benchmarks do not check their sizes, counts and callables yet',
-           'benchmarks': 'the benchmark suite does not check its sizes and callables yet',
            'kernels': 'the driver queries and CUDA compatibility records are not all checked yet',
            'switches': 'switch_benchmark defaults to a CUDA device, which a CPU run cannot test'}
 

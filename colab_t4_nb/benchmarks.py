@@ -4,8 +4,9 @@
 
 # %% ../nbs/04_benchmarks.ipynb #9b888bde
 from __future__ import annotations
-import argparse, functools, itertools, json, math, re, sys, tempfile
+import argparse, functools, inspect, itertools, json, math, numbers, re, sys, tempfile
 from importlib.util import find_spec
+from collections.abc import Mapping
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,24 +20,95 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 from tqdm.auto import tqdm
 
-from .allocation import ColabT4Error, GPUSpec, SPECS, oom_kind, spec_for
+from .allocation import ColabT4Error, GPUSpec, NoGPUError, SPECS, oom_kind, spec_for
 from .amp import AmpStep, Encoder, amp_choice, no_tf32, parse_dtype, plain_amp_step, token_batch, token_loss
 from .memory import NothingFits, cap_memory, find_max_size, free_memory, peak_memory, try_batch
 from .models import UNet, cls_batch, hf_bert, resnet50, seg_batch, seq_cls_loss
 from .t4 import T4Estimate, estimate_t4, t4_rehearsal
 from .timing import benchmark
-from .core import check_choice
+from .core import (check_callable, check_choice, check_flag, check_int, check_num, check_path,
+                              check_seq, check_str, check_type)
 
 # %% auto #0
-__all__ = ['COLUMNS', 'T4_COLUMNS', 'WORKLOADS', 'GUIDE', 'DEFAULT_WORKLOADS', 'BenchError', 'Context', 'context', 'Workload',
-           'workload', 'workloads', 'step_flops', 'peak_tflops', 'train_speed', 'size_search', 'train_step_fn',
-           'memory_limits', 'longest_sequence', 'attention_speedup', 'embedding_throughput', 'cudnn_benchmark',
-           'recipe_step', 'recipe', 't4_estimate', 't4_estimates', 'check_workloads', 'writable_dir', 'plot_suite',
-           'save_suite', 'run_suite', 'bench_command']
+__all__ = ['LIMITS', 'COLUMNS', 'T4_COLUMNS', 'WORKLOADS', 'GUIDE', 'DEFAULT_WORKLOADS', 'BenchError', 'Context', 'context',
+           'Workload', 'workload', 'workloads', 'step_flops', 'peak_tflops', 'train_speed', 'size_search',
+           'train_step_fn', 'memory_limits', 'longest_sequence', 'attention_speedup', 'embedding_throughput',
+           'cudnn_benchmark', 'recipe_step', 'recipe', 't4_estimate', 't4_estimates', 'check_workloads', 'writable_dir',
+           'plot_suite', 'save_suite', 'run_suite', 'bench_command']
 
 # %% ../nbs/04_benchmarks.ipynb #691808dd
 class BenchError(ColabT4Error, ValueError):
     "Bad arguments to a benchmark: an unknown workload, one a measurement does not apply to, an unwritable folder."
+
+# %% ../nbs/04_benchmarks.ipynb #3a6565ef
+# Each bound is far above what a card trains or a median needs: past it, a typo, never a run
+LIMITS = dict(size=2**17,      # a batch, sequence length, image side or search bound
+              tokens=2**24,    # embedding ids per lookup, or rows of its table (BERT: 30522)
+              elements=2**34,  # one tensor a measurement makes: 64 GiB in fp32
+              rounds=10**4,    # timed rounds or warm-up calls: far more than any median needs
+              steps=1000,      # training steps each size of a search must survive
+              runs=64,         # workloads, precisions or batch sizes measured in one call
+              sets=64)         # id sets an embedding measurement cycles through
+
+# %% ../nbs/04_benchmarks.ipynb #e6d1f1b5
+def _int(name:str, v, key:str='size', lo:int=1, none:bool=False)->int|None:
+    "`v` as an int in `[lo, LIMITS[key]]` (or None when `none`); else `BenchError` naming `name`."
+    return check_int(name, v, lo=lo, hi=LIMITS[key], none=none, err=BenchError)
+
+def _texts(empty:tuple=(), **named)->None:
+    "Refuse any of `named` that is not a string, empty only where its name is in `empty`."
+    for k, v in named.items(): check_str(k, v, empty=k in empty, err=BenchError)
+
+def _flags(**named)->None:
+    "Refuse any of `named` that is not True or False."
+    for k, v in named.items(): check_flag(k, v, err=BenchError)
+
+# %% ../nbs/04_benchmarks.ipynb #3419c328
+def _takes(name:str, f, args:str)->Callable:
+    "`f` if it can be called as `f(args)`; `BenchError` naming `name` otherwise."
+    check_callable(name, f, err=BenchError)
+    try: inspect.signature(f).bind(*args.split(', '))
+    except ValueError: pass  # no signature to read (some built-ins): the call itself will tell
+    except TypeError:
+        raise BenchError(f'{name} must be a function {name}({args}), got {name}={f!r}.') from None
+    return f
+
+def _module(model)->torch.device:
+    "The device of `model`'s parameters; `BenchError` unless it is a module with parameters."
+    check_type('model', model, nn.Module, 'a torch nn.Module', err=BenchError)
+    if (p := next(model.parameters(), None)) is None:
+        raise BenchError(f'model={type(model).__name__} has no parameters: pass the model to train')
+    return p.device
+
+# %% ../nbs/04_benchmarks.ipynb #b445c74b
+def _as_device(device)->torch.device:
+    "`device` as a torch device ('cpu', 'cuda', 'cuda:1', a GPU index); `BenchError` otherwise."
+    check_type('device', device, (torch.device, str, int),
+               "a torch device ('cpu', 'cuda') or a GPU index", err=BenchError)
+    if isinstance(device, int): return torch.device('cuda', _int('device', device, lo=0))
+    try: dev = torch.device(device)
+    except (RuntimeError, ValueError): dev = None
+    if dev is None or dev.type not in ('cpu', 'cuda'):
+        raise BenchError(f"device must be 'cpu', 'cuda', 'cuda:N' or a GPU index, "
+                         f"got device={device!r}")
+    return dev
+
+def _device(device)->torch.device:
+    "`device` as a device of this runtime (None: the GPU if there is one); `NoGPUError` if absent."
+    if device is None: return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+    dev, n = _as_device(device), torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if dev.type == 'cuda' and (dev.index or 0) >= n:
+        raise NoGPUError(f"device={device!r}: this runtime has {n} CUDA GPU(s): pass None or 'cpu'")
+    return dev
+
+# %% ../nbs/04_benchmarks.ipynb #243d775b
+def _table(name:str, df)->pd.DataFrame:
+    "`df` if it is a DataFrame with `COLUMNS`; `BenchError` naming `name` otherwise."
+    check_type(name, df, pd.DataFrame, 'a DataFrame of benchmark rows', err=BenchError)
+    if missing := [c for c in COLUMNS if c not in df.columns]:
+        raise BenchError(f'{name} lacks the column(s) {", ".join(missing)}: '
+                         'pass rows from run_suite or Context.rows.')
+    return df
 
 # %% ../nbs/04_benchmarks.ipynb #b945b66c
 def _installed(name:str)->bool: return find_spec(name) is not None
@@ -55,6 +127,12 @@ class Context:
     quick:bool = False   # fewer timed rounds
     as_t4:bool = False   # measured under `t4_rehearsal`, labelled as such in every row
 
+    def __post_init__(self):
+        self.device = _as_device(self.device)
+        _texts(card=self.card)
+        check_type('spec', self.spec, GPUSpec, 'a GPUSpec (see SPECS)', none=True, err=BenchError)
+        _flags(small=self.small, quick=self.quick, as_t4=self.as_t4)
+
     @property
     def cuda(self)->bool: return self.device.type == 'cuda'
 
@@ -62,6 +140,10 @@ class Context:
             t4:tuple|None=None, # (prediction, low, high, method) from the T4 model, for a figure it predicts
            )->dict:
         "One result, labelled with this card and torch version."
+        _texts(('note',), precision=precision, workload=workload, metric=metric, unit=unit,
+               note=note)
+        check_type('value', value, numbers.Real, 'a number', err=BenchError)
+        check_seq('t4', t4, lo=4, hi=4, none=True, err=BenchError)
         for label, on in (('rehearsing a T4', self.as_t4), ('CPU quick shapes', self.small)):
             if on: note = f'{note}; {label}' if note else label
         pred = dict(zip(T4_COLUMNS, t4)) if t4 else dict(t4_estimate=math.nan, t4_low=math.nan, t4_high=math.nan,
@@ -69,7 +151,11 @@ class Context:
         return dict(card=self.card, torch=torch.__version__, precision=precision, workload=workload, metric=metric,
                     value=float(value), unit=unit, note=note, **pred)
 
-    def rows(self, rows:list)->pd.DataFrame: return pd.DataFrame(rows, columns=COLUMNS + T4_COLUMNS)
+    def rows(self, rows:list)->pd.DataFrame:
+        "`rows` (from `row`) as a table of `COLUMNS` + `T4_COLUMNS`."
+        row = lambda n, r: check_type(n, r, Mapping, 'a row from Context.row', err=BenchError)
+        rows = check_seq('rows', rows, row, lo=0, err=BenchError)
+        return pd.DataFrame(rows, columns=COLUMNS + T4_COLUMNS)
 
 # %% ../nbs/04_benchmarks.ipynb #d633629d
 def context(device=None, # a torch device; None: the GPU if there is one, else the CPU
@@ -77,14 +163,23 @@ def context(device=None, # a torch device; None: the GPU if there is one, else t
             as_t4:bool=False, # rows say they were measured under `t4_rehearsal`
            )->Context:
     "The `Context` for `device`: its card and spec row on a GPU, small shapes on the CPU."
-    dev = torch.device(device if device is not None else 'cuda' if torch.cuda.is_available() else 'cpu')
+    dev = _device(device)
+    _flags(quick=quick, as_t4=as_t4)
     if dev.type != 'cuda': return Context(dev, 'CPU', None, True, quick, as_t4)
     name = torch.cuda.get_device_name(dev)
     return Context(dev, name, spec_for(name, strict=False), False, quick, as_t4)
 
+# %% ../nbs/04_benchmarks.ipynb #1ce911e8
+def _ctx(ctx, none:bool=True)->Context:
+    "`ctx`, or `context()` for None (when `none`); `BenchError` for anything but a `Context`."
+    check_type('ctx', ctx, Context, 'a Context (see context)', none=none, err=BenchError)
+    return ctx if ctx is not None else context()
+
 # %% ../nbs/04_benchmarks.ipynb #698a10a0
 def _rounds(ctx:Context, repeats:int|None=None, warmup:int|None=None)->tuple:
     "Timed rounds and warm-up calls for `benchmark`: fewer on the CPU and in quick runs."
+    repeats = _int('repeats', repeats, 'rounds', none=True)
+    warmup = _int('warmup', warmup, 'rounds', lo=0, none=True)
     r, w = ((10, 3) if ctx.quick else (20, 5)) if ctx.cuda else ((3, 1) if ctx.quick else (5, 1))
     return repeats or r, w if warmup is None else warmup
 
@@ -101,18 +196,31 @@ class Workload:
     text:bool = False                # `size` is a sequence length
     needs:str|None = None            # the optional package it needs
 
+    def __post_init__(self):
+        _texts(name=self.name, what=self.what, small_what=self.small_what)
+        _takes('build', self.build, 'small, size')
+        _takes('data', self.data, 'batch, size, device, small')
+        _takes('loss', self.loss, 'output, target')
+        for k in ('size', 'batch', 'small_size', 'small_batch'): _int(k, getattr(self, k))
+        _flags(text=self.text)
+        check_str('needs', self.needs, none=True, err=BenchError)
+
     def shape(self, ctx:Context)->tuple:
-        return (self.small_size, self.small_batch) if ctx.small else (self.size, self.batch)
+        "(size, batch) at `ctx`'s shapes."
+        small = _ctx(ctx, False).small
+        return (self.small_size, self.small_batch) if small else (self.size, self.batch)
 
     def model(self, ctx:Context, size:int|None=None, **kw)->nn.Module:
         "A fresh model on `ctx`'s device, the same weights every time (the caller's random state is left as it was)."
+        ctx, size = _ctx(ctx, False), _int('size', size, none=True)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
             return self.build(ctx.small, size or self.shape(ctx)[0], **kw).to(ctx.device)
 
-    def label(self, ctx:Context)->str: return self.small_what if ctx.small else self.what
+    def label(self, ctx:Context)->str:
+        return self.small_what if _ctx(ctx, False).small else self.what
     def describe(self, ctx:Context, batch:int|None=None)->str:
-        return f'{self.label(ctx)}, batch {batch or self.shape(ctx)[1]}'
+        return f'{self.label(ctx)}, batch {_int("batch", batch, none=True) or self.shape(ctx)[1]}'
 
 # %% ../nbs/04_benchmarks.ipynb #a22c52ba
 _SMALL_ENC = dict(vocab=1000, hidden=64, layers=2, heads=2, ffn=128)
@@ -143,13 +251,16 @@ WORKLOADS = {w.name: w for w in [
 ]}
 
 # %% ../nbs/04_benchmarks.ipynb #369d3afb
+def _workload(wl, arg:str)->Workload:
+    "The workload `wl` (a key of `WORKLOADS` or a `Workload`); `BenchError` naming `arg` otherwise."
+    if isinstance(wl, Workload): return wl
+    check_choice(arg, wl, list(WORKLOADS), err=BenchError)
+    return WORKLOADS[wl]
+
 def workload(name:str|Workload, # a key of `WORKLOADS`, or a `Workload`
-             arg:str='name', # the argument's name in the caller, for the message
             )->Workload:
     "The workload called `name`; `BenchError` listing the known ones otherwise."
-    if isinstance(name, Workload): return name
-    check_choice(arg, name, list(WORKLOADS), err=BenchError)
-    return WORKLOADS[name]
+    return _workload(name, 'name')
 
 # %% ../nbs/04_benchmarks.ipynb #0b87bef0
 def workloads()->pd.DataFrame:
@@ -172,6 +283,9 @@ def step_flops(model:nn.Module, # the model, on its device
                batch:tuple, # (*inputs, target)
               )->float:
     "Floating-point operations of one forward and backward pass, counted by `FlopCounterMode`."
+    check_type('model', model, nn.Module, 'a torch nn.Module', err=BenchError)
+    check_callable('loss_fn', loss_fn, err=BenchError)
+    batch = check_seq('batch', batch, lo=2, err=BenchError)  # at least one input and the target
     with FlopCounterMode(display=False) as fc, sdpa_kernel(SDPBackend.MATH):
         loss_fn(model(*batch[:-1]), batch[-1]).backward()
     model.zero_grad(set_to_none=True)
@@ -184,7 +298,9 @@ def peak_tflops(spec:GPUSpec|None, # a spec-table row
                 precision:str, # 'fp32' (TF32 off), 'fp16' or 'bf16'
                )->float|None:
     "The datasheet matrix rate of `spec` in `precision`; None where the table has none."
-    return getattr(spec, _PEAK[precision]) if spec is not None and precision in _PEAK else None
+    check_type('spec', spec, GPUSpec, 'a GPUSpec (see SPECS)', none=True, err=BenchError)
+    check_choice('precision', precision, list(_PEAK), err=BenchError)
+    return getattr(spec, _PEAK[precision]) if spec is not None else None
 
 # %% ../nbs/04_benchmarks.ipynb #b883e5f5
 def _amp_name(ctx:Context)->str: return amp_choice(ctx.device).name
@@ -212,7 +328,8 @@ def train_speed(wl:str|Workload='unet', # the workload
                 repeats:int|None=None, warmup:int|None=None, # rounds of `benchmark`; None: by device and quick
                )->pd.DataFrame:
     "Iterations/s, samples/s, achieved TFLOP/s, fp32 (TF32 off) against AMP, interleaved; each with its T4 prediction."
-    w, ctx = workload(wl, 'wl'), ctx or context()
+    w, ctx = _workload(wl, 'wl'), _ctx(ctx)
+    batch, rounds = _int('batch', batch, none=True), _rounds(ctx, repeats, warmup)
     if (skip := _skipped(w, ctx)) is not None: return skip
     size, bs = w.shape(ctx)
     bs, model = batch or bs, w.model(ctx, size)
@@ -220,7 +337,7 @@ def train_speed(wl:str|Workload='unet', # the workload
     per = step_flops(model, w.loss, w.data(1, size, ctx.device, ctx.small))
     opt, amp = torch.optim.AdamW(model.parameters(), lr=1e-5, foreach=True), _amp_name(ctx)
     calls = {p: functools.partial(AmpStep(model, opt, w.loss, p), *data) for p in ('fp32', amp)}
-    with no_tf32(): t = benchmark(calls, *_rounds(ctx, repeats, warmup), ctx.device.type)
+    with no_tf32(): t = benchmark(calls, *rounds, ctx.device.type)
     est = {p: _predict(c) for p, c in calls.items()}
     rows, note = [], w.describe(ctx, bs)
     for p in calls:
@@ -248,6 +365,12 @@ def size_search(fn:Callable, # fn(size) runs one training step
                 peak_metric:str='peak memory', # the name of the peak-memory row
                )->pd.DataFrame:
     "Rows for the largest size at which `fn` trains and the peak memory there; a row saying so when nothing fits."
+    fn, ctx = check_callable('fn', fn, err=BenchError), _ctx(ctx, False)
+    _texts(('note',), precision=precision, workload=workload, metric=metric, unit=unit, note=note,
+           peak_metric=peak_metric)
+    min_size, start = _int('min_size', min_size), _int('start', start)
+    steps = _int('steps', steps, 'steps')
+    max_size = check_int('max_size', max_size, lo=min_size, hi=LIMITS['size'], err=BenchError)
     try: r = find_max_size(fn, start=min(start, max_size), min_size=min_size, max_size=max_size, steps=steps,
                            margin=0)
     except NothingFits as e:
@@ -268,7 +391,11 @@ def train_step_fn(model:nn.Module, opt:torch.optim.Optimizer, loss_fn:Callable,
                   make_batch:Callable, # make_batch(n) -> (*inputs, target) of size n
                  )->Callable:
     "`step(n)`: one training step on `make_batch(n)`; an out-of-memory leaves no gradients or broken loss scale behind."
-    dt, kind = parse_dtype(precision), next(model.parameters()).device.type
+    kind = _module(model).type
+    check_type('opt', opt, torch.optim.Optimizer, 'a torch.optim optimizer', err=BenchError)
+    check_callable('loss_fn', loss_fn, err=BenchError)
+    check_callable('make_batch', make_batch, err=BenchError)
+    dt = parse_dtype(check_choice('precision', precision, list(_PEAK), err=BenchError))
     new = lambda: torch.amp.GradScaler(kind, enabled=dt == torch.float16)
     scaler = [new()]
     def step(n:int):
@@ -294,8 +421,16 @@ def _capped(ctx:Context, cap:str|None):
     try: yield f'under the {cap} memory cap ({c.limit / 2**30:.1f} GiB)'
     finally: c.restore()
 
+def _check_cap(cap)->str|None:
+    "`cap` if it is a card of `SPECS` or None; `BenchError` listing them otherwise."
+    return check_choice('cap', cap, list(SPECS), none=True, err=BenchError)
+
 # %% ../nbs/04_benchmarks.ipynb #72eb6d63
-def _precisions(ctx:Context, precisions=None)->list: return list(precisions or ['fp32', _amp_name(ctx)])
+def _precisions(ctx:Context, precisions=None, name:str='precisions', default:list|None=None)->list:
+    "`precisions` ('fp32', 'fp16', 'bf16'; repeats dropped); None: `default`, else fp32 and AMP's."
+    ps = check_seq(name, precisions, lambda n, p: check_choice(n, p, list(_PEAK), err=BenchError),
+                   hi=LIMITS['runs'], none=True, err=BenchError)
+    return list(dict.fromkeys(ps)) if ps is not None else list(default or ['fp32', _amp_name(ctx)])
 
 # %% ../nbs/04_benchmarks.ipynb #bdab5ba6
 def memory_limits(wl:str|Workload='unet', # the workload
@@ -306,11 +441,13 @@ def memory_limits(wl:str|Workload='unet', # the workload
                   steps:int=2, # training steps (AdamW) each batch must survive
                  )->pd.DataFrame:
     "Largest batch that trains and its peak memory, fp32 and AMP, under a T4's memory by default."
-    w, ctx = workload(wl, 'wl'), ctx or context()
+    w, ctx, cap = _workload(wl, 'wl'), _ctx(ctx), _check_cap(cap)
+    precisions, steps = _precisions(ctx, precisions), _int('steps', steps, 'steps')
+    max_size = _int('max_size', max_size, none=True)
     if (skip := _skipped(w, ctx)) is not None: return skip
     size, bs = w.shape(ctx)
     max_size, out = max_size or (4 * bs if ctx.small else 2**12), []
-    for p in _precisions(ctx, precisions):
+    for p in precisions:
         model = w.model(ctx, size)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
         fn = train_step_fn(model, opt, w.loss, p, lambda n: w.data(n, size, ctx.device, ctx.small))
@@ -331,17 +468,20 @@ def longest_sequence(wl:str|Workload='bert', # a text workload
                      steps:int=2, # training steps each length must survive
                     )->pd.DataFrame:
     "Longest sequence that trains at each batch in `batches`, fp32 and AMP, under a T4's memory by default."
-    w, ctx = workload(wl, 'wl'), ctx or context()
+    w, ctx, cap = _workload(wl, 'wl'), _ctx(ctx), _check_cap(cap)
+    batches = check_seq('batches', batches, _int, hi=LIMITS['runs'], err=BenchError)
+    precisions, steps = _precisions(ctx, precisions), _int('steps', steps, 'steps')
+    max_size = check_int('max_size', max_size, lo=8, hi=LIMITS['size'], none=True, err=BenchError)
     if not w.text:
         raise BenchError(f'{w.name!r} has no sequence length; longest_sequence takes one of: '
                          f'{", ".join(k for k, v in WORKLOADS.items() if v.text)}.')
     if (skip := _skipped(w, ctx)) is not None: return skip
     size = w.shape(ctx)[0]
     max_size, out = max_size or (2 * size if ctx.small else 2**14), []
-    for p in _precisions(ctx, precisions):
+    for p in precisions:
         model = w.model(ctx, max_size)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
-        for b in batches:
+        for b in dict.fromkeys(batches):
             fn = train_step_fn(model, opt, w.loss, p, lambda n, b=b: w.data(b, n, ctx.device, ctx.small))
             with _capped(ctx, cap) as held:
                 out.append(size_search(fn, ctx, p, w.name, f'longest sequence at batch {b}', 'tokens',
@@ -370,9 +510,17 @@ def attention_speedup(ctx:Context|None=None, # where; None: `context()`
                       repeats:int|None=None, warmup:int|None=None, # rounds of `benchmark`
                      )->pd.DataFrame:
     "Self-attention forward+backward: explicit and SDPA in fp32 (TF32 off) and half precision, with the speed-ups."
-    ctx = ctx or context()
+    ctx = _ctx(ctx)
+    given = [_int(k, v, none=True) for k, v in (('batch', batch), ('seq', seq), ('heads', heads),
+                                                 ('head_dim', head_dim))]
+    rounds = _rounds(ctx, repeats, warmup)
+    halves = _precisions(ctx, dtypes, 'dtypes', _half_dtypes(ctx))
     dflt = (2, 64, 2, 32) if ctx.small else (8, 512, 12, 64)
-    b, s, h, d = [a or x for a, x in zip((batch, seq, heads, head_dim), dflt)]
+    b, s, h, d = [a or x for a, x in zip(given, dflt)]
+    if b * h * s * max(s, d) > LIMITS['elements']:
+        raise BenchError(f'batch x heads x seq x seq = {b * h * s * s:,} attention scores, more '
+                         f"than LIMITS['elements'] = {LIMITS['elements']:,}: pass a smaller batch, "
+                         'heads or seq.')
     def call(dt, fn):
         q, k, v = (torch.randn(b, h, s, d, device=ctx.device, dtype=parse_dtype(dt)).requires_grad_() for _ in range(3))
         g = torch.randn_like(q)
@@ -380,9 +528,9 @@ def attention_speedup(ctx:Context|None=None, # where; None: `context()`
             q.grad = k.grad = v.grad = None
             fn(q, k, v).backward(g)
         return run
-    calls = {f'{dt} {kind}': call(dt, fn) for dt in ['fp32', *(dtypes or _half_dtypes(ctx))]
+    calls = {f'{dt} {kind}': call(dt, fn) for dt in ['fp32', *halves]
              for kind, fn in (('explicit', _explicit_attention), ('SDPA', F.scaled_dot_product_attention))}
-    with no_tf32(): t = benchmark(calls, *_rounds(ctx, repeats, warmup), ctx.device.type)
+    with no_tf32(): t = benchmark(calls, *rounds, ctx.device.type)
     shape = f'batch {b}, {h} heads of {d}, sequence {s}'
     est = {k: _predict(c) for k, c in calls.items()}
     rows = [ctx.row(k.split()[0], 'bert', f'attention fwd+bwd, {k.split()[1]}', t.median(k), 'ms', shape,
@@ -407,16 +555,22 @@ def embedding_throughput(ctx:Context|None=None, # where; None: `context()`
                          repeats:int|None=None, warmup:int|None=None, # rounds of `benchmark`
                         )->pd.DataFrame:
     "Embedding lookup (forward) throughput in GB/s, and as a fraction of the datasheet bandwidth."
-    ctx = ctx or context()
+    ctx = _ctx(ctx)
+    vocab, dim, sets = _int('vocab', vocab, 'tokens'), _int('dim', dim), _int('sets', sets, 'sets')
+    tokens, rounds = _int('tokens', tokens, 'tokens', none=True), _rounds(ctx, repeats, warmup)
+    dtypes = _precisions(ctx, dtypes, 'dtypes')
+    if vocab * dim > LIMITS['elements']:
+        raise BenchError(f"vocab x dim = {vocab * dim:,} elements, more than LIMITS['elements'] = "
+                         f"{LIMITS['elements']:,}: pass a smaller vocab or dim.")
     n, calls, nbytes = tokens or (4096 if ctx.small else 2**16), {}, {}
     g = torch.Generator().manual_seed(0)
     id_sets = [torch.randint(vocab, (n,), generator=g).to(ctx.device) for _ in range(sets)]
     uniq = sum(len(i.unique()) for i in id_sets) / sets
-    for dt in _precisions(ctx, dtypes):
+    for dt in dtypes:
         table, ids = torch.randn(vocab, dim, dtype=parse_dtype(dt), device=ctx.device), itertools.cycle(id_sets)
         calls[dt] = lambda table=table, ids=ids: F.embedding(next(ids), table)
         nbytes[dt] = (uniq + n) * dim * table.element_size() + n * 8
-    t = benchmark(calls, *_rounds(ctx, repeats, warmup), ctx.device.type)
+    t = benchmark(calls, *rounds, ctx.device.type)
     bw, rows = ctx.spec.bandwidth_gbs if ctx.spec else None, []
     for dt in calls:
         gbs, note = nbytes[dt] / t.median(dt) / 1e6, f'{n} lookups ({uniq:.0f} distinct rows) in a {vocab}x{dim} table'
@@ -430,6 +584,7 @@ def embedding_throughput(ctx:Context|None=None, # where; None: `context()`
 @contextmanager
 def cudnn_benchmark(on:bool=True):
     "`torch.backends.cudnn.benchmark` set to `on` inside the block, restored afterwards."
+    check_flag('on', on, err=BenchError)
     old = torch.backends.cudnn.benchmark
     torch.backends.cudnn.benchmark = on
     try: yield
@@ -447,7 +602,10 @@ def recipe_step(model:nn.Module, # on its device; converted to channels-last in 
                 compile:bool=False, # train through `torch.compile(model)`
                )->Callable:
     "The recommended step `step(*inputs, target)`: AMP, fused AdamW, channels-last, cudnn.benchmark, optional compile."
-    dev = next(model.parameters()).device
+    dev = _module(model)
+    check_callable('loss_fn', loss_fn, err=BenchError)
+    lr = check_num('lr', lr, hi=10, err=BenchError)  # AdamW's step: above 10 every model diverges
+    check_flag('channels_last', channels_last, none=True, err=BenchError), _flags(compile=compile)
     choice, cl = amp_choice(dev, dtype), _has_conv(model) if channels_last is None else channels_last
     if cl: model.to(memory_format=torch.channels_last)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, **({'fused': True} if dev.type == 'cuda' else {'foreach': True}))
@@ -486,7 +644,15 @@ def recipe(wl:str|Workload='hf-bert', # the workload
            repeats:int|None=None, warmup:int|None=None, # rounds of `benchmark`; compile needs warm-up >= 2
           )->pd.DataFrame:
     "The recipe against plain fp16 autocast (and fp32), with a matmul ceiling, interleaved in one run."
-    w, ctx = workload(wl, 'wl'), ctx or context()
+    w, ctx = _workload(wl, 'wl'), _ctx(ctx)
+    batch, matmul_n = _int('batch', batch, none=True), _int('matmul_n', matmul_n, none=True)
+    _flags(compile=compile, fp32=fp32)
+    repeats, wu = _rounds(ctx, repeats, warmup)
+    if compile and wu < 2:
+        if warmup is not None:
+            raise BenchError('compile=True needs warmup >= 2 (the first calls compile), '
+                             f'got warmup={warmup}: pass warmup=2 or more, or None.')
+        wu = 2
     if (skip := _skipped(w, ctx)) is not None: return skip
     size, bs = w.shape(ctx)
     bs, kw = batch or bs, {'attn': 'eager'} if w.name == 'hf-bert' else {}
@@ -506,7 +672,7 @@ def recipe(wl:str|Workload='hf-bert', # the workload
     ceiling = f'{rec.choice.name} matmul'
     n = matmul_n or (256 if ctx.small else 8192)
     calls[ceiling] = _matmul_call(ctx, rec.choice.name, n)
-    t = benchmark(calls, *_rounds(ctx, repeats, warmup), ctx.device.type)
+    t = benchmark(calls, repeats, wu, ctx.device.type)
     est = {k: _predict(c) for k, c in calls.items() if 'compile' not in k}  # compiled code is not counted
     return _recipe_rows(ctx, w, t, steps, calls, per, bs, ceiling, n, plain_dt, est)
 
@@ -562,6 +728,10 @@ def t4_estimate(row:dict, # a row of `COLUMNS` + `T4_COLUMNS`
                 spec:GPUSpec|None, # the card it was measured on; None: the CPU or an unknown card
                )->tuple:
     "The row's value for a T4 and how it was had: (estimate, low, high, method), NaN where there is none."
+    check_type('row', row, Mapping, 'a row (a dict) of COLUMNS', err=BenchError)
+    if missing := [k for k in ('value', 'unit', 'note') if k not in row]:
+        raise BenchError(f'row lacks {", ".join(missing)}: pass a row made by Context.row.')
+    check_type('spec', spec, GPUSpec, 'a GPUSpec (see SPECS)', none=True, err=BenchError)
     v, nan = row['value'], math.nan
     if spec is not None and spec.key == 'T4': return v, v, v, 'measured on a T4'
     if isinstance(row.get('t4_method'), str) and row['t4_method'].startswith('T4 model'):
@@ -578,6 +748,8 @@ def t4_estimates(df:pd.DataFrame, # rows of `COLUMNS`, all from one card
                  spec:GPUSpec|None, # that card's spec row; None: the CPU or an unknown card
                 )->pd.DataFrame:
     "`df` with `T4_COLUMNS` complete: measured on a T4, the model's prediction, or the memory figure that holds."
+    _table('df', df)
+    check_type('spec', spec, GPUSpec, 'a GPUSpec (see SPECS)', none=True, err=BenchError)
     df = df.reindex(columns=list(dict.fromkeys([*df.columns, *T4_COLUMNS])))
     est = [t4_estimate(r, spec) for r in df.to_dict('records')]
     for j, c in enumerate(T4_COLUMNS): df[c] = [e[j] for e in est]
@@ -586,22 +758,29 @@ def t4_estimates(df:pd.DataFrame, # rows of `COLUMNS`, all from one card
 # %% ../nbs/04_benchmarks.ipynb #fb6ff088
 DEFAULT_WORKLOADS = ('unet', 'bert')
 
-def check_workloads(names:list|str|None, # workload names; None: the defaults
-                   )->list:
-    "`names` as a list of known workloads; `BenchError` listing the known ones for any other."
-    names = list(DEFAULT_WORKLOADS) if names is None else [names] if isinstance(names, str) else list(names)
-    bad = [n for n in names if n not in WORKLOADS]
-    if bad or not names:
-        what = ', '.join(map(repr, bad)) or '(none given)'
+def _check_workloads(names, arg:str)->list:
+    "`names` as a list of known workload names or `Workload`s, repeats dropped; else `BenchError`."
+    if names is None: return list(DEFAULT_WORKLOADS)
+    if isinstance(names, (str, Workload)): names = [names]
+    else: names = check_seq(arg, names, hi=LIMITS['runs'], err=BenchError)
+    known = lambda n: isinstance(n, Workload) or (isinstance(n, str) and n in WORKLOADS)
+    bad = [n for n in names if not known(n)]
+    if bad:
+        what = ', '.join(map(repr, bad))
         raise BenchError(f'Unknown workload{"s" if len(bad) > 1 else ""} {what}. '
                          f'Known workloads: {", ".join(WORKLOADS)}.')
     return list(dict.fromkeys(names))
+
+def check_workloads(names:list|str|None, # workload names (or `Workload`s); None: the defaults
+                   )->list:
+    "`names` as a list of known workloads; `BenchError` listing the known ones for any other."
+    return _check_workloads(names, 'names')
 
 # %% ../nbs/04_benchmarks.ipynb #c80370e6
 def writable_dir(out:str|Path # the folder for results; created if missing
                 )->Path:
     "`out` as a folder that exists and can be written to; `BenchError` saying why not otherwise."
-    p = Path(out).expanduser()
+    p = check_path('out', out, err=BenchError).expanduser()
     try:
         p.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=p): pass
@@ -614,8 +793,8 @@ def writable_dir(out:str|Path # the folder for results; created if missing
 def _plan(names:list, ctx:Context, quick:bool, cap:str|None)->list:
     "(label, call) for each measurement of a suite."
     plan, text_done = [], False
-    for n in names:
-        w = WORKLOADS[n]
+    for w in [_workload(n, 'workloads') for n in names]:
+        n = w.name
         if w.needs and not _installed(w.needs):
             plan.append((f'{n} skipped', functools.partial(_skipped, w, ctx)))
             continue
@@ -669,6 +848,7 @@ def _panel(ax, bars:list, title:str, unit:str):
 def plot_suite(df:pd.DataFrame # `run_suite`'s table
               ):
     "The guide's figures beside the measured ones and their T4 predictions; CPU rows on a row of their own."
+    df = _table('df', df)
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
     cpu = bool(df.note.str.contains('CPU quick shapes').any()) if len(df) else False
@@ -697,7 +877,7 @@ def save_suite(df:pd.DataFrame, # `run_suite`'s table
                out:str|Path, # folder; created if missing
               )->dict:
     "Write `df` as CSV and its comparison with the guide as PNG into `out`, never over an existing file; the paths."
-    folder = writable_dir(out)
+    df, folder = _table('df', df), writable_dir(out)
     csv, png = _free_path(folder, 'bench', 'csv'), _free_path(folder, 'bench', 'png')
     df.to_csv(csv, index=False)
     plot_suite(df).savefig(png, dpi=110)
@@ -715,7 +895,7 @@ def _guarded(call:Callable, ctx:Context, label:str)->pd.DataFrame:
 
 # %% ../nbs/04_benchmarks.ipynb #626f1097
 def run_suite(quick:bool=False, # speed, attention and embeddings only (no searches, no recipe)
-              workloads:list|None=None, # names from `WORKLOADS`; None: unet and bert
+              workloads:list|None=None, # names from `WORKLOADS` or `Workload`s; None: unet, bert
               out:str|Path|None=None, # folder for bench.csv and bench.png; None: save nothing
               device=None, # None: the GPU if there is one, else the CPU (small shapes)
               cap:str|None='T4', # memory cap of the searches; None: the whole card
@@ -723,8 +903,10 @@ def run_suite(quick:bool=False, # speed, attention and embeddings only (no searc
               as_t4:bool=False, # run everything under `t4_rehearsal` (T4 memory, precision, attention)
              )->pd.DataFrame:
     "The benchmark table (`COLUMNS` + `T4_COLUMNS`) for `workloads` on this card, saved to `out` as CSV and PNG."
-    names, folder = check_workloads(workloads), None if out is None else writable_dir(out)
+    _flags(quick=quick, progress=progress, as_t4=as_t4)
+    names, cap = _check_workloads(workloads, 'workloads'), _check_cap(cap)
     ctx = context(device, quick, as_t4)
+    folder = None if out is None else writable_dir(out)
     if ctx.small: print('No CUDA GPU: running small CPU shapes (every row says "CPU quick shapes"); '
                         'they say nothing about a GPU.', file=sys.stderr)
     parts, stopped = [], None
@@ -740,7 +922,9 @@ def run_suite(quick:bool=False, # speed, attention and embeddings only (no searc
         df.attrs.update(card=ctx.card, torch=torch.__version__, as_t4=as_t4, interrupted=stopped)
         return df
     df = t4_estimates(pd.concat(parts, ignore_index=True), ctx.spec)
-    df.attrs.update(card=ctx.card, torch=torch.__version__, quick=quick, workloads=names, as_t4=as_t4,
+    labels = [n if isinstance(n, str) else n.name for n in names]
+    df.attrs.update(card=ctx.card, torch=torch.__version__, quick=quick, workloads=labels,
+                    as_t4=as_t4,
                     interrupted=stopped)
     if folder is not None: df.attrs['files'] = {k: str(v) for k, v in save_suite(df, folder).items()}
     return df
@@ -764,10 +948,19 @@ _SHOW = ['workload', 'precision', 'metric', 'value', 'unit', 't4_estimate', 't4_
 def bench_command(argv:list|None=None # arguments after `bench`; None: sys.argv[1:]
                  )->int:
     "`colab-t4 bench [--quick] [--models ...] [--out DIR] [--json] [--as-t4]`: print the table, write CSV and PNG."
+    arg = lambda n, a: check_str(n, a, empty=True, err=BenchError)
+    check_seq('argv', argv, arg, lo=0, none=True, err=BenchError)
     p = _parser()
     try: a = p.parse_args(argv)
     except SystemExit as e: return int(e.code or 0)
-    try: names, folder = check_workloads(a.models), writable_dir(a.out)
+    try:
+        names = check_workloads(a.models)
+        if not a.quick and not torch.cuda.is_available():
+            print('colab-t4 bench: no CUDA GPU here, and the full suite (batch and sequence '
+                  "searches, the recipe) says nothing about a GPU on a CPU: pass --quick for the "
+                  "CPU's small shapes.", file=sys.stderr)
+            return 2
+        folder = writable_dir(a.out)
     except BenchError as e:
         print(f'colab-t4 bench: {e}', file=sys.stderr)
         return 1 if 'out=' in str(e) else 2

@@ -1,10 +1,13 @@
 """The docs site, built from the notebooks without Quarto, read in a real browser.
 
 `tools/build_docs.py` builds the site; headless Chromium (Debian's `chromium`, driven by Playwright
-for Python) loads every page and checks its title, its API entries, its figures, that the console
-stays free of errors, and that no internal link is broken. Where Chromium or Playwright is missing
-the test skips with one line saying which."""
-import functools, http.server, shutil, subprocess, sys, threading, urllib.parse
+for Python), with no network but the local file server, loads every page and checks its title, its
+API entries, its figures, its table of contents (every link hits an anchor of the page), that the
+sidebar stays in view when scrolled to the bottom, that code is highlighted, that no signature shows
+Markdown literally, that the first code cell is whole Python, that the console stays free of errors,
+and that no internal link is broken; then that the search finds a page by a word only that page
+holds and goes there. Where Chromium or Playwright is missing the test skips with one line saying which."""
+import functools, http.server, json, shutil, subprocess, sys, threading, urllib.parse
 from pathlib import Path
 import pytest, yaml
 from conftest import ROOT
@@ -68,6 +71,26 @@ def test_every_page_in_a_browser(site, server, browser):
         broken_imgs = page.evaluate("[...document.images].filter(i => (i.src.startsWith('data:') || i.src.startsWith(location.origin))"
                                     " && (!i.complete || i.naturalWidth === 0)).length")
         if broken_imgs: problems.append(f'{f.name}: {broken_imgs} images that did not load')
+        toc = page.evaluate("[...document.querySelectorAll('#TOC a[href]')].map(a => a.getAttribute('href'))")
+        if not toc: problems.append(f'{f.name}: no table of contents')
+        for href in toc:
+            if not href.startswith('#') or not page.evaluate('id => !!document.getElementById(id)', urllib.parse.unquote(href[1:])):
+                problems.append(f'{f.name}: TOC link {href} hits no anchor of the page')
+        codes = page.evaluate("[...document.querySelectorAll('main pre')].map(p => ({text: p.innerText, spans: p.querySelectorAll('span[class]').length}))")
+        if codes and not any(c['spans'] for c in codes): problems.append(f'{f.name}: code blocks without highlighting spans')
+        literal = [c['text'] for c in codes if '`](' in c['text'] or '# from [' in c['text']]
+        if literal: problems.append(f'{f.name}: {len(literal)} code blocks show Markdown links literally: {literal[0][:200]!r}')
+        if '`](' in page.locator('main').inner_text(): problems.append(f'{f.name}: a Markdown link shown literally')
+        if "find_spec('colab_t4_nb')" in page.content(): problems.append(f'{f.name}: the install cell is on the page')
+        first = page.evaluate("(document.querySelector('main pre.cell-code') || {}).innerText")
+        if first:
+            try: compile(first, f.name, 'exec')
+            except SyntaxError as e: problems.append(f'{f.name}: the first code cell is not whole Python ({e}): {first[:200]!r}')
+        page.evaluate('window.scrollTo(0, document.documentElement.scrollHeight)')
+        box = page.evaluate("(() => { const r = document.querySelector('#quarto-sidebar').getBoundingClientRect();"
+                            " return [r.top, r.bottom, r.width, window.innerHeight, window.scrollY]; })()")
+        if not (box[2] > 0 and box[0] < box[3] and box[1] > 0 and box[4] > 0):
+            problems.append(f'{f.name}: sidebar out of view after scrolling to the bottom (top, bottom, width, height, scrollY = {box})')
         seen[f.name] = {'ids': set(page.evaluate("[...document.querySelectorAll('[id]')].map(e => e.id)")),
                         'links': page.evaluate("[...document.querySelectorAll('a[href]')].map(a => a.getAttribute('href'))"),
                         'figures': page.evaluate("[...document.querySelectorAll('main img')].filter(i => i.src.startsWith('data:image/png')).length")}
@@ -82,3 +105,22 @@ def test_every_page_in_a_browser(site, server, browser):
     assert not errors, errors[:10]
     assert not problems, problems[:20]
     assert sum(i['figures'] for i in seen.values()) > 0, 'no figure on any page: were the outputs stored?'
+
+def test_search_finds_a_page_and_goes_there(site, server, browser):
+    "A word only the persistence page holds (in the index built with the site) is found from the home page."
+    idx = json.loads((site/'search.json').read_text())
+    holders = {e['href'].split('#')[0] for e in idx if 'RestartLimit' in e['title'] + e['text']}
+    assert holders == {'persistence.html'}, holders
+    page = browser.new_page()
+    for word, want in [('RestartLimit', {'persistence.html'}), ('CheckpointManager', None)]:
+        page.goto(server + 'index.html')
+        page.fill('#quarto-search input', word)
+        page.wait_for_selector('#quarto-search .search-result', timeout=10_000)
+        hrefs = page.evaluate("[...document.querySelectorAll('#quarto-search .search-result')].map(a => a.getAttribute('href'))")
+        pages = [urllib.parse.urlparse(h).path.split('/')[-1] for h in hrefs]
+        if want: assert set(pages) == want, (word, hrefs)
+        assert pages[0] == 'persistence.html', (word, hrefs)
+        page.locator('#quarto-search .search-result').first.click()
+        page.wait_for_url('**/persistence.html*', timeout=10_000)
+        assert page.locator('h1.title').inner_text().startswith('Checkpoints'), page.url
+    page.close()

@@ -2,20 +2,35 @@
 """Build a browsable static docs site from the notebooks, without Quarto.
 
     python tools/build_docs.py            # _proc/ via nbdev, then the site in _site/
-    python tools/build_docs.py --out DIR
+    python tools/build_docs.py --out DIR [--proc _proc]
 
-Where Quarto exists, `nbdev_docs` builds the real site from `_quarto.yml`. Where it does not (these
+Where Quarto exists, `nbdev_docs` builds the real site from `nbs/_quarto.yml`. Where it does not (these
 machines), this takes the same processed notebooks that `nbdev_docs` hands to Quarto
-(`nbdev.serve.proc_nbs`: front matter, `show_doc` entries, hidden cells dropped), renders each with
-nbconvert's HTML exporter, and lays them out with the sidebar of `nbs/sidebar.yml`: one page per
-notebook under the file name nbdev gives it, links between pages made relative. Exit status 1 if a notebook cannot be processed.
+(`nbdev.serve.proc_nbs`: front matter, `show_doc` entries, hidden cells dropped) and renders them with
+smalldocs (pure Python, reads `_quarto.yml`, `sidebar.yml` and `nbdev.yml` as Quarto does): a sidebar,
+an on-page table of contents, full-text search from a `search.json` built here (Fuse.js, served from
+`site_libs/`, no network), code highlighted by Pygments. All assets are local.
+
+What this adds around smalldocs, so the site matches what nbdev's links expect:
+- each page under the file name nbdev gives it (`output-file`, e.g. `persistence.html`), which smalldocs
+  does not read: the notebooks are staged under those names;
+- links to the published site and to notebooks made relative;
+- nbdev's links inside signature comments (``# from [`rng_state`](persistence.html#rng_state)``), which
+  are Markdown inside a code block and would show literally, made real links;
+- `__name__` in prose and headings kept as text, not read as bold;
+- the install cell at the top of each notebook (for a notebook opened alone in Colab) left out: the
+  site is read, not run, and the cell would fill the search index with the same lines on every page.
+  (Its body was once a `%pip install` line, which nbdev's `clean_magics` deletes like every line
+  starting with `%`, leaving `if ...:` with nothing under it; the cell now calls pip through
+  `subprocess`, so it is whole in `_proc/` and on a Quarto-built site.)
+Exit status 1 if a notebook cannot be processed or smalldocs warns about something other than the
+`output-file` it does not read.
 """
-import argparse, configparser, html, json, re, shutil, sys, time
+import argparse, configparser, re, shutil, sys, tempfile, time
 from pathlib import Path
 
-import nbformat, yaml
-from nbconvert import HTMLExporter
-from traitlets.config import Config
+import yaml
+from execnb.nbio import read_nb, write_nb
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -23,66 +38,57 @@ def settings()->configparser.SectionProxy:
     c = configparser.ConfigParser(); c.read(ROOT/'settings.ini')
     return c['DEFAULT']
 
-def directives(src:str)->dict:
-    d = {}
-    for line in src.splitlines():
-        m = re.match(r'^#\|\s*([\w-]+):?\s*(.*)$', line)
-        if not m: break
-        d[m.group(1)] = m.group(2).strip()
-    return d
-
 def front_matter(nb)->dict:
     for c in nb.cells:
         if c.cell_type == 'raw' and c.source.startswith('---'):
             return yaml.safe_load(c.source.strip().strip('-')) or {}
     return {}
 
-_QUARTO_ATTRS = re.compile(r'\{(?:target|\.|#)[^}\n]*\}')  # Quarto's link/span attributes
+def page_name(nb_path:Path, fm:dict)->str:
+    return fm.get('output-file') or ('index.html' if nb_path.stem == 'index' else nb_path.stem + '.html')
 
-def prepare(nb)->None:
-    "Drop the front matter and hidden cells, hide inputs marked `echo: false`, strip `#|` lines."
+def is_install_cell(c)->bool:
+    "The first cell of every notebook: installs the package when the notebook is opened on its own."
+    return c.cell_type == 'code' and "find_spec('colab_t4_nb') is None" in c.source
+
+_FENCE = re.compile(r'^(```|~~~).*?^\1\s*$', re.M | re.S)
+_SPAN = re.compile(r'(`+).+?\1', re.S)
+_DUNDER = re.compile(r'(?<![\w\\])__(\w+?)__(?!\w)')
+
+def keep_dunders(md:str)->str:
+    "`__call__` outside code stays `__call__`: escape its underscores (Markdown reads `__x__` as bold)."
+    def prose(s): return _DUNDER.sub(lambda m: rf'\_\_{m.group(1)}\_\_', s)
+    def outside(s, pat, f):
+        out, i = [], 0
+        for m in pat.finditer(s): out += [f(s[i:m.start()]), m.group(0)]; i = m.end()
+        return ''.join(out + [f(s[i:])])
+    return outside(md, _FENCE, lambda s: outside(s, _SPAN, prose))
+
+_NB_LINK = re.compile(r'(\]\(|href=")(?:\./)?(?:nbs/)?([\w.-]+\.ipynb)(?=[#)"])')
+
+def prepare(nb, staged:dict)->None:
+    "Drop the install cell and `output-file`, link notebooks under their staged names, keep dunders as text."
+    def nb_links(s): return _NB_LINK.sub(lambda m: m.group(1) + staged.get(m.group(2), m.group(2)), s)
     cells = []
     for c in nb.cells:
-        if c.cell_type == 'raw': continue
-        d = directives(c.source) if c.cell_type == 'code' else {}
-        if 'hide' in d or d.get('include') == 'false': continue
-        if c.cell_type == 'code':
-            tags = c.metadata.setdefault('tags', [])
-            if d.get('echo') == 'false': tags.append('remove_input')
-            if d.get('output') == 'false': tags.append('remove_output')
-            c.source = '\n'.join(l for l in c.source.splitlines() if not l.startswith('#|')).strip('\n')
+        if is_install_cell(c): continue
+        if c.cell_type == 'raw' and c.source.startswith('---'):
+            fm = front_matter(nb); fm.pop('output-file', None)
+            c.source = '---\n' + yaml.safe_dump(fm, allow_unicode=True, sort_keys=False) + '---\n'
+        elif c.cell_type == 'markdown': c.source = nb_links(keep_dunders(c.source))
+        elif c.cell_type == 'code':
             for o in c.get('outputs', []):
                 md = o.get('data', {}).get('text/markdown')
-                if md: o['data']['text/markdown'] = _QUARTO_ATTRS.sub('', md if isinstance(md, str) else ''.join(md))
-            if not c.source and not c.get('outputs'): continue
+                if md: o['data']['text/markdown'] = nb_links(keep_dunders(md if isinstance(md, str) else ''.join(md)))
         cells.append(c)
     nb.cells = cells
 
-def exporter()->HTMLExporter:
-    c = Config()
-    c.TagRemovePreprocessor.enabled = True
-    c.TagRemovePreprocessor.remove_input_tags = ('remove_input',)
-    c.TagRemovePreprocessor.remove_all_outputs_tags = ('remove_output',)
-    return HTMLExporter(config=c, template_name='basic', exclude_input_prompt=True, exclude_output_prompt=True)
+_CODE_LINK = re.compile(r'\[`([^`\]]+)`\]\(([^)\s]+)\)')
 
-PAGE = """<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{title} – {site}</title><link rel="icon" href="data:,"><link rel="stylesheet" href="site.css"></head>
-<body><nav class="sidebar"><a class="site" href="index.html">{site}</a><ul>{nav}</ul></nav>
-<main><header><h1 class="title">{title}</h1><p class="description">{description}</p></header>
-{body}</main></body></html>
-"""
-
-CSS = """body{margin:0;font-family:system-ui,sans-serif;display:flex;line-height:1.5}
-nav.sidebar{width:16rem;min-height:100vh;padding:1rem;background:#f6f7f9;border-right:1px solid #ddd;flex:none}
-nav.sidebar a.site{font-weight:bold;display:block;margin-bottom:.5rem}nav.sidebar ul{list-style:none;padding:0}
-nav.sidebar li.current a{font-weight:bold}main{padding:1rem 2rem;max-width:60rem;overflow-x:auto}
-pre{background:#f4f4f4;padding:.5rem;overflow-x:auto}table{border-collapse:collapse}
-td,th{border:1px solid #ccc;padding:2px 6px}img{max-width:100%}.description{color:#555}
-"""
-
-def page_name(nb_path:Path, fm:dict)->str:
-    return fm.get('output-file') or ('index.html' if nb_path.stem == 'index' else nb_path.stem + '.html')
+def code_links(text:str)->str:
+    "Markdown links that nbdev put into comments of signatures become links (inside highlighted comments)."
+    def comment(m): return _CODE_LINK.sub(lambda l: f'<a href="{l.group(2)}"><code>{l.group(1)}</code></a>', m.group(0))
+    return re.sub(r'<span class="co">.*?</span>', comment, text, flags=re.S)
 
 def relink(text:str, pages:dict, doc_url:str)->str:
     "Links to the published site and to notebooks become links to pages of this site."
@@ -92,12 +98,8 @@ def relink(text:str, pages:dict, doc_url:str)->str:
         return f'{m.group(1)}{target}{m.group(3)}' if target else m.group(0)
     return re.sub(r'(href=")(?:\./)?(?:nbs/)?([\w.-]+\.ipynb)((?:#[^"]*)?")', nb_link, text)
 
-def quarto_ids(text:str)->str:
-    "Heading ids in lower case, as Quarto makes them (nbdev's links to API entries expect that)."
-    text = re.sub(r'(<h[1-6][^>]* id=")([^"]+)"', lambda m: m.group(1) + m.group(2).lower() + '"', text)
-    return re.sub(r'(<a class="anchor-link" href="#)([^"]+)"', lambda m: m.group(1) + m.group(2).lower() + '"', text)
-
 def build(out:Path, proc:Path|None=None)->list[Path]:
+    from smalldocs.site import build as sd_build
     cfg = settings()
     if proc is None:
         from nbdev.serve import proc_nbs
@@ -105,25 +107,35 @@ def build(out:Path, proc:Path|None=None)->list[Path]:
     side = yaml.safe_load((ROOT/'nbs'/'sidebar.yml').read_text())['website']['sidebar']['contents']
     missing = [n for n in side if not (proc/n).exists()]
     if missing: raise SystemExit(f'Not processed (see the errors above): {", ".join(missing)}')
-    nbs = {n: nbformat.read(proc/n, as_version=4) for n in side}
-    fms = {n: front_matter(nb) for n, nb in nbs.items()}
-    pages = {n: page_name(Path(n), fms[n]) for n in side}
+    nbs = {n: read_nb(proc/n) for n in side}
+    pages = {n: page_name(Path(n), front_matter(nb)) for n, nb in nbs.items()}
     doc_url = f"{cfg['doc_host']}{cfg['doc_baseurl']}".replace('%(user)s', cfg['user']).replace('%(repo)s', cfg['repo'])
     if out.exists(): shutil.rmtree(out)
-    out.mkdir(parents=True)
-    (out/'site.css').write_text(CSS + (ROOT/'nbs'/'styles.css').read_text())
-    ex, written = exporter(), []
-    for n in side:
-        nb, fm = nbs[n], fms[n]
-        prepare(nb)
-        body, _ = ex.from_notebook_node(nb)
-        nav = ''.join(f'<li{" class=current" if m == n else ""}><a href="{pages[m]}">{html.escape(fms[m].get("title", m))}'
-                      f'</a></li>' for m in side)
-        text = PAGE.format(title=html.escape(fm.get('title', n)), site=html.escape(cfg['repo']), nav=nav,
-                           description=html.escape(fm.get('description', '')), body=body)
-        (out/pages[n]).write_text(quarto_ids(relink(text, pages, doc_url)))
-        written.append(out/pages[n])
-    return written
+    with tempfile.TemporaryDirectory(prefix='docs-stage-') as tmp:
+        stage = Path(tmp)
+        quarto = yaml.safe_load((ROOT/'nbs'/'_quarto.yml').read_text())
+        quarto.setdefault('project', {})['output-dir'] = str(out)
+        fmt = quarto.get('format', {})  # Quarto's Markdown copies (`commonmark`, `keep-md`) have no use here
+        fmt.pop('commonmark', None); fmt.get('html', {}).pop('keep-md', None)
+        (stage/'_quarto.yml').write_text(yaml.safe_dump(quarto, sort_keys=False))
+        meta = yaml.safe_load((ROOT/'nbs'/'nbdev.yml').read_text())
+        meta.get('project', {}).pop('output-dir', None)  # the staged _quarto.yml names the output folder
+        (stage/'nbdev.yml').write_text(yaml.safe_dump(meta, sort_keys=False))
+        staged = {n: Path(pages[n]).with_suffix('.ipynb').name for n in side}
+        (stage/'sidebar.yml').write_text(yaml.safe_dump({'website': {'sidebar': {'contents': [staged[n] for n in side]}}}))
+        shutil.copy(ROOT/'nbs'/'styles.css', stage/'styles.css')
+        for n in side:
+            prepare(nbs[n], staged); write_nb(nbs[n], stage/staged[n])
+        site = sd_build(stage, quiet=True)
+    bad = [w for w in site.warnings if 'output-file' not in w]
+    if bad: raise SystemExit('smalldocs: ' + '\n'.join(bad))
+    for f in out.glob('*.html'):
+        text = code_links(relink(f.read_text(), pages, doc_url))
+        if 'rel="icon"' not in text: text = text.replace('<head>', '<head><link rel="icon" href="data:,">', 1)  # no favicon.ico 404
+        f.write_text(text)
+    idx = out/'search.json'
+    if idx.exists(): idx.write_text(relink(idx.read_text(), pages, doc_url))
+    return [out/pages[n] for n in side]
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
@@ -132,6 +144,8 @@ def main(argv=None):
     args = ap.parse_args(argv)
     t0 = time.time()
     pages = build(args.out.resolve(), args.proc)
+    missing = [p.name for p in pages if not p.exists()]
+    if missing: raise SystemExit(f'pages not written: {", ".join(missing)}')
     print(f'{len(pages)} pages in {args.out} in {time.time() - t0:.1f} s')
     return 0
 

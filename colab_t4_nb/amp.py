@@ -19,17 +19,19 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 from fastcore.basics import patch, store_attr
 
-from .allocation import ColabT4Error, GPU, GPUSpec, NoGPUError, SPECS, UnknownGPUError, native_bf16, spec_for
-from .timing import benchmark, cpu_timer, needs_gpu, record
+from .allocation import (GPU, GPUSpec, NoGPUError, SPECS, UnknownGPUError, native_bf16,
+                                    spec_for)
+from .core import ColabT4Error
+from .timing import benchmark, cpu_timer
+from .core import needs, record
 from .core import check_callable, check_choice, check_int, check_num, check_str, check_type
-from .models import _device, _numel, _seed
+from .models import Encoder, token_batch, token_loss
 
 # %% auto #0
 __all__ = ['DTYPES', 'MAX_ROUNDS', 'AmpError', 'SkippedStepsError', 'EmulatedBF16Warning', 'SlowAMPWarning', 'parse_dtype',
            'dtype_name', 'AmpChoice', 'amp_choice', 'decide_as', 'amp_dtype', 'AmpStep', 'plain_amp_step', 'OpCounter',
            'autocast_ops', 'in_fp32', 'softmax32', 'no_tf32', 'TensorCoreCheck', 'matmul_ms', 'tensor_core_check',
-           'amp_report', 'mlp', 'step_anatomy', 'Encoder', 'token_batch', 'token_loss', 'math_share', 'lint_dims',
-           'bench_encoder', 'needs_tf', 'KerasAmp', 'keras_amp']
+           'amp_report', 'step_anatomy', 'math_share', 'lint_dims', 'KerasAmp', 'keras_amp']
 
 # %% ../nbs/01_amp.ipynb #8bd5038a
 class AmpError(ColabT4Error, ValueError):
@@ -642,12 +644,6 @@ def amp_report(model:nn.Module, batch:tuple, # the model (on its device) and one
     df.attrs.update(device=amp.choice.card, skipped=amp.skipped)
     return df
 
-# %% ../nbs/01_amp.ipynb #5481bb85
-def mlp(d:int=1024, h:int=4096)->nn.Sequential:
-    "The article's small model: Linear d -> h, ReLU, Linear h -> d."
-    d, h = _check_int('d', d, hi=2**16), _check_int('h', h, hi=2**16)
-    return nn.Sequential(nn.Linear(d, h), nn.ReLU(), nn.Linear(h, d))
-
 # %% ../nbs/01_amp.ipynb #2494eab2
 def step_anatomy(step:Callable, *batch)->dict:
     "What one call of `step(*batch)` asks for: aten operations, casts among them, scalar reads, GFLOP."
@@ -655,51 +651,6 @@ def step_anatomy(step:Callable, *batch)->dict:
     with FlopCounterMode(display=False) as fc, OpCounter() as oc: step(*batch)
     return {'ops': sum(oc.ops.values()), 'casts': oc.ops['_to_copy'], 'scalar reads': oc.ops['_local_scalar_dense'],
             'GFLOP': fc.get_total_flops() / 1e9}
-
-# %% ../nbs/01_amp.ipynb #5c8efab4
-class Encoder(nn.Module):
-    "A BERT-shaped encoder with a token-prediction head; random weights."
-    def __init__(self, vocab:int=30522, hidden:int=768, layers:int=12, heads:int=12, ffn:int=3072, max_len:int=512,
-                 dropout:float=0.1):
-        super().__init__()
-        vocab, hidden, layers = _check_int('vocab', vocab, hi=2**20), _check_int('hidden', hidden, hi=2**14), \
-            _check_int('layers', layers, hi=128)
-        heads, ffn = _check_int('heads', heads, hi=hidden), _check_int('ffn', ffn, hi=2**16)
-        max_len, dropout = _check_int('max_len', max_len, hi=2**17), check_num('dropout', dropout, 0, 1, eq=True,
-                                                                                err=AmpError)
-        if hidden % heads: raise AmpError(f'hidden must be a multiple of heads, got hidden={hidden}, heads={heads}')
-        self.tok, self.pos, self.norm = nn.Embedding(vocab, hidden), nn.Embedding(max_len, hidden), nn.LayerNorm(hidden)
-        layer = nn.TransformerEncoderLayer(hidden, heads, ffn, dropout, activation='gelu', batch_first=True)
-        self.enc = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
-        self.head = nn.Linear(hidden, vocab)
-
-    def forward(self, ids:torch.Tensor)->torch.Tensor:
-        check_type('ids', ids, torch.Tensor, 'a tensor of token ids', err=AmpError)
-        if ids.dim() != 2 or ids.is_floating_point() or ids.shape[1] > self.pos.num_embeddings:
-            raise AmpError(f'ids must be integer token ids (batch, seq) with seq <= {self.pos.num_embeddings}, '
-                           f'got ids of shape {tuple(ids.shape)} and dtype {ids.dtype}')
-        x = self.norm(self.tok(ids) + self.pos(torch.arange(ids.shape[1], device=ids.device)))
-        return self.head(self.enc(x))
-
-# %% ../nbs/01_amp.ipynb #b1c39cd2
-def token_batch(batch:int=16, seq:int=512, vocab:int=30522, device=None, seed:int=0)->tuple:
-    "Random token ids and targets, `(batch, seq)` each."
-    batch, seq = _check_int('batch', batch, hi=2**20), _check_int('seq', seq, hi=2**20)
-    vocab, device, seed = _check_int('vocab', vocab, hi=2**24), _device(device, err=AmpError), _seed(seed, AmpError)
-    _numel('batch and seq', batch * seq, err=AmpError)
-    g = torch.Generator().manual_seed(seed)
-    return tuple(torch.randint(vocab, (batch, seq), generator=g).to(device) for _ in range(2))
-
-# %% ../nbs/01_amp.ipynb #fd8e03cf
-def token_loss(logits:torch.Tensor, # (batch, seq, vocab)
-               target:torch.Tensor, # (batch, seq) token ids
-              )->torch.Tensor:
-    "Cross-entropy of token logits against token ids, over every position."
-    check_type('logits', logits, torch.Tensor, err=AmpError), check_type('target', target, torch.Tensor, err=AmpError)
-    if logits.dim() != 3 or target.shape != logits.shape[:2]:
-        raise AmpError(f'logits (batch, seq, vocab) and target (batch, seq) do not match: '
-                       f'got logits={tuple(logits.shape)}, target={tuple(target.shape)}')
-    return F.cross_entropy(logits.flatten(0, 1), target.flatten())
 
 # %% ../nbs/01_amp.ipynb #ea39b806
 def math_share(report:pd.DataFrame, # `amp_report`-style: a `ms` column, rows named 'fp32', 'amp fp16', 'amp bf16', ...
@@ -735,56 +686,8 @@ def lint_dims(model:nn.Module, multiple:int=8)->pd.DataFrame:
                       'pad_to': -(-getattr(m, a) // multiple) * multiple} for a in attrs if getattr(m, a) % multiple]
     return pd.DataFrame(rows, columns=['layer', 'type', 'dim', 'size', 'pad_to'])
 
-# %% ../nbs/01_amp.ipynb #e1b1cb13
-def bench_encoder(batch:int=16, seq:int=512, # sequences per step, tokens per sequence
-                  device=None, # torch device; None: the GPU if there is one
-                  dtype:str|torch.dtype|None=None, # compared precision; None: fp16 on a GPU, `amp_dtype` on the CPU
-                  repeats:int=20, warmup:int=5, # rounds of `benchmark`
-                  **model_kw, # `Encoder` sizes (vocab, hidden, layers, heads, ffn)
-                 )->pd.DataFrame:
-    "Training steps of a BERT-shaped encoder: fp32, `AmpStep`, the textbook step and `AmpStep`'s default, interleaved."
-    dev = _here(device, 'the benchmark')
-    batch, seq = _check_int('batch', batch, hi=2**20), _check_int('seq', seq, hi=2**17)
-    dtype, (repeats, warmup) = None if dtype is None else parse_dtype(dtype), _rounds(repeats, warmup)
-    torch.manual_seed(0)
-    with torch.device(dev): model = Encoder(max_len=seq, **model_kw)
-    ids, tgt = token_batch(batch, seq, model.tok.num_embeddings, dev)
-    opt, default = torch.optim.AdamW(model.parameters(), lr=1e-5, foreach=True), amp_choice(dev)
-    cmp = parse_dtype(dtype) if dtype is not None else torch.float16 if dev.type == 'cuda' else default.dtype
-    n = dtype_name(cmp)
-    steps = {'fp32': AmpStep(model, opt, token_loss, 'fp32'), f'AmpStep {n}': AmpStep(model, opt, token_loss, cmp),
-             f'textbook {n}': plain_amp_step(model, opt, token_loss, cmp, dev.type)}
-    if default.dtype != cmp: steps[f'AmpStep default {default.name}'] = AmpStep(model, opt, token_loss)
-    calls = {k: functools.partial(s, ids, tgt) for k, s in steps.items()}
-    with no_tf32():
-        t = benchmark(calls, repeats, warmup, dev.type)
-        peaks = {k: _peak_bytes(c, dev) for k, c in calls.items()}
-    df = _report(t, peaks, batch).rename(columns={'per_s': 'seq_per_s'})
-    df['vs_textbook'] = df.ms / df.ms[f'textbook {n}']
-    df['loss_scale'] = [s.scaler.get_scale() if s.scaler is not None and s.scaler.is_enabled() else float('nan')
-                        for s in steps.values()]
-    df.attrs.update(device=default.card, batch=batch, seq=seq)
-    return df
-
-# %% ../nbs/01_amp.ipynb #77401640
-def _bench_out(name:str, df:pd.DataFrame, **extra)->str|None:
-    "`record` the rows of `df` under `name` (NaN as null); returns the path written to, or None."
-    path = os.environ.get('COLAB_T4_BENCH_OUT')
-    if not path: return None
-    df = df.set_axis([' / '.join(map(str, i)) if isinstance(i, tuple) else str(i) for i in df.index])
-    record(name, torch=torch.__version__, **extra, rows=json.loads(df.to_json(orient='index')))
-    return path
-
 # %% ../nbs/01_amp.ipynb #2fb706cd
 _POLICY = {torch.float16: 'mixed_float16', torch.bfloat16: 'mixed_bfloat16', torch.float32: 'float32'}
-
-def needs_tf(what:str # what the cell would show
-            )->bool:
-    "True when TensorFlow is installed; otherwise print one line saying `what` was skipped."
-    what = check_str('what', what)
-    if find_spec('tensorflow') is not None: return True
-    print(f'Skipped on this runtime (TensorFlow is not installed): {what}.')
-    return False
 
 # %% ../nbs/01_amp.ipynb #b0a42e1b
 def _keras():

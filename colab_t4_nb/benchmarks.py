@@ -20,8 +20,10 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 from tqdm.auto import tqdm
 
-from .allocation import ColabT4Error, GPUSpec, NoGPUError, SPECS, oom_kind, spec_for
-from .amp import AmpStep, Encoder, amp_choice, no_tf32, parse_dtype, plain_amp_step, token_batch, token_loss
+from .allocation import GPUSpec, NoGPUError, SPECS, spec_for
+from .core import ColabT4Error, oom_kind
+from .amp import AmpStep, amp_choice, no_tf32, parse_dtype, plain_amp_step
+from .models import Encoder, token_batch, token_loss
 from .memory import NothingFits, cap_memory, find_max_size, free_memory, peak_memory, try_batch
 from .models import UNet, cls_batch, hf_bert, resnet50, seg_batch, seq_cls_loss
 from .t4 import T4Estimate, estimate_t4, t4_rehearsal

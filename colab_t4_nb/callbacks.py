@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from fastcore.basics import patch
 
-from .allocation import runtime
+from .core import runtime
 from .amp import AmpChoice, amp_choice, keras_amp
 from .core import ColabT4Error, check_flag, check_int, check_num, check_path
 from .memory import find_batch_size

@@ -18,7 +18,8 @@ def info_dict(gpus:list|None=None, # `GPU`s; default: `gpu_search()`
               compat=None, # a `CudaCompat`: PyTorch's CUDA build against the driver; default: `cuda_compat()`
              )->dict:
     "What `colab-t4 info --json` prints: the runtime, the GPUs, why each source passed over found none, the CUDA match."
-    from colab_t4_nb.allocation import GPU, gpu_search, runtime
+    from colab_t4_nb.allocation import GPU, gpu_search
+    from colab_t4_nb.core import runtime
     from colab_t4_nb.kernels import CudaCompat, cuda_compat
     gpus = check_seq('gpus', gpus, lambda n, g: check_type(n, g, GPU, 'a GPU'), lo=0, none=True)
     check_type('why', why, dict, 'a dict of source -> reason', none=True)
@@ -118,7 +119,7 @@ def main(argv:list|None=None # arguments; default `sys.argv[1:]`
         return bench_command(argv[1:])
     try: args = _parser().parse_args(argv)
     except SystemExit as e: return e.code  # argparse's: 0 after --help or --version, 2 for a usage error
-    from colab_t4_nb.allocation import ColabT4Error
+    from colab_t4_nb.core import ColabT4Error
     try: return _run(args)
     except ColabT4Error as e:
         print(f'colab-t4 {args.cmd}: {_shell_hint(e)}', file=sys.stderr)

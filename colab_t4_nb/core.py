@@ -4,13 +4,18 @@
 
 # %% ../nbs/00_core.ipynb #d248351b
 from __future__ import annotations
-import math, numbers, os
+import errno, json, math, numbers, os, socket, sys, tempfile, time
 from collections.abc import Iterable, Mapping
+from contextlib import contextmanager
+from importlib.util import find_spec
 from pathlib import Path
+from typing import Callable
 
 # %% auto #0
-__all__ = ['ColabT4Error', 'ArgumentError', 'ArgumentTypeError', 'check_int', 'check_num', 'check_str', 'check_choice',
-           'check_type', 'check_callable', 'check_flag', 'check_seq', 'check_path', 'check_stateful']
+__all__ = ['COLAB_DRIVE', 'LOCK_STALE_S', 'ColabT4Error', 'ArgumentError', 'ArgumentTypeError', 'check_int', 'check_num',
+           'check_str', 'check_choice', 'check_type', 'check_callable', 'check_flag', 'check_seq', 'check_path',
+           'check_stateful', 'runtime', 'state_dir', 'atomic_write', 'file_lock', 'open_locked', 'append_line',
+           'oom_kind', 'cuda_ready', 'needs', 'cuda_sync', 'record']
 
 # %% ../nbs/00_core.ipynb #f8260cab
 class ColabT4Error(Exception):
@@ -198,3 +203,193 @@ def check_stateful(name:str, # the argument's name, for the message
     if o is None or all(callable(getattr(o, m, None)) for m in ('state_dict', 'load_state_dict')): return o
     want = 'an object with state_dict() and load_state_dict() (a module, optimizer, scaler or scheduler) or None'
     raise _refuse(name, o, want, err, True)
+
+# %% ../nbs/00_core.ipynb #d400e86d
+def runtime(env:dict|None=None, # environment to inspect; default `os.environ`
+            modules:dict|None=None, # loaded modules; default `sys.modules`
+           )->str:
+    "'colab', 'kaggle' or 'local'."
+    env = os.environ if env is None else check_type('env', env, Mapping, 'a dict of environment variables')
+    modules = sys.modules if modules is None else check_type('modules', modules, Mapping, 'a dict of modules')
+    if 'google.colab' in modules or 'COLAB_RELEASE_TAG' in env: return 'colab'
+    if 'KAGGLE_KERNEL_RUN_TYPE' in env: return 'kaggle'
+    return 'local'
+
+# %% ../nbs/00_core.ipynb #737ffcb1
+COLAB_DRIVE = Path('/content/drive')  # where Colab notebooks mount Google Drive
+
+def state_dir(env:dict|None=None, # environment; default `os.environ`
+              drive:str|Path|None=None, # where Colab's Drive is mounted; default `COLAB_DRIVE`
+              create:bool=True, # create the folder
+             )->Path:
+    "The folder where `colab_t4_nb` keeps state: $COLAB_T4_HOME, Drive in Colab, else ~/.colab_t4_nb."
+    env = os.environ if env is None else check_type('env', env, Mapping, 'a dict of environment variables')
+    drive = COLAB_DRIVE if drive is None else check_path('drive', drive)
+    check_type('create', create, bool, 'True or False')
+    if env.get('COLAB_T4_HOME'): d = Path(env['COLAB_T4_HOME'])
+    elif runtime(env) == 'colab' and (Path(drive)/'MyDrive').is_dir(): d = Path(drive)/'MyDrive'/'colab_t4_nb'
+    else: d = Path.home()/'.colab_t4_nb'
+    if create: d.mkdir(parents=True, exist_ok=True)
+    return d
+
+# %% ../nbs/00_core.ipynb #c73b970c
+def _fsync_dir(d:Path):
+    if os.name == 'nt': return  # Windows cannot open a folder; NTFS journals renames itself
+    fd = os.open(d, os.O_RDONLY)
+    try: os.fsync(fd)
+    except OSError as e:
+        if e.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF): raise  # some FUSE mounts cannot fsync a folder
+    finally: os.close(fd)
+
+@contextmanager
+def atomic_write(path:str|Path, # the file to (re)write; its folder must exist
+                 check:Callable|None=None, # check(tmp_path) before the rename; raise to abandon the write
+                 tmp_prefix:str|None=None, # the temporary file's name starts so; default `.<name>.`
+                ):
+    "Context manager giving a binary file that replaces `path` atomically when the block ends without error."
+    path, check = check_path('path', path), check_callable('check', check, none=True)
+    tmp_prefix = check_str('tmp_prefix', tmp_prefix, none=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=tmp_prefix or f'.{path.name}.', suffix='.tmp')
+    try:
+        with os.fdopen(fd, 'w+b') as f:
+            yield f
+            f.flush(); os.fsync(f.fileno())
+        if check is not None: check(Path(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True); raise
+    _fsync_dir(path.parent)
+
+# %% ../nbs/00_core.ipynb #75e0d426
+def _take_lock_file(lock:Path, stale_s:float):
+    "Create `lock` exclusively, waiting while another holder's lock is younger than `stale_s` seconds."
+    while True:
+        try: fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            try: age = time.time() - lock.stat().st_mtime
+            except FileNotFoundError: continue  # released meanwhile
+            if age > stale_s: lock.unlink(missing_ok=True)
+            else: time.sleep(0.005)
+            continue
+        try: os.write(fd, f'{socket.gethostname()} {os.getpid()}\n'.encode())
+        finally: os.close(fd)
+        return
+
+# %% ../nbs/00_core.ipynb #41c313cc
+LOCK_STALE_S = 30.0  # seconds after which a lock file is taken to be left behind by a process that died
+_MAX_FD = 2**31 - 1  # file descriptors and `os.open` flags are C ints
+
+def _flock(fd:int):
+    import fcntl
+    fcntl.flock(fd, fcntl.LOCK_EX)
+
+@contextmanager
+def file_lock(fd:int, # an open descriptor of `path`
+              path:str|Path, # the file; where `flock` fails, `.<name>.lock` beside it is the lock
+              stale_s:float=LOCK_STALE_S, # age after which a lock file is broken
+             ):
+    "Hold an exclusive lock on `path`: `flock` where the file system supports it, else an `O_EXCL` lock file."
+    fd, path = check_int('fd', fd, hi=_MAX_FD), check_path('path', path)
+    stale_s = check_num('stale_s', stale_s, hi=10**7)  # up to about four months
+    try: _flock(fd); how = 'flock'
+    except (ImportError, OSError): how = 'lock file'
+    if how == 'flock':
+        yield how; return  # closing `fd` releases it
+    lock = Path(path).with_name(f'.{Path(path).name}.lock')
+    _take_lock_file(lock, stale_s)
+    try: yield how
+    finally: lock.unlink(missing_ok=True)
+
+# %% ../nbs/00_core.ipynb #5d63b77b
+def _same_file(fd:int, path:Path)->bool:
+    try: return os.path.samestat(os.fstat(fd), os.stat(path))
+    except FileNotFoundError: return False
+
+@contextmanager
+def open_locked(path:str|Path, # the file
+                flags:int=os.O_RDWR, # `os.open` flags (add `os.O_CREAT` to create it)
+               ):
+    "A descriptor of `path` under an exclusive lock, taken on the file that is at `path` now."
+    path, flags = check_path('path', path), check_int('flags', flags, hi=_MAX_FD)
+    while True:
+        fd = os.open(path, flags, 0o644)
+        try:
+            with file_lock(fd, path):
+                if _same_file(fd, path):
+                    yield fd; return
+        finally: os.close(fd)
+
+# %% ../nbs/00_core.ipynb #fa70c814
+def append_line(path:str|Path, # a line-based file (JSON lines); its folder is created
+                line:str, # one line; the newline is added
+               ):
+    "Append `line` to `path` in one write, under an exclusive lock, then fsync; a cut-off last line is ended first."
+    path, line = check_path('path', path), check_str('line', line, empty=True)
+    if path.is_dir(): raise ArgumentError(f'path={str(path)!r} is a folder: pass the file to append to.')
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open_locked(path, os.O_RDWR | os.O_APPEND | os.O_CREAT) as fd:
+        size = os.fstat(fd).st_size
+        cut = size > 0 and os.pread(fd, 1, size - 1) != b'\n'
+        os.write(fd, (('\n' if cut else '') + line.rstrip('\n') + '\n').encode()); os.fsync(fd)
+
+# %% ../nbs/00_core.ipynb #81ee3f5e
+_OOM_MESSAGES = {'CUDA out of memory': 'cuda', 'CUDA error: out of memory': 'cuda',
+                 'cuDNN error: CUDNN_STATUS_NOT_SUPPORTED': 'cudnn', 'CUDNN_STATUS_ALLOC_FAILED': 'cudnn',
+                 'CUBLAS_STATUS_ALLOC_FAILED': 'cublas', "DefaultCPUAllocator: can't allocate memory": 'cpu',
+                 'MPS backend out of memory': 'mps'}
+
+def _is_a(e, module:str, name:str)->bool:
+    "Is `e` an instance of the class `name` from package `module`, without importing that package?"
+    return any(c.__name__ == name and c.__module__.split('.')[0] == module for c in type(e).__mro__)
+
+def oom_kind(e:BaseException # an exception caught around a training step
+            )->str|None:
+    "What ran out of memory in `e` ('cuda', 'cudnn', 'cublas', 'cpu', 'mps', 'tf'); None for any other error."
+    if isinstance(e, RuntimeError):
+        msg = str(e)
+        for pat, kind in _OOM_MESSAGES.items():
+            if pat in msg: return kind
+    if _is_a(e, 'torch', 'OutOfMemoryError'): return 'cuda'
+    if isinstance(e, MemoryError): return 'cpu'
+    if _is_a(e, 'tensorflow', 'ResourceExhaustedError'): return 'tf'
+    return None
+
+# %% ../nbs/00_core.ipynb #02891d98
+def cuda_ready()->bool:
+    "True when PyTorch is installed and sees a CUDA GPU."
+    if find_spec('torch') is None: return False
+    import torch
+    return torch.cuda.is_available()
+
+# %% ../nbs/00_core.ipynb #e820b93f
+def needs(what:str, # what the cell would show
+          gpu:bool=False, # a CUDA GPU is needed
+          package:str|None=None, # an optional package that must be installed, e.g. 'lightning'
+         )->bool:
+    "True when the cell can run here; else print one line saying `what` was skipped, and why."
+    what, package = check_str('what', what), check_str('package', package, none=True)
+    if check_flag('gpu', gpu) and not cuda_ready(): why = 'no CUDA GPU'
+    elif package and find_spec(package) is None: why = f'{package} is not installed: pip install {package}'
+    else: return True
+    print(f'Skipped on this runtime ({why}): {what}.')
+    return False
+
+# %% ../nbs/00_core.ipynb #282bd0ce
+def cuda_sync():
+    "Wait for the GPU's queued work where PyTorch has started CUDA; nothing elsewhere."
+    torch = sys.modules.get('torch')
+    if torch is not None and torch.cuda.is_initialized(): torch.cuda.synchronize()
+
+# %% ../nbs/00_core.ipynb #89913460
+def record(name:str, # what was measured, e.g. 'monitoring.sample_cost'
+           rows=None, # a DataFrame to keep row by row (by its index), or None
+           **figures)->str|None:
+    "Append `figures` (and `rows`) to $COLAB_T4_BENCH_OUT as one JSON line: the path, or None if unset."
+    name, path = check_str('name', name), os.environ.get('COLAB_T4_BENCH_OUT')
+    if rows is not None:
+        if not hasattr(rows, 'to_json'): raise ArgumentTypeError(f'rows must be a DataFrame or None, got rows={rows!r}')
+        keys = [' / '.join(map(str, i)) if isinstance(i, tuple) else str(i) for i in rows.index]
+        figures['rows'] = json.loads(rows.set_axis(keys).to_json(orient='index'))
+    if not path: return None
+    with open(path, 'a') as f: f.write(json.dumps({'name': name, **figures}, default=str) + '\n')
+    return path

@@ -12,17 +12,19 @@ from typing import Callable
 import pandas as pd
 import pynvml
 
-from .allocation import ColabT4Error, GPU, GPUSpec, gpu_info, parse_smi_table, spec_for
-from .timing import benchmark, needs_gpu
+from .allocation import GPU, GPUSpec, gpu_info, parse_smi_table, spec_for
+from .core import ColabT4Error
+from .timing import benchmark
+from .core import needs
 from .core import (check_callable, check_choice, check_flag, check_int, check_num,
                               check_seq, check_str, check_type)
 
 # %% auto #0
 __all__ = ['ARCHS', 'TORCH_CUDA_BUILDS', 'CLOCK_REASONS', 'POWER_REASONS', 'THERMAL_REASONS', 'KernelError', 'Arch', 'arch',
            'Occupancy', 'occupancy', 'best_block_size', 'candidates', 'LaunchConfig', 'launch_config', 'compare_launch',
-           'triton_kernels', 'needs_triton', 'bias_gelu', 'kernel_resources', 'driver_blocks', 'driver_best_block',
-           'kernel_attributes', 'tune_bias_gelu', 'torch_build_for', 'CudaCompat', 'cuda_compat', 'clock_reasons',
-           'ClockState', 'clock_state', 'ClockReport', 'clock_report', 'watch_clocks', 'probe_kernels']
+           'triton_kernels', 'bias_gelu', 'kernel_resources', 'driver_blocks', 'driver_best_block', 'kernel_attributes',
+           'tune_bias_gelu', 'torch_build_for', 'CudaCompat', 'cuda_compat', 'clock_reasons', 'ClockState',
+           'clock_state', 'ClockReport', 'clock_report', 'watch_clocks', 'probe_kernels']
 
 # %% ../nbs/03_kernels.ipynb #66ae7eda
 class KernelError(ColabT4Error, ValueError):
@@ -344,15 +346,6 @@ def triton_kernels():
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
-
-# %% ../nbs/03_kernels.ipynb #cb97d79b
-def needs_triton(what:str # what the cell would show
-                )->bool:
-    "True when a CUDA GPU and Triton are both here; otherwise print one line saying `what` was skipped."
-    if not needs_gpu(what): return False
-    if importlib.util.find_spec('triton') is None:
-        print(f'Skipped on this runtime (Triton is not installed): {what}.'); return False
-    return True
 
 # %% ../nbs/03_kernels.ipynb #5f121739
 _MAX_TRITON_BLOCK = 2**20  # elements one Triton program can hold (TRITON_MAX_TENSOR_NUMEL)

@@ -16,7 +16,8 @@ from fastcore.basics import patch, store_attr
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from .allocation import ColabT4Error, NoGPUError, UnknownGPUError, nvml_gpus, oom_kind, spec_for
+from .allocation import NoGPUError, UnknownGPUError, nvml_gpus, spec_for
+from .core import ColabT4Error, oom_kind
 from .timing import benchmark
 from .core import (ArgumentTypeError, check_callable, check_choice, check_flag, check_int,
                               check_num, check_seq, check_str, check_type)

@@ -11,7 +11,8 @@ from typing import Callable
 
 import pandas as pd
 
-from .allocation import ColabT4Error, NoGPUError, native_bf16
+from .allocation import NoGPUError, native_bf16
+from .core import ColabT4Error
 from .core import check_callable, check_choice, check_int, check_num, check_seq, check_flag
 from .timing import benchmark
 

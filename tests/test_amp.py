@@ -35,8 +35,9 @@ def test_keras_parts_without_tensorflow(tmp_path, cpu_env):
     r = _py('''
         from importlib.util import find_spec
         assert find_spec('tensorflow') is None
-        from colab_t4_nb.amp import keras_amp, needs_tf, AmpError
-        assert needs_tf('a Keras fit') is False
+        from colab_t4_nb.amp import keras_amp, AmpError
+        from colab_t4_nb.core import needs
+        assert needs('a Keras fit', package='tensorflow') is False
         try:
             with keras_amp(): pass
         except AmpError as e: print('error:', e)''', _no_tf_env(tmp_path, cpu_env), tmp_path)

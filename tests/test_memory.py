@@ -4,7 +4,8 @@ import subprocess, sys, textwrap
 import pytest
 import torch
 from torch import nn
-from colab_t4_nb.memory import launch_ddp, allreduce_check, ColabT4Error
+from colab_t4_nb.memory import launch_ddp, allreduce_check
+from colab_t4_nb.core import ColabT4Error
 
 def ddp_grads(rank, world_size):
     "Same model on every rank (same seed), different data per rank: the DDP gradient of the summed output."
@@ -75,7 +76,8 @@ def test_tensorflow_oom_and_growth_before_start(cpu_env):
     pytest.importorskip('tensorflow')
     out = run_tf('''
         import tensorflow as tf
-        from colab_t4_nb.memory import oom_kind, tf_memory_growth
+        from colab_t4_nb.memory import tf_memory_growth
+        from colab_t4_nb.core import oom_kind
         assert oom_kind(tf.errors.ResourceExhaustedError(None, None, 'OOM when allocating tensor with shape[4096,4096]')) == 'tf'
         assert oom_kind(tf.errors.InvalidArgumentError(None, None, 'Incompatible shapes')) is None
         assert tf_memory_growth() == []

@@ -94,7 +94,7 @@ def test_module_functions_and_methods():
     assert plot_samples(df).axes[0].get_ylabel() == 'utilization, %'
     assert all(callable(getattr(GPUMonitor, m)) for m in ('summary', 'throttle_share', 'plot'))
 
-def test_show_doc_in_page_order(tmp_path, nb=ROOT/'nbs'/'06_monitoring.ipynb'):
+def test_show_doc_in_page_order(tmp_path, nb=ROOT/'nbs'/'06a_monitoring.ipynb'):
     """The docs build runs the page's cells in order and documents each definition where it stands: `GPUMonitor`'s
     signature must resolve with only what is defined above it."""
     import runpy

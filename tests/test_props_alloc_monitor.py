@@ -10,10 +10,12 @@ import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from colab_t4_nb.allocation import (ColabT4Error, GPU, SPECS, SOURCES, Budget, compare, ensure_gpu, gpu_search,
-                                    native_bf16, oom_kind, parse_smi_csv, parse_smi_table, parse_tf_devices, reading,
-                                    readings, runtime, spec_for, state_dir, wanted_specs)
-from colab_t4_nb.timing import benchmark, record
+from colab_t4_nb.allocation import (GPU, SPECS, SOURCES, Budget, compare, ensure_gpu, gpu_search,
+                                    native_bf16, parse_smi_csv, parse_smi_table, parse_tf_devices,
+                                    reading, readings, spec_for, wanted_specs)
+from colab_t4_nb.core import ColabT4Error, oom_kind, runtime, state_dir
+from colab_t4_nb.timing import benchmark
+from colab_t4_nb.core import record
 from colab_t4_nb.monitoring import (FIELDS, GPUMonitor, check_outputs, decode_reasons, read_csv, samples_df, smi_values,
                                     status_text, summarize, throttle_shares)
 from colab_t4_nb.ledger import UsageLedger, advice

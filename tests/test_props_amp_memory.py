@@ -9,7 +9,8 @@ import torch.nn.functional as F
 from torch import nn
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from colab_t4_nb.allocation import ColabT4Error, SPECS
+from colab_t4_nb.allocation import SPECS
+from colab_t4_nb.core import ColabT4Error
 from colab_t4_nb import amp, memory
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

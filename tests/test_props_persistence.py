@@ -11,7 +11,7 @@ import torch
 from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
 from colab_t4_nb import persistence as P
-from colab_t4_nb.allocation import ColabT4Error
+from colab_t4_nb.core import ColabT4Error
 
 FAST = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True,
                 phases=[Phase.explicit, Phase.reuse, Phase.generate])  # a failure is reported as found, not shrunk

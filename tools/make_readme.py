@@ -43,7 +43,7 @@ def output_md(o:dict)->str:
 def indent(text:str)->str: return '\n'.join('    ' + l if l else '' for l in text.rstrip('\n').splitlines())
 
 def nb_links(md:str, nbs_path:str='nbs')->str:
-    "Links to pages (`00_allocation.ipynb`) point where the notebooks are in the repository."
+    "Links to pages (`00a_allocation.ipynb`) point where the notebooks are in the repository."
     return re.sub(r'\]\((?!https?:|/|#)([\w.-]+\.ipynb)', lambda m: f']({nbs_path}/{m.group(1)}', md)
 
 def render(nb:dict)->str:

@@ -19,9 +19,8 @@ from fastcore.basics import patch, store_attr
 
 from .core import COLAB_DRIVE, ColabT4Error, atomic_write, oom_kind, runtime, state_dir
 from .checkpoint_format import *
-from .checkpoint_format import _ALGOS
-from .core import (check_callable, check_choice, check_flag, check_int, check_num, check_path,
-                              check_seq, check_stateful, check_str, check_type)
+from .core import (check_callable, check_choice, check_flag, check_int, check_num,
+                              check_path, check_seq, check_stateful, check_str, check_type)
 
 # %% auto #0
 __all__ = ['OWNER_STALE_S', 'DEFAULT_EVERY_MINUTES', 'rng_state', 'set_rng_state', 'training_state', 'CheckpointDir',
@@ -44,21 +43,25 @@ def set_rng_state(st:dict # from `rng_state`
                  ):
     "Restore the generators `rng_state` captured; CUDA's where there is a GPU, with a warning where there is none."
     if not isinstance(st, Mapping) or not {'python', 'numpy', 'torch'} <= st.keys():
-        raise TypeError(f'st must be the dict rng_state() returns (keys python, numpy, torch), got {type(st).__name__}'
-                        + (f' with keys {sorted(map(str, st))}' if isinstance(st, Mapping) else '') + '.')
+        raise TypeError('st must be the dict rng_state() returns (keys python, numpy, torch), '
+                        f'got {type(st).__name__}'
+                        + (' with keys '
+                           f'{sorted(map(str, st))}' if isinstance(st, Mapping) else '') + '.')
     before = rng_state()
     try:
         random.setstate(st['python'])
         n = st['numpy']
-        np.random.set_state((n['kind'], n['keys'].numpy().astype(np.uint32), n['pos'], n['has_gauss'], n['gauss']))
+        np.random.set_state((n['kind'], n['keys'].numpy().astype(np.uint32), n['pos'],
+                             n['has_gauss'], n['gauss']))
         torch.set_rng_state(st['torch'])
     except (TypeError, ValueError, KeyError, IndexError, AttributeError, RuntimeError) as e:
         set_rng_state(before)
-        raise ValueError(f'st is not a state rng_state() returned ({type(e).__name__}: {e}); no generator was '
-                         'changed.') from e
+        raise ValueError(f'st is not a state rng_state() returned ({type(e).__name__}: {e}); no '
+                         'generator was changed.') from e
     if st.get('cuda'):
         if not torch.cuda.is_available():
-            warnings.warn('The checkpoint holds CUDA random states but there is no GPU here; they were not restored.',
+            warnings.warn('The checkpoint holds CUDA random states but there is no GPU here; they '
+                          'were not restored.',
                           CheckpointWarning)
         else:
             for i, s in enumerate(st['cuda'][:torch.cuda.device_count()]): torch.cuda.set_rng_state(s, i)
@@ -68,7 +71,8 @@ def _unwrap(model): return getattr(model, '_orig_mod', model)  # torch.compile's
 
 # %% ../nbs/05a_persistence.ipynb #b266d786
 def training_state(step:int, # steps done: the step to continue from
-                   model=None, optimizer=None, scaler=None, scheduler=None, # the training objects (any may be None)
+                   model=None, optimizer=None, scaler=None,
+                   scheduler=None, # the training objects (any may be None)
                    extras:dict|None=None, # the caller's own values
                   )->dict:
     "Everything needed to continue training exactly: state dicts, their classes, RNG states and `extras`."
@@ -77,15 +81,18 @@ def training_state(step:int, # steps done: the step to continue from
     for k, o in objs.items(): check_stateful(k, o)
     check_type('extras', extras, Mapping, 'a dict', none=True)
     sd = lambda o: None if o is None else o.state_dict()
-    return {'step': step, 'model': sd(None if model is None else _unwrap(model)), 'optimizer': sd(optimizer),
-            'scaler': sd(scaler), 'scheduler': sd(scheduler), 'rng': rng_state(), 'extras': dict(extras or {}),
+    return {'step': step, 'model': sd(None if model is None else _unwrap(model)),
+            'optimizer': sd(optimizer),
+            'scaler': sd(scaler), 'scheduler': sd(scheduler), 'rng': rng_state(),
+            'extras': dict(extras or {}),
             'classes': {k: type(o).__name__ for k, o in objs.items() if o is not None and k != 'model'},
             'torch': str(torch.__version__)}
 
 # %% ../nbs/05a_persistence.ipynb #1655db0f
 _FORMAT = 'colab_t4_nb checkpoints v1'
 _NAME_RE = re.compile(r'ckpt-\d{9,}\.pt')
-_MANIFEST, _OWNER = 'colab_t4_nb-manifest.json', '.colab_t4_nb-owner.json'  # names that mark the manager's files
+# names that mark the manager's files
+_MANIFEST, _OWNER = 'colab_t4_nb-manifest.json', '.colab_t4_nb-owner.json'
 
 class CheckpointDir:
     "One folder of checkpoint files and their manifest, owned by one run: atomic writes, checks, keep-N rotation."
@@ -95,18 +102,20 @@ class CheckpointDir:
                  take_over:bool=False, # take the folder from another run that may still hold it
                 ):
         keep = check_int('keep', keep, 1, 10**6)
-        checksum = check_choice('checksum', checksum, sorted(_ALGOS), err=CheckpointError)
+        checksum = check_choice('checksum', checksum, sorted(CHECKSUMS), err=CheckpointError)
         self.path, self.keep, self.checksum = check_path('path', path), keep, checksum
         self.take_over, self.run = check_flag('take_over', take_over), uuid.uuid4().hex[:12]
         self._verified, self._deleting, self._owned, self._busy = {}, None, False, False
-        self._written, self._found = set(), set()  # files this run wrote; files it found and did not write
+        # files this run wrote; files it found and did not write
+        self._written, self._found = set(), set()
         self.on_drive = runtime() == 'colab' and (COLAB_DRIVE/'MyDrive') in self.path.absolute().parents
 
     @property
     def manifest(self)->Path: return self.path/_MANIFEST
     @property
     def owner_file(self)->Path: return self.path/_OWNER
-    def _tmp(self, run:str|None=None)->str: return f'.colab_t4_nb-{run or self.run}-'  # this run's temporary files
+    # this run's temporary files
+    def _tmp(self, run:str|None=None)->str: return f'.colab_t4_nb-{run or self.run}-'
     def file_for(self, step:int)->Path: return self.path/f'ckpt-{check_int("step", step):09d}.pt'
     def __repr__(self): return f'CheckpointDir({str(self.path)!r}, keep={self.keep})'
 
@@ -115,7 +124,8 @@ class FolderInUse(CheckpointError):
     "The checkpoint folder belongs to another run that may still be going."
 
 # %% ../nbs/05a_persistence.ipynb #d2103838
-OWNER_STALE_S = 600.0  # an owner record of another host not refreshed for this long belongs to a run that ended
+# an owner record of another host not refreshed for this long belongs to a run that ended
+OWNER_STALE_S = 600.0
 _BEAT_S = 60.0  # how often a run refreshes the owner records of its folders
 
 def _proc_start(pid:int)->str|None:
@@ -133,7 +143,8 @@ def _alive(rec:dict, age:float)->str|None:
     try: os.kill(pid, 0)
     except ProcessLookupError: return None
     except PermissionError: pass  # a process of another user: running
-    if rec.get('proc_start') and _proc_start(pid) not in (None, rec['proc_start']): return None  # the pid was reused
+    # the pid was reused
+    if rec.get('proc_start') and _proc_start(pid) not in (None, rec['proc_start']): return None
     return f'process {pid} is running'
 
 # %% ../nbs/05a_persistence.ipynb #efce82dd
@@ -141,6 +152,7 @@ def _who(rec:dict)->str:
     return (f"run {rec.get('run', '?')} (process {rec.get('pid', '?')} on {rec.get('host', '?')}, "
             f"since {rec.get('since', '?')})")
 
+# %% ../nbs/05a_persistence.ipynb #8648fdbf
 @patch
 def _owner(self:CheckpointDir)->tuple:
     "The folder's owner record ({} while it is unreadable) and its age in seconds; (None, None) when it has none."
@@ -162,20 +174,24 @@ def _beat():
                 if d._owned: os.utime(d.owner_file)  # its modification time says the run is alive
             except OSError: pass
 
+# %% ../nbs/05a_persistence.ipynb #50e8c10f
 def _heartbeat(d:CheckpointDir):
     "Keep `d`'s owner record fresh, from one daemon thread for the whole process."
     _BEATING.add(d)
     if not _BEAT: _BEAT.append(threading.Thread(target=_beat, name='checkpoint-owner', daemon=True)); _BEAT[0].start()
 
 # %% ../nbs/05a_persistence.ipynb #63b8517e
-_OWNERS, _OWNERS_LOCK = {}, threading.RLock()  # folder -> the CheckpointDir of this process that owns it (weakly)
+# folder -> the CheckpointDir of this process that owns it (weakly)
+_OWNERS, _OWNERS_LOCK = {}, threading.RLock()
 
 @patch
 def _record(self:CheckpointDir)->bytes:
-    return json.dumps({'format': 'colab_t4_nb owner v1', 'run': self.run, 'host': socket.gethostname(),
+    return json.dumps({'format': 'colab_t4_nb owner v1', 'run': self.run,
+                       'host': socket.gethostname(),
                        'pid': os.getpid(), 'proc_start': _proc_start(os.getpid()),
                        'since': datetime.now(timezone.utc).isoformat(timespec='seconds')}).encode()
 
+# %% ../nbs/05a_persistence.ipynb #24ea8bee
 @patch
 def _claim(self:CheckpointDir, rec:dict|None)->bool:
     "Write this run's owner record: a new file when there is none (`rec` None), else over `rec`'s. True if done."
@@ -197,8 +213,8 @@ def own(self:CheckpointDir):
             rec, _ = self._owner()
             if rec and rec.get('run') == self.run: self._busy = True; return
             self._owned = False
-            raise FolderInUse(f'{self.path} was taken over by {_who(rec or {})}; this manager no longer writes there. '
-                              'Save this run to another folder.')
+            raise FolderInUse(f'{self.path} was taken over by {_who(rec or {})}; this manager no '
+                              'longer writes there. Save this run to another folder.')
         self._mkdir()
         while True:
             rec, age = self._owner()
@@ -208,18 +224,22 @@ def own(self:CheckpointDir):
             if not rec and age < 5: time.sleep(0.05); continue  # its owner is writing it
             here = rec.get('host') == socket.gethostname() and rec.get('pid') == os.getpid()
             other = _OWNERS.get(os.path.realpath(self.path), lambda: None)() if here else None
-            alive = (other is not None and other._owned and 'a manager of this process holds it (release() it)') \
+            alive = (other is not None and other._owned and 'a manager of this process holds it '
+                                                            '(release() it)') \
                     if here else (rec and _alive(rec, age))
             if alive and not self.take_over:
-                raise FolderInUse(f'{self.path} belongs to another run: {_who(rec)}; {alive}. Give this run its own '
-                                  'folder (another path or name), or, if that run has ended, take the folder over: '
+                raise FolderInUse(f'{self.path} belongs to another run: {_who(rec)}; {alive}. '
+                                  'Give this run its own folder (another path or name), or, if '
+                                  'that run has ended, take the folder over: '
                                   'CheckpointManager(..., take_over=True).')
             if other is not None: other._owned = False
             if self._claim(rec):
-                if rec.get('run') and not here: self._clean_tmp(rec['run'])  # what that run left half-written
+                # what that run left half-written
+                if rec.get('run') and not here: self._clean_tmp(rec['run'])
                 if here and not alive: break  # its manager in this process is gone: nothing to say
                 _warn(f'Took over {self.path} from {_who(rec)}: '
-                      + ('as asked (take_over=True); that manager can no longer save there.' if alive else
+                      + ('as asked (take_over=True); that manager can no longer save '
+                         'there.' if alive else
                          'that run has ended.'))
                 break
         self._owned = self._busy = True
@@ -237,16 +257,19 @@ def release(self:CheckpointDir):
         self._owned = False
         _BEATING.discard(self)
 
+# %% ../nbs/05a_persistence.ipynb #3a322e13
 @patch
 def _may_write(self:CheckpointDir)->bool:
     "True when no other run is writing the folder (its manifest may be rebuilt)."
     rec, age = self._owner()
     if rec is None or rec.get('run') == self.run: return True
-    if rec.get('host') == socket.gethostname() and rec.get('pid') == os.getpid():  # a manager of this process
+    # a manager of this process
+    if rec.get('host') == socket.gethostname() and rec.get('pid') == os.getpid():
         other = _OWNERS.get(os.path.realpath(self.path), lambda: None)()
         return other is None or not other._owned or not other._busy
     return bool(rec) and not _alive(rec, age)
 
+# %% ../nbs/05a_persistence.ipynb #346f0e0a
 @atexit.register
 def _release_at_exit():
     for d in list(_BEATING):
@@ -262,6 +285,7 @@ def _ours(text:str)->bool:
     except ValueError: return False
     return isinstance(data, dict) and data.get('format') == _FORMAT
 
+# %% ../nbs/05a_persistence.ipynb #d9ea6765
 @patch
 def _read_manifest(self:CheckpointDir)->tuple:
     "(entries, None) or (None, what is wrong with the manifest); a folder of an older version has `manifest.json`."
@@ -279,7 +303,8 @@ def _read_manifest(self:CheckpointDir)->tuple:
         try:
             for e in data['checkpoints']:
                 Checkpoint(self.path/e['file'], e['step'], e['seq'], e['size'], e['checksum'])
-        except (TypeError, ValueError, CheckpointError): ok = False  # negative numbers, an unknown checksum...
+        # negative numbers, an unknown checksum...
+        except (TypeError, ValueError, CheckpointError): ok = False
     return (data['checkpoints'], None) if ok else (None, 'has unexpected contents')
 
 # %% ../nbs/05a_persistence.ipynb #22816975
@@ -287,14 +312,17 @@ def _read_manifest(self:CheckpointDir)->tuple:
 def _write_manifest(self:CheckpointDir, cks:list, retired:list=()):
     "Write the manifest listing `cks`, and the `retired` files being deleted (so that a later run finishes that)."
     data = {'format': _FORMAT, 'written': datetime.now(timezone.utc).isoformat(timespec='seconds'),
-            'checkpoints': [{**c.as_dict(), **({'found': True} if c.path.name in self._found else {})}
+            'checkpoints': [{**c.as_dict(),
+                             **({'found': True} if c.path.name in self._found else {})}
                             for c in cks], **({'retired': list(retired)} if retired else {})}
     with atomic_write(self.manifest, tmp_prefix=self._tmp()) as f: f.write(json.dumps(data, indent=1).encode())
-    old = self.path/'manifest.json'  # an older version's manifest, now superseded; one of the user's stays
+    # an older version's manifest, now superseded; one of the user's stays
+    old = self.path/'manifest.json'
     try:
         if old.exists() and _ours(old.read_text()): old.unlink()
     except OSError: pass
 
+# %% ../nbs/05a_persistence.ipynb #6fc90460
 @patch
 def _retired(self:CheckpointDir)->list[str]:
     "The files the last save of this folder was deleting, as its manifest says."
@@ -322,9 +350,11 @@ def verify(self:CheckpointDir, c:Checkpoint)->str|None:
 # %% ../nbs/05a_persistence.ipynb #7a3b415e
 @patch
 def _try_write_manifest(self:CheckpointDir, cks:list):
-    if not self._may_write(): return  # another run holds the folder: its manifest is its own to update
+    # another run holds the folder: its manifest is its own to update
+    if not self._may_write(): return
     try: self._write_manifest(cks)
-    except OSError as e: _warn(f'Could not update {self.manifest} ({e}); it will be rebuilt on the next save.')
+    except OSError as e: _warn(f'Could not update {self.manifest} ({e}); it will be rebuilt on '
+                               'the next save.')
 
 # %% ../nbs/05a_persistence.ipynb #779a7742
 @patch
@@ -335,8 +365,10 @@ def _rebuild(self:CheckpointDir, problem:str, files:dict)->list[Checkpoint]:
         if why is None: good.append(t)
         else: bad.append(f'{name}: {why}')
     good.sort(key=lambda c: c.seq, reverse=True)
-    self._found |= {c.path.name for c in good} - self._written  # whose they are is unknown: rotation leaves them
-    _warn(f'Manifest {self.manifest} {problem}; rebuilt from the {len(good)} checkpoint file(s) that verify'
+    # whose they are is unknown: rotation leaves them
+    self._found |= {c.path.name for c in good} - self._written
+    _warn(f'Manifest {self.manifest} {problem}; rebuilt from the {len(good)} checkpoint file(s) '
+          'that verify'
           + (f" (left out {'; '.join(bad)})." if bad else '.'))
     self._try_write_manifest(good)
     return good
@@ -355,9 +387,11 @@ def checkpoints(self:CheckpointDir)->list[Checkpoint]:
         if t == 'gone':
             _warn(f'Checkpoint {self.path/name} is listed in {self.manifest.name} but missing; using the previous one.')
             changed = True
-        elif t is None: out[name] = Checkpoint(self.path/name, e['step'], e['seq'], e['size'], e['checksum'])
+        elif t is None: out[name] = Checkpoint(self.path/name, e['step'], e['seq'], e['size'],
+                                               e['checksum'])
         elif t.as_dict() == {k: e[k] for k in _ENTRY}: out[name] = t
-        elif t.seq > e['seq']: out[name], changed = t, True  # saved again at this step; manifest update interrupted
+        # saved again at this step; manifest update interrupted
+        elif t.seq > e['seq']: out[name], changed = t, True
         else: return self._rebuild(f'does not match {name} (edited by hand?)', files)
     newest = max((c.seq for c in out.values()), default=-1)
     for name, t in files.items():
@@ -398,10 +432,12 @@ def _unlink_all(paths:list, free:bool=False):
     "Delete `paths`; with `free` (a folder on Google Drive) truncate each first, so its bytes leave the quota."
     for p in paths:
         try:
-            if free: os.truncate(p, 0)  # Drive keeps deleted files in its trash, counted against the quota
+            # Drive keeps deleted files in its trash, counted against the quota
+            if free: os.truncate(p, 0)
             p.unlink(missing_ok=True)
         except FileNotFoundError: pass
-        except OSError as e: _warn(f'Could not delete the old checkpoint {p} ({e}); the next save tries again.')
+        except OSError as e: _warn(f'Could not delete the old checkpoint {p} ({e}); the next save '
+                                   'tries again.')
 
 # %% ../nbs/05a_persistence.ipynb #1885f6ef
 @patch
@@ -410,21 +446,24 @@ def _set_aside(self:CheckpointDir, p:Path, why:str):
     dst, n = p.with_name(f'damaged-{p.name}'), 1
     while dst.exists(): dst, n = p.with_name(f'damaged-{n}-{p.name}'), n + 1
     try: os.rename(p, dst)
-    except OSError as e: _warn(f'Checkpoint {p} is damaged ({why}) and could not be set aside ({e}).'); return
-    _warn(f'Checkpoint {p} is damaged ({why}): moved to {dst.name}, out of the rotation. Delete it when you no '
-          'longer need it.')
+    except OSError as e: _warn(f'Checkpoint {p} is damaged ({why}) and could not be set aside '
+                               f'({e}).'); return
+    _warn(f'Checkpoint {p} is damaged ({why}): moved to {dst.name}, out of the rotation. Delete '
+          'it when you no longer need it.')
 
 # %% ../nbs/05a_persistence.ipynb #840b8c93
 @patch
 def _commit(self:CheckpointDir, c:Checkpoint, old:list):
     "Check `c` on disk, list it in the manifest with the newest `keep - 1` others that verify, delete the rest."
     if read_trailer(c.path) != c:
-        raise CheckpointCorrupt(f'{c.path} does not read back as written: the file system lost data.')
+        raise CheckpointCorrupt(f'{c.path} does not read back as written: the file system lost '
+                                'data.')
     rec, _ = self._owner()
     if not rec or rec.get('run') != self.run:
         self._owned = False
-        raise FolderInUse(f'{self.path} was taken over by {_who(rec or {})} while {c.path.name} was written; it is '
-                          'left there, and nothing was deleted. Save this run to another folder.')
+        raise FolderInUse(f'{self.path} was taken over by {_who(rec or {})} while {c.path.name} '
+                          'was written; it is left there, and nothing was deleted. Save this run '
+                          'to another folder.')
     kept = [c]
     for o in old:
         if len(kept) == self.keep: break
@@ -432,14 +471,17 @@ def _commit(self:CheckpointDir, c:Checkpoint, old:list):
         why = self.verify(o)
         if why is None: kept.append(o)
         elif o.path.exists() and o.path.name not in self._found: self._set_aside(o.path, why)
-    names = {k.path.name for k in kept}  # rotation takes only files of this folder's runs: listed, retired, written
+    # rotation takes only files of this folder's runs: listed, retired, written
+    names = {k.path.name for k in kept}
     ours = sorted(({o.path.name for o in old} | self._written | set(self._retired())) - names
                   - (self._found - self._written))
     doomed = [self.path/n for n in ours if (self.path/n).exists()]
     try: self._write_manifest(kept, retired=[p.name for p in doomed])
-    except OSError as e:  # the checkpoint is complete and verified: say so, and rotate nothing until it is listed
-        _warn(f'Checkpoint {c.path.name} is saved and verified, but {self.manifest} could not be updated ({e}); '
-              'it is found from its own trailer, the next save records it, and no older checkpoint was deleted.')
+    # the checkpoint is complete and verified: say so, and rotate nothing until it is listed
+    except OSError as e:
+        _warn(f'Checkpoint {c.path.name} is saved and verified, but {self.manifest} could not be '
+              f'updated ({e}); it is found from its own trailer, the next save records it, and no '
+              'older checkpoint was deleted.')
         return
     self._written &= names
     for p in [p for p in doomed if read_trailer(p) is None]:  # damaged, not a rotated-out one
@@ -463,7 +505,8 @@ def save(self:CheckpointDir, obj, # what to save (see `training_state`)
         self._clean_tmp()
         old = self.checkpoints()
         if seq is None: seq = 1 + max((o.seq for o in old), default=0)
-        c = write_checkpoint(self.file_for(step), obj, step, seq, self.checksum, tmp_prefix=self._tmp())
+        c = write_checkpoint(self.file_for(step), obj, step, seq, self.checksum,
+                             tmp_prefix=self._tmp())
         self._written.add(c.path.name)
         self._commit(c, old)
     except CheckpointWriteError: raise  # already says which file and why
@@ -484,6 +527,7 @@ def _run_name()->str:
     "A folder name of its own for a run that was given none: the time it started and a random tag."
     return f"run-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
 
+# %% ../nbs/05a_persistence.ipynb #1c9a4d06
 class CheckpointManager:
     "Full-state training checkpoints: atomic, verified, rotated, optionally mirrored and saved in the background."
     def __init__(self, path:str|Path|None=None, # folder; default `state_dir()/'checkpoints'/name`
@@ -496,9 +540,11 @@ class CheckpointManager:
         name = check_str('name', name, none=True)
         if name is None: name = _run_name()
         if name in ('.', '..') or set(name) & {'/', '\\'}:
-            raise ValueError(f'name must be a folder name (no slashes), such as "run", got {name!r}.')
+            raise ValueError('name must be a folder name (no slashes), such as "run", got '
+                             f'{name!r}.')
         path, mirror = check_path('path', path, none=True), check_path('mirror', mirror, none=True)
-        self.local = CheckpointDir(state_dir()/'checkpoints'/name if path is None else path, keep, checksum,
+        self.local = CheckpointDir(state_dir()/'checkpoints'/name if path is None else path,
+                                   keep, checksum,
                                    take_over)
         self.mirror = None if mirror is None else CheckpointDir(mirror, keep, checksum, take_over)
         self._thread = self._error = self._host = None
@@ -537,7 +583,8 @@ def _settle(self:CheckpointManager):
 def _listing(self:CheckpointManager, d:CheckpointDir)->list:
     if d is self.local: return d.checkpoints()
     try: return d.checkpoints()
-    except OSError as e: _warn(f'Cannot read the mirror {d.path} ({e}); using the local folder only.'); return []
+    except OSError as e: _warn(f'Cannot read the mirror {d.path} ({e}); using the local folder '
+                               'only.'); return []
 
 # %% ../nbs/05a_persistence.ipynb #0fd27cf0
 @patch
@@ -559,10 +606,12 @@ def latest(self:CheckpointManager)->Checkpoint|None:
 def _not_a_checkpoint(p:Path)->CheckpointError:
     "Why the file `p`, which has no valid trailer, cannot be loaded, in words."
     if not p.exists():
-        return NoCheckpoint(f'checkpoint={str(p)!r}: no such file. Pass a file listed by `ckpt.local.checkpoints()`, '
-                            'or leave checkpoint=None for the newest that verifies.')
+        return NoCheckpoint(f'checkpoint={str(p)!r}: no such file. Pass a file listed by '
+                            '`ckpt.local.checkpoints()`, or leave checkpoint=None for the newest '
+                            'that verifies.')
     if not p.is_file():
-        return CheckpointCorrupt(f'checkpoint={str(p)!r} is not a file: pass a checkpoint file, not a folder.')
+        return CheckpointCorrupt(f'checkpoint={str(p)!r} is not a file: pass a checkpoint file, '
+                                 'not a folder.')
     try:
         with open(p, 'rb') as f: n = f.seek(0, os.SEEK_END); f.seek(max(0, n - (1 << 16))); tail = f.read()
     except OSError as e: return CheckpointCorrupt(f'checkpoint={str(p)!r} cannot be read ({e.strerror or e}).')
@@ -578,8 +627,8 @@ def _pick(self:CheckpointManager, checkpoint)->Checkpoint:
         c = self.latest()
         if c is None:
             where = f'{self.path}' + (f' or {self.mirror.path}' if self.mirror else '')
-            raise NoCheckpoint(f'No checkpoint that verifies in {where}: start from scratch, or point the manager at '
-                               'the folder the run saved to.')
+            raise NoCheckpoint(f'No checkpoint that verifies in {where}: start from scratch, or '
+                               'point the manager at the folder the run saved to.')
         return c
     c = checkpoint if isinstance(checkpoint, Checkpoint) else read_trailer(check_path('checkpoint', checkpoint))
     if c is None: raise _not_a_checkpoint(Path(checkpoint))
@@ -588,7 +637,8 @@ def _pick(self:CheckpointManager, checkpoint)->Checkpoint:
     return c
 
 # %% ../nbs/05a_persistence.ipynb #e89531fb
-def _few(xs:list, n:int=6)->str: return ', '.join(xs[:n]) + (f' and {len(xs) - n} more' if len(xs) > n else '')
+def _few(xs:list, n:int=6)->str: return ', '.join(xs[:n]) + (f' and {len(xs) - n} '
+                                                             'more' if len(xs) > n else '')
 
 # %% ../nbs/05a_persistence.ipynb #c9b43b2b
 def _opt_mismatch(saved:dict, opt)->list[str]:
@@ -602,6 +652,7 @@ def _opt_mismatch(saved:dict, opt)->list[str]:
            if isinstance(v, torch.Tensor) and v.dim() and tuple(v.shape) != tuple(p.shape)]
     return [f'optimizer state of other shapes ({_few(bad, 3)}): parameters in another order?'] if bad else []
 
+# %% ../nbs/05a_persistence.ipynb #3eef0ea3
 def _mismatch(st:dict, objs:dict, strict:bool)->list[str]:
     "What keeps checkpoint state `st` from loading into the objects `objs` (model, optimizer...), in words."
     out, model, classes = [], objs.get('model'), st.get('classes') or {}
@@ -628,7 +679,8 @@ def _apply(st:dict, objs:dict, name:str, strict:bool, restore_rng:bool):
     try:
         for k in ('optimizer', 'scheduler', 'scaler'):
             if (o := objs[k]) is None: continue
-            if not st.get(k): _warn(f'{name} holds no {k} state; the {k} was left as it is.'); continue
+            if not st.get(k): _warn(f'{name} holds no {k} state; the {k} was left as it '
+                                    'is.'); continue
             undo.append((o, o.state_dict() if k == 'optimizer' else copy.deepcopy(o.state_dict())))
             o.load_state_dict(st[k])
         if restore_rng: k = 'random generators'; undo.append((None, rng_state())); set_rng_state(st['rng'])
@@ -648,7 +700,8 @@ class Resumed(NamedTuple):
 
 # %% ../nbs/05a_persistence.ipynb #43d49540
 @patch
-def load(self:CheckpointManager, model=None, optimizer=None, scaler=None, scheduler=None, # restored in place
+def load(self:CheckpointManager, model=None, optimizer=None, scaler=None,
+         scheduler=None, # restored in place
          checkpoint:Checkpoint|str|Path|None=None, # what to load; default `latest()`
          strict:bool=True, # every model key must be in the checkpoint and nothing else
          restore_rng:bool=True, # also restore the random generators
@@ -668,9 +721,9 @@ def load(self:CheckpointManager, model=None, optimizer=None, scaler=None, schedu
                               f'({str(e).splitlines()[0]}). If you trust the file, '
                               'load(..., weights_only=False).') from e
     if problems := _mismatch(st, objs, strict):
-        raise CheckpointMismatch(f'{c.path.name} does not fit: {"; ".join(problems)}. Nothing was changed. Load it '
-                                 'into the model and optimizer it was saved from (strict=False ignores missing and '
-                                 'unexpected keys).')
+        raise CheckpointMismatch(f'{c.path.name} does not fit: {"; ".join(problems)}. Nothing was '
+                                 'changed. Load it into the model and optimizer it was saved '
+                                 'from (strict=False ignores missing and unexpected keys).')
     _apply(st, objs, c.path.name, strict, restore_rng)
     self.last_loaded = c
     return Resumed(st['step'], st.get('extras', {}))
@@ -691,7 +744,8 @@ class _HostCopy:
         if isinstance(o, dict):
             d = OrderedDict() if isinstance(o, OrderedDict) else {}
             for k, v in o.items(): d[k] = self._copy(v)
-            if hasattr(o, '_metadata'): d._metadata = copy.deepcopy(o._metadata)  # state_dict version info
+            # state_dict version info
+            if hasattr(o, '_metadata'): d._metadata = copy.deepcopy(o._metadata)
             return d
         if isinstance(o, list): return [self._copy(v) for v in o]
         if isinstance(o, tuple):
@@ -703,7 +757,8 @@ class _HostCopy:
 @patch
 def _tensor(self:_HostCopy, t:torch.Tensor)->torch.Tensor:
     key = (t.data_ptr(), t.dtype, t.device, tuple(t.shape), tuple(t.stride()))
-    if key in self.memo: return self.memo[key]  # the same tensor met twice (tied weights) is copied once
+    # the same tensor met twice (tied weights) is copied once
+    if key in self.memo: return self.memo[key]
     if t.layout != torch.strided: out = t.detach().to('cpu', copy=True)
     else:
         pin = t.is_cuda
@@ -726,16 +781,18 @@ def _background(self:CheckpointManager, st:dict):
 
 # %% ../nbs/05a_persistence.ipynb #5bc29cef
 @patch
-def save_async(self:CheckpointManager, step:int, model=None, optimizer=None, scaler=None, scheduler=None, **extras):
+def save_async(self:CheckpointManager, step:int, model=None, optimizer=None, scaler=None,
+               scheduler=None, **extras):
     "Copy the training state to host memory now and write it on a background thread."
     st = training_state(step, model, optimizer, scaler, scheduler, extras)
     self._settle()
     if self._host is None: self._host = _HostCopy()
     try: st = self._host(st)
     except (TypeError, AttributeError, pickle.PicklingError, copy.Error) as e:
-        raise CheckpointError(f'save_async could not copy the state of step {step} ({type(e).__name__}: {e}): '
-                              'the extras given must be tensors, numbers, strings, state dicts or other values '
-                              'that can be copied.') from e
+        raise CheckpointError(f'save_async could not copy the state of step {step} '
+                              f'({type(e).__name__}: {e}): the extras given must be tensors, '
+                              'numbers, strings, state dicts or other values that can be '
+                              'copied.') from e
     self._thread = threading.Thread(target=self._background, args=(st,), name=f'checkpoint-{step}')
     self._thread.start()
 
@@ -773,7 +830,8 @@ def _finish_saves():
     for m in list(_live):
         try: m.wait()
         except Exception as e:
-            print(f'colab_t4_nb: the last background checkpoint save in {m.path} failed: {e!r}', file=sys.stderr)
+            print(f'colab_t4_nb: the last background checkpoint save in {m.path} failed: {e!r}',
+                  file=sys.stderr)
 
 # %% ../nbs/05a_persistence.ipynb #925afc8d
 @patch
@@ -784,7 +842,8 @@ def copy_in(self:CheckpointDir, c:Checkpoint)->Checkpoint:
     def check(tmp):
         copy = Checkpoint(tmp, c.step, c.seq, c.size, c.checksum)
         why = 'its trailer differs' if read_trailer(tmp) != copy else verify_file(copy)
-        if why: raise CheckpointCorrupt(f'The copy of {c.path.name} in {self.path} does not verify: {why}.')
+        if why: raise CheckpointCorrupt(f'The copy of {c.path.name} in {self.path} does not '
+                                        f'verify: {why}.')
     self.settle()
     try:
         self.own()
@@ -806,8 +865,8 @@ def _copy_to_mirror(self:CheckpointManager, c:Checkpoint):
     try: self.mirror.copy_in(c); self.mirror_error = None
     except (OSError, CheckpointError) as e:
         self.mirror_error = e
-        _warn(f'Copying {c.path.name} to {self.mirror.path} failed: {e} The local checkpoint {c.path} is good; '
-              'the next save tries the copy again.')
+        _warn(f'Copying {c.path.name} to {self.mirror.path} failed: {e} The local checkpoint '
+              f'{c.path} is good; the next save tries the copy again.')
 
 # %% ../nbs/05a_persistence.ipynb #e6e360bb
 _TOLD = set()  # local folders drive_checkpoints has named outside Colab
@@ -822,8 +881,8 @@ def drive_checkpoints(name:str|None=None, # the run's folder name; default a new
     "A `CheckpointManager` that in Colab keeps a verified copy of each checkpoint on Google Drive (mounted if needed)."
     mountpoint, local = check_path('mountpoint', mountpoint), check_path('local', local, none=True)
     if not check_str('folder', folder).strip('/') or '..' in Path(folder).parts:
-        raise ValueError('folder must be a folder path under MyDrive such as "colab_t4_nb/checkpoints", got '
-                         f'{folder!r}.')
+        raise ValueError('folder must be a folder path under MyDrive such as '
+                         f'"colab_t4_nb/checkpoints", got {folder!r}.')
     new, name = name is None, _run_name() if name is None else name
     if runtime() != 'colab':
         ckpt = CheckpointManager(None if local is None else local, keep, name=name, **kwargs)
@@ -838,7 +897,8 @@ def drive_checkpoints(name:str|None=None, # the run's folder name; default a new
     local = Path.cwd()/'checkpoints'/name if local is None else local
     ckpt = CheckpointManager(local, keep, mirror=my_drive/folder/name, name=name, **kwargs)
     ckpt.mirror.on_drive = True
-    if new: print(f'Checkpoints go to {ckpt.mirror.path}: resume this run later with drive_checkpoints({name!r}).')
+    if new: print(f'Checkpoints go to {ckpt.mirror.path}: resume this run later with '
+                  f'drive_checkpoints({name!r}).')
     return ckpt
 
 # %% ../nbs/05a_persistence.ipynb #af6672c4
@@ -891,7 +951,8 @@ class SessionClock:
         return 'SessionClock(' + ', '.join(f'{k} cut in {v / 60:.0f} min' for k, v in self.left().items()) + ')'
 
 # %% ../nbs/05a_persistence.ipynb #82e87f55
-_CUT = {'session': 'the session limit ({:g} h)', 'idle': 'the idle disconnect ({:g} min without activity)'}
+_CUT = {'session': 'the session limit ({:g} h)',
+        'idle': 'the idle disconnect ({:g} min without activity)'}
 
 @patch
 def due(self:SessionClock)->str|None:
@@ -903,7 +964,8 @@ def due(self:SessionClock)->str|None:
         if crossed:
             what = _CUT[limit].format(self.session_h if limit == 'session' else self.idle_min)
             warnings.warn(f'Colab may end this session in about {max(s, 0) / 60:.0f} min: {what}. '
-                          f'A final checkpoint is due {self.margin_min:g} min before the cut.', SessionEnding,
+                          f'A final checkpoint is due {self.margin_min:g} min before the cut.',
+                          SessionEnding,
                           stacklevel=2)
     for limit, s in self.left().items():
         if s <= self.margin_min * 60 and (limit, 'due') not in self._said:
@@ -916,7 +978,8 @@ def is_oom(e:BaseException)->bool:
     return oom_kind(e) is not None
 
 # %% ../nbs/05a_persistence.ipynb #06325451
-_LOST = ('device-side assert triggered', 'an illegal memory access was encountered', 'unspecified launch failure',
+_LOST = ('device-side assert triggered', 'an illegal memory access was encountered',
+         'unspecified launch failure',
          'misaligned address', 'an illegal instruction was encountered')
 
 def is_context_lost(e:BaseException)->bool:
@@ -940,7 +1003,8 @@ class RunReport:
 # %% ../nbs/05a_persistence.ipynb #69af2066
 _MAX_STEPS = 10**9  # a billion steps: beyond any run on a T4
 
-def _check_run(step_fn, ckpt, steps, every_steps, steps_per_epoch, every_minutes, session, max_oom, on_oom, background,
+def _check_run(step_fn, ckpt, steps, every_steps, steps_per_epoch, every_minutes, session, max_oom,
+               on_oom, background,
                clock):
     "Check `run_resumable`'s arguments, naming the first that is wrong."
     check_callable('step_fn', step_fn); check_callable('clock', clock)
@@ -961,7 +1025,8 @@ def _free_memory(optimizer):
     if torch.cuda.is_initialized(): torch.cuda.empty_cache()
 
 # %% ../nbs/05a_persistence.ipynb #4e603394
-DEFAULT_EVERY_MINUTES = 10  # run_resumable's schedule when none is given: a crash loses at most this much work
+# run_resumable's schedule when none is given: a crash loses at most this much work
+DEFAULT_EVERY_MINUTES = 10
 
 def run_resumable(step_fn:Callable, # step_fn(step) runs one training step; its data must depend only on `step`
                   ckpt:CheckpointManager, # where checkpoints go and come from
@@ -977,7 +1042,8 @@ def run_resumable(step_fn:Callable, # step_fn(step) runs one training step; its 
                   clock:Callable=time.monotonic,
                  )->RunReport:
     "Train from the latest checkpoint to `steps`, saving as asked; recover from out-of-memory errors by reloading."
-    _check_run(step_fn, ckpt, steps, every_steps, steps_per_epoch, every_minutes, session, max_oom, on_oom, background,
+    _check_run(step_fn, ckpt, steps, every_steps, steps_per_epoch, every_minutes, session, max_oom,
+               on_oom, background,
                clock)
     if every_steps is None and steps_per_epoch is None and every_minutes is None: every_minutes = DEFAULT_EVERY_MINUTES
     objs = dict(model=model, optimizer=optimizer, scaler=scaler, scheduler=scheduler)
@@ -990,19 +1056,23 @@ def run_resumable(step_fn:Callable, # step_fn(step) runs one training step; its 
         try: step_fn(step)
         except Exception as e:
             if is_context_lost(e):
-                raise CudaContextLost(f'CUDA failed at step {step} ({str(e).splitlines()[0]}); this process cannot use '
-                                      'the GPU any more. Run the script with `run_with_restarts` to go on from the '
-                                      'last checkpoint.') from e
+                raise CudaContextLost(f'CUDA failed at step {step} ({str(e).splitlines()[0]}); '
+                                      'this process cannot use the GPU any more. Run the script '
+                                      'with `run_with_restarts` to go on from the last '
+                                      'checkpoint.') from e
             if not is_oom(e): raise
             tries[step] = tries.get(step, 0) + 1
             if tries[step] > max_oom:
-                raise CheckpointError(f'Out of memory at step {step} {tries[step]} times; lower the batch size.') from e
+                raise CheckpointError(f'Out of memory at step {step} {tries[step]} times; lower '
+                                      'the batch size.') from e
             oom = str(e).splitlines()[0]
-        if oom is not None:  # outside `except`, so the frames of the error (and their tensors) are freed
+        # outside `except`, so the frames of the error (and their tensors) are freed
+        if oom is not None:
             _free_memory(optimizer); ckpt.wait()
             failed, step = step, ckpt.load(**objs).step
             rep.oom_recoveries += 1
-            _warn(f'Out of memory at step {failed} ({oom}); reloaded the checkpoint of step {step} and going on.')
+            _warn(f'Out of memory at step {failed} ({oom}); reloaded the checkpoint of step '
+                  f'{step} and going on.')
             if on_oom is not None: on_oom(step, oom)
             continue
         step += 1
@@ -1031,8 +1101,8 @@ class Attempt:
 def _check_cmd(cmd)->list[str]:
     "`cmd` as a list of strings; an error naming `cmd` if it is not a non-empty list of strings and paths."
     if isinstance(cmd, (str, bytes)):
-        raise TypeError(f'cmd must be a list such as [sys.executable, "train.py"], got the string {cmd!r}: split it '
-                        'with shlex.split.')
+        raise TypeError('cmd must be a list such as [sys.executable, "train.py"], got the string '
+                        f'{cmd!r}: split it with shlex.split.')
     path = lambda n, c: os.fspath(check_type(n, c, (str, os.PathLike), 'a string or path'))
     arg = lambda n, c: check_str(n, path(n, c), empty=True)
     return check_seq('cmd', cmd, arg)
@@ -1041,7 +1111,8 @@ def _check_cmd(cmd)->list[str]:
 def _child_env(env:dict|None, attempt:int)->dict:
     env = dict(os.environ if env is None else env)
     paths = [p for p in sys.path if p] + [p for p in env.get('PYTHONPATH', '').split(os.pathsep) if p]
-    return {**env, 'COLAB_T4_ATTEMPT': str(attempt), 'PYTHONPATH': os.pathsep.join(dict.fromkeys(paths))}
+    return {**env, 'COLAB_T4_ATTEMPT': str(attempt),
+            'PYTHONPATH': os.pathsep.join(dict.fromkeys(paths))}
 
 # %% ../nbs/05a_persistence.ipynb #3ebba7e0
 def run_with_restarts(cmd:list, # the command, e.g. [sys.executable, 'train.py']
@@ -1057,7 +1128,8 @@ def run_with_restarts(cmd:list, # the command, e.g. [sys.executable, 'train.py']
     tail = check_int('tail', tail, 1, 10**6)
     echo = check_flag('echo', echo)
     cwd = check_path('cwd', cwd, none=True)
-    if cwd is not None and not cwd.is_dir(): raise ValueError(f'cwd must be an existing folder, got {str(cwd)!r}.')
+    if cwd is not None and not cwd.is_dir(): raise ValueError('cwd must be an existing folder, '
+                                                              f'got {str(cwd)!r}.')
     check_type('env', env, Mapping, 'a dict of str to str (like os.environ)', none=True)
     for k, v in (env or {}).items():
         check_type('env key', k, str); check_type(f'env[{k!r}]', v, str)
@@ -1079,8 +1151,9 @@ def run_with_restarts(cmd:list, # the command, e.g. [sys.executable, 'train.py']
         attempts.append(Attempt(rc, time.monotonic() - t0, list(lines)))
         if rc == 0: return attempts
         if len(attempts) > max_restarts:
-            raise RestartLimit(f'{Path(str(cmd[-1])).name} failed {len(attempts)} times (last exit status {rc}); '
-                               f'gave up after {max_restarts} restarts. Its last output:\n' + ''.join(lines))
+            raise RestartLimit(f'{Path(str(cmd[-1])).name} failed {len(attempts)} times (last '
+                               f'exit status {rc}); gave up after {max_restarts} restarts. Its '
+                               'last output:\n' + ''.join(lines))
         if echo:
-            print(f'[run_with_restarts] exit status {rc}: restart {len(attempts)} of {max_restarts}, from the last '
-                  'checkpoint.', flush=True)
+            print(f'[run_with_restarts] exit status {rc}: restart {len(attempts)} of '
+                  f'{max_restarts}, from the last checkpoint.', flush=True)

@@ -353,6 +353,7 @@ def bias_gelu_kernel(x_ptr, b_ptr, y_ptr, cols, BLOCK: tl.constexpr):
     tl.store(y_ptr + row + c, y.to(y_ptr.dtype.element_ty), mask=mask)
 '''
 
+# %% ../nbs/03_kernels.ipynb #1f2b4bf0
 @functools.cache
 def triton_kernels():
     "The module of this page's Triton kernels, written to the temporary folder and imported on first use."

@@ -4,7 +4,8 @@
 
 # %% ../nbs/03_kernels.ipynb #717e8eab
 from __future__ import annotations
-import ctypes, functools, hashlib, importlib.util, math, numbers, os, re, shutil, subprocess, sys, tempfile, time
+import ctypes, functools, hashlib, importlib.util, math, numbers, os, re, shutil, subprocess, sys
+import tempfile, time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -40,7 +41,7 @@ class Arch:
     regs_per_sm:int      # 32-bit registers per SM
     regs_per_block:int   # registers one block may use
     smem_per_sm:int      # shared memory per SM at the largest configuration, bytes
-    smem_per_block:int   # shared memory one block may use (opting in above 48 KB where the card allows it), bytes
+    smem_per_block:int   # shared memory one block may use, bytes (opting in above 48 KB)
     smem_unit:int        # shared memory is allocated per block in units of this many bytes
     smem_reserved:int    # bytes the driver reserves per block (1 KB from 8.0 on)
     carveouts:tuple      # shared-memory sizes (KB) an SM can be configured to; () where it is fixed
@@ -55,38 +56,41 @@ class Arch:
 
 # %% ../nbs/03_kernels.ipynb #c4ecaeb2
 _K = 1024
-_VOLTA, _GA10X, _AMPERE, _HOPPER = (0, 8, 16, 32, 64, 96), (0, 8, 16, 32, 64, 100), (0, 8, 16, 32, 64, 100, 132, 164), \
-                                    (0, 8, 16, 32, 64, 100, 132, 164, 196, 228)
+_VOLTA, _GA10X, _AMPERE, _HOPPER = ((0, 8, 16, 32, 64, 96), (0, 8, 16, 32, 64, 100),
+                                    (0, 8, 16, 32, 64, 100, 132, 164),
+                                    (0, 8, 16, 32, 64, 100, 132, 164, 196, 228))
 ARCHS = {a.cc: a for a in [
     # cc     warps blocks regs/SM  regs/block smem/SM smem/block unit reserved carveouts
     Arch((3, 7), 64, 16, 128*_K, 64*_K, 112*_K, 48*_K, 256, 0, ()),          # Kepler GK210 (K80)
     Arch((5, 0), 64, 32, 64*_K, 64*_K, 64*_K, 48*_K, 256, 0, ()),            # Maxwell
     Arch((5, 2), 64, 32, 64*_K, 64*_K, 96*_K, 48*_K, 256, 0, ()),
     Arch((5, 3), 64, 32, 64*_K, 32*_K, 64*_K, 48*_K, 256, 0, ()),
-    Arch((6, 0), 64, 32, 64*_K, 64*_K, 64*_K, 48*_K, 256, 0, (), sub_partitions=2),  # Pascal GP100 (P100)
+    Arch((6, 0), 64, 32, 64*_K, 64*_K, 64*_K, 48*_K, 256, 0, (), sub_partitions=2),  # GP100 (P100)
     Arch((6, 1), 64, 32, 64*_K, 64*_K, 96*_K, 48*_K, 256, 0, ()),            # Pascal GP10x (P4)
     Arch((6, 2), 64, 32, 64*_K, 32*_K, 64*_K, 48*_K, 256, 0, ()),
     Arch((7, 0), 64, 32, 64*_K, 64*_K, 96*_K, 96*_K, 256, 0, _VOLTA),       # Volta (V100)
     Arch((7, 2), 64, 32, 64*_K, 64*_K, 96*_K, 96*_K, 256, 0, _VOLTA),
     Arch((7, 5), 32, 16, 64*_K, 64*_K, 64*_K, 64*_K, 256, 0, (32, 64)),     # Turing (T4)
     Arch((8, 0), 64, 32, 64*_K, 64*_K, 164*_K, 163*_K, 128, _K, _AMPERE),   # Ampere GA100 (A100)
-    Arch((8, 6), 48, 16, 64*_K, 64*_K, 100*_K, 99*_K, 128, _K, _GA10X),     # Ampere GA10x (A10, RTX 30)
+    Arch((8, 6), 48, 16, 64*_K, 64*_K, 100*_K, 99*_K, 128, _K, _GA10X),     # GA10x (A10, RTX 30)
     Arch((8, 7), 48, 16, 64*_K, 64*_K, 164*_K, 163*_K, 128, _K, _AMPERE),
     Arch((8, 9), 48, 24, 64*_K, 64*_K, 100*_K, 99*_K, 128, _K, _GA10X),     # Ada (L4, RTX 40)
     Arch((9, 0), 64, 32, 64*_K, 64*_K, 228*_K, 227*_K, 128, _K, _HOPPER),   # Hopper (H100, H200)
 ]}
 
 # %% ../nbs/03_kernels.ipynb #4c554ecc
-def arch(cc:tuple|str|float|Arch # (7, 5), '7.5', 7.5, or a card name from the spec table ('T4', 'NVIDIA H200')
+def arch(cc:tuple|str|float|Arch # (7, 5), '7.5', 7.5, or a card name from the spec table ('T4')
         )->Arch:
     "The SM limits of compute capability `cc`."
     if isinstance(cc, Arch): return cc
-    check_type('cc', cc, (tuple, list, str, float), "(7, 5), '7.5', 7.5 or a card name", err=KernelError)
+    check_type('cc', cc, (tuple, list, str, float), "(7, 5), '7.5', 7.5 or a card name",
+               err=KernelError)
     if isinstance(cc, str) and not re.fullmatch(r'\s*\d+\.\d+\s*', cc): cc = spec_for(cc).cc
     if isinstance(cc, (str, float)): cc = tuple(int(p) for p in str(cc).strip().split('.'))
     key = tuple(cc)
     if key not in ARCHS:
-        raise KernelError(f"cc={cc!r}: compute capability {'.'.join(map(str, key))} is not known to the occupancy calculator. "
+        raise KernelError(f"cc={cc!r}: compute capability {'.'.join(map(str, key))} is not known "
+                          f"to the occupancy calculator. "
                           f"Known: {', '.join(a.name for a in ARCHS.values())}.")
     return ARCHS[key]
 
@@ -103,12 +107,14 @@ def _here()->tuple:
 def _resolve(card)->tuple:
     "(Arch, SM count or None, label) for `card`."
     if card is None: cc, sms, label = _here(); return arch(cc), sms, label
-    if isinstance(card, GPU): return arch(card.cc or card.spec.cc), (card.spec.sms if card.spec else None), card.name
+    if isinstance(card, GPU):
+        return arch(card.cc or card.spec.cc), (card.spec.sms if card.spec else None), card.name
     if isinstance(card, GPUSpec): return arch(card.cc), card.sms, card.key
     if isinstance(card, str) and not re.fullmatch(r'\s*\d+\.\d+\s*', card):
         s = spec_for(card); return arch(s.cc), s.sms, s.key
     try: a = arch(card)
-    except KernelError as e: raise KernelError(f'card={card!r} is not a card or compute capability: {e}') from None
+    except KernelError as e:
+        raise KernelError(f'card={card!r} is not a card or compute capability: {e}') from None
     return a, None, f'cc {a.name}'
 
 # %% ../nbs/03_kernels.ipynb #862481a8
@@ -122,7 +128,7 @@ class Occupancy:
     smem:int            # shared memory per block asked for, bytes
     regs_alloc:int      # registers allocated per block
     smem_alloc:int      # shared memory allocated per block, with the reserved bytes and rounding
-    limits:dict         # blocks per SM each resource allows: 'warps', 'blocks', 'registers', 'shared memory'
+    limits:dict         # blocks per SM each resource ('warps', 'blocks', 'registers', ...) allows
     blocks:int          # resident blocks per SM
     warps:int           # resident warps per SM
     occupancy:float     # warps over the SM's maximum
@@ -136,12 +142,14 @@ class Occupancy:
 
     def as_dict(self)->dict:
         return {'card': self.card, 'block': self.block, 'regs': self.regs, 'smem': self.smem,
-                'blocks/SM': self.blocks, 'warps/SM': self.warps, 'occupancy': round(self.occupancy, 4),
+                'blocks/SM': self.blocks, 'warps/SM': self.warps,
+                'occupancy': round(self.occupancy, 4),
                 'limited by': ', '.join(self.limiter)}
 
     def _repr_markdown_(self):
         lim = ', '.join(f'{k} {"∞" if v == math.inf else v}' for k, v in self.limits.items())
-        return (f'**{self.occupancy:.0%} occupancy** on {self.card} (cc {self.cc[0]}.{self.cc[1]}): '
+        return (f'**{self.occupancy:.0%} occupancy** on {self.card} '
+                f'(cc {self.cc[0]}.{self.cc[1]}): '
                 f'{self.blocks} blocks of {self.block} threads per SM, {self.warps} warps; '
                 f'limited by {", ".join(self.limiter)}. '
                 f'Blocks per SM allowed by each resource: {lim}.')
@@ -160,24 +168,29 @@ def _check(block, regs, smem, a:Arch):
         raise KernelError(f'block must be a positive multiple of {a.warp} threads, got {block!r}.')
     if block % a.warp:
         lo = block // a.warp * a.warp
-        raise KernelError(f'block={block} is not a multiple of the warp size ({a.warp}): use {lo or a.warp}'
+        raise KernelError(f'block={block} is not a multiple of the warp size ({a.warp}): '
+                          f'use {lo or a.warp}'
                           + (f' or {lo + a.warp}.' if lo else '.'))
     if block > a.max_threads_block:
-        raise KernelError(f'block={block} is more than the {a.max_threads_block} threads a block can have on compute '
+        raise KernelError(f'block={block} is more than the {a.max_threads_block} threads a block '
+                          f'can have on compute '
                           f'capability {a.name}.')
     if not isinstance(regs, int) or not 0 <= regs <= a.max_regs:
-        raise KernelError(f'regs={regs!r}: a thread uses 0 to {a.max_regs} registers on compute capability {a.name}.')
+        raise KernelError(f'regs={regs!r}: a thread uses 0 to {a.max_regs} registers on compute '
+                          f'capability {a.name}.')
     if not isinstance(smem, int) or smem < 0:
         raise KernelError(f'smem={smem!r}: shared memory per block must be a number of bytes >= 0.')
     if smem > a.smem_per_block:
-        raise KernelError(f'smem={smem} bytes is more than the {a.smem_per_block} bytes ({a.smem_per_block // _K} KB) '
+        raise KernelError(f'smem={smem} bytes is more than the {a.smem_per_block} bytes '
+                          f'({a.smem_per_block // _K} KB) '
                           f'a block can use on compute capability {a.name}.')
 
 # %% ../nbs/03_kernels.ipynb #7cc9f65e
 def _regs_limit(a:Arch, warps:int, regs:int, sub:int)->tuple:
     "(blocks per SM the registers allow, registers allocated per block)."
     per_warp = _up(regs * a.warp, a.reg_unit)
-    if per_warp * _up(warps, sub) > a.regs_per_block or per_warp * warps > a.regs_per_block: return 0, per_warp * warps
+    if per_warp * _up(warps, sub) > a.regs_per_block or per_warp * warps > a.regs_per_block:
+        return 0, per_warp * warps
     if per_warp == 0: return math.inf, 0
     return (a.regs_per_sm // sub // per_warp) * sub // warps, per_warp * warps
 
@@ -186,33 +199,38 @@ def _smem_limit(a:Arch, smem:int, carveout:int|None)->tuple:
     "(blocks per SM the shared memory allows, bytes allocated per block)."
     alloc = _up(smem + a.smem_reserved, a.smem_unit)
     if a.carveouts:
-        pref = _smem_config(a, a.smem_per_sm if carveout is None else a.smem_per_sm * carveout // 100)
+        pref = _smem_config(a, a.smem_per_sm if carveout is None
+                            else a.smem_per_sm * carveout // 100)
         per_sm = pref if pref >= alloc else _smem_config(a, alloc)
     else: per_sm = a.smem_per_sm
     return (per_sm // alloc if alloc else math.inf), alloc
 
 # %% ../nbs/03_kernels.ipynb #f83adb1b
 def occupancy(block:int, # threads per block, a multiple of 32
-              regs:int=0, # registers per thread (`ptxas -v`, `cudaFuncAttributes.numRegs`, Triton's `n_regs`)
+              regs:int=0, # registers per thread (`ptxas -v`, `numRegs`, Triton's `n_regs`)
               smem:int=0, # shared memory per block, static plus dynamic, bytes
               card=None, # compute capability or card (see `arch`); None: the GPU here
-              carveout:int|None=None, # preferred shared-memory carveout, % of the maximum (Volta and newer)
+              carveout:int|None=None, # preferred shared-memory carveout, % of the maximum (Volta+)
               barriers:int=0, # named barriers a block uses (Hopper counts them: 2 per block slot)
              )->Occupancy:
     "Resident blocks and warps per SM, the occupancy and the limiting resource for one launch configuration."
     check_int('carveout', carveout, hi=100, none=True, err=KernelError)
     a, sms, label = _resolve(card)
-    block, regs, smem = (int(v) if isinstance(v, numbers.Integral) and not isinstance(v, bool) else v
+    block, regs, smem = (int(v) if isinstance(v, numbers.Integral) and not isinstance(v, bool)
+                         else v
                          for v in (block, regs, smem))
     _check(block, regs, smem, a)
     if carveout is not None and (not a.carveouts or not 0 <= carveout <= 100):
-        raise KernelError(f'carveout={carveout!r}: a percentage 0-100, and only Volta (7.0) and newer have one; '
+        raise KernelError(f'carveout={carveout!r}: a percentage 0-100, and only Volta (7.0) and '
+                          f'newer have one; '
                           f'{a.name} has a fixed split.')
     warps = block // a.warp
     lim_regs, regs_alloc = _regs_limit(a, warps, regs, a.sub_partitions)
-    if a.cc == (6, 0) and lim_regs and not _regs_limit(a, warps, regs, 4)[0]: lim_regs = 0  # must also run on GP10x
+    if a.cc == (6, 0) and lim_regs and not _regs_limit(a, warps, regs, 4)[0]:
+        lim_regs = 0  # must also run on GP10x
     lim_smem, smem_alloc = _smem_limit(a, smem, carveout)
-    limits = {'warps': a.max_warps // warps, 'blocks': a.max_blocks, 'registers': lim_regs, 'shared memory': lim_smem}
+    limits = {'warps': a.max_warps // warps, 'blocks': a.max_blocks, 'registers': lim_regs,
+              'shared memory': lim_smem}
     if a.cc >= (9, 0) and barriers > 0: limits['barriers'] = 2 * a.max_blocks // barriers
     n = int(min(limits.values()))
     return Occupancy(label, a.cc, block, regs, smem, regs_alloc, smem_alloc, limits, n, n * warps,
@@ -220,9 +238,9 @@ def occupancy(block:int, # threads per block, a multiple of 32
 
 # %% ../nbs/03_kernels.ipynb #8061fa1c
 def best_block_size(regs:int=0, # registers per thread
-                    smem:int|Callable=0, # shared memory per block, bytes, or a function of the block size
+                    smem:int|Callable=0, # shared memory per block, bytes, or a function of block size
                     card=None, # compute capability or card; None: the GPU here
-                    max_block:int=1024, # the kernel's limit (`cudaFuncAttributes.maxThreadsPerBlock`), down to a warp
+                    max_block:int=1024, # the kernel's limit (`maxThreadsPerBlock`), down to a warp
                     carveout:int|None=None, # see `occupancy`
                    )->Occupancy:
     "The block size with the most resident threads per SM, as `cudaOccupancyMaxPotentialBlockSize` chooses it."
@@ -238,11 +256,13 @@ def best_block_size(regs:int=0, # registers per thread
         if best is None or o.warps > best.warps: best = o
         if best.warps == a.max_warps: break
     if best is None or best.blocks == 0:
-        raise KernelError(f'No block size runs with regs={regs} and this shared memory on {a.name}: lower them.')
+        raise KernelError(f'No block size runs with regs={regs} and this shared memory '
+                          f'on {a.name}: lower them.')
     return best
 
 # %% ../nbs/03_kernels.ipynb #8f499ca4
-def candidates(regs:int=0, smem:int|Callable=0, card=None, max_block:int=1024, carveout:int|None=None)->list[int]:
+def candidates(regs:int=0, smem:int|Callable=0, card=None, max_block:int=1024,
+               carveout:int|None=None)->list[int]:
     "Power-of-two block sizes (32-1024) that reach the best occupancy for these resources."
     max_block = check_int('max_block', max_block, lo=32, hi=1024, err=KernelError)
     best = best_block_size(regs, smem, card, max_block, carveout)
@@ -271,9 +291,9 @@ _MAX_GRID = 2**31 - 1  # blocks in a grid's x dimension: CUDA's limit from compu
 def launch_config(n:int, # elements to process
                   card=None, # compute capability or card; None: the GPU here
                   regs:int=0, # registers per thread of the kernel
-                  smem:int|Callable=0, # shared memory per block, bytes, or a function of the block size
+                  smem:int|Callable=0, # shared memory per block, bytes, or a function of block size
                   per_thread:int=1, # elements each thread handles
-                  grid_stride:bool=False, # the kernel loops over the data: cap the grid at one full wave
+                  grid_stride:bool=False, # the kernel loops over the data: grid of one full wave
                  )->LaunchConfig:
     "Grid and block size for `n` elements from the occupancy calculator, instead of `threads = min(n, 1024)`."
     n = check_int('n', n, lo=1, hi=_MAX_N, err=KernelError)  # 2**36 elements: 128 GB of fp16
@@ -281,7 +301,8 @@ def launch_config(n:int, # elements to process
     check_flag('grid_stride', grid_stride, err=KernelError)
     a, sms, _ = _resolve(card)
     sm = (lambda b: smem(b)) if callable(smem) else (lambda b: smem)
-    cands = [b for b in candidates(regs, smem, card) if b >= 64] or [best_block_size(regs, smem, card).block]
+    cands = ([b for b in candidates(regs, smem, card) if b >= 64]
+             or [best_block_size(regs, smem, card).block])
     block = min(cands, key=lambda b: abs(math.log2(b / 256)))
     threads = -(-n // per_thread)
     while sms and -(-threads // block) < sms and any(c < block for c in cands):
@@ -299,8 +320,10 @@ def launch_config(n:int, # elements to process
 def compare_launch(ns:list, # element counts
                    card=None, regs:int=0, smem:int=0)->pd.DataFrame:
     "`min(n, 1024)` threads per block against `launch_config`: blocks, SMs used, occupancy."
-    ns = check_seq('ns', ns, lambda k, v: check_int(k, v, lo=1, hi=_MAX_N, err=KernelError), hi=1000, err=KernelError)
-    check_int('regs', regs, hi=255, err=KernelError); check_int('smem', smem, hi=2**20, err=KernelError)
+    ns = check_seq('ns', ns, lambda k, v: check_int(k, v, lo=1, hi=_MAX_N, err=KernelError),
+                   hi=1000, err=KernelError)
+    check_int('regs', regs, hi=255, err=KernelError)
+    check_int('smem', smem, hi=2**20, err=KernelError)
     a, sms, label = _resolve(card)
     rows = []
     for n in ns:
@@ -308,8 +331,10 @@ def compare_launch(ns:list, # element counts
         g = occupancy(g_block, regs, smem, card)
         lc = launch_config(n, card, regs, smem)
         g_grid = -(-n // min(n, 1024))
-        rows.append({'card': label, 'n': n, 'regs': regs, 'guide block': min(n, 1024), 'guide grid': g_grid,
-                     'guide SMs busy': min(g_grid, sms or g_grid), 'guide occupancy': g.occupancy if g.blocks else 0.0,
+        rows.append({'card': label, 'n': n, 'regs': regs,
+                     'guide block': min(n, 1024), 'guide grid': g_grid,
+                     'guide SMs busy': min(g_grid, sms or g_grid),
+                     'guide occupancy': g.occupancy if g.blocks else 0.0,
                      'block': lc.block, 'grid': lc.grid, 'SMs busy': min(lc.grid, sms or lc.grid),
                      'occupancy': lc.occupancy.occupancy})
     return pd.DataFrame(rows)
@@ -324,18 +349,22 @@ def bias_gelu_kernel(x_ptr, b_ptr, y_ptr, cols, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64) * cols
     c = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = c < cols
-    v = tl.load(x_ptr + row + c, mask=mask).to(tl.float32) + tl.load(b_ptr + c, mask=mask).to(tl.float32)
+    v = (tl.load(x_ptr + row + c, mask=mask).to(tl.float32)
+         + tl.load(b_ptr + c, mask=mask).to(tl.float32))
     y = v * tl.sigmoid(1.5957691216057308 * (v + 0.044715 * v * v * v))
     tl.store(y_ptr + row + c, y.to(y_ptr.dtype.element_ty), mask=mask)
 '''
 
+# %% ../nbs/03_kernels.ipynb #1f2b4bf0
 @functools.cache
 def triton_kernels():
     "The module of this page's Triton kernels, written to the temporary folder and imported on first use."
     if importlib.util.find_spec('triton') is None:
-        raise KernelError('Triton is not installed: it comes with the CUDA builds of PyTorch (pip install torch) '
+        raise KernelError('Triton is not installed: it comes with the CUDA builds of PyTorch '
+                          '(pip install torch) '
                           'and with Colab.')
-    d = Path(tempfile.gettempdir())/f"colab_t4_nb_kernels_{os.getuid() if hasattr(os, 'getuid') else 'user'}"
+    d = Path(tempfile.gettempdir())/(f"colab_t4_nb_kernels_"
+                                     f"{os.getuid() if hasattr(os, 'getuid') else 'user'}")
     d.mkdir(parents=True, exist_ok=True)
     f = d/f'kernels_{hashlib.sha1(_TRITON_SRC.encode()).hexdigest()[:12]}.py'
     if not f.exists():
@@ -379,11 +408,13 @@ def bias_gelu(x, # a contiguous CUDA tensor, e.g. the output of a linear layer w
     check_type('out', out, torch.Tensor, 'a torch tensor', none=True, err=KernelError)
     if out is not None and (out.shape != x.shape or out.device != x.device):
         raise KernelError(f'out must have the shape and device of x, got shape {tuple(out.shape)}.')
-    if not x.is_cuda or not x.is_contiguous(): raise KernelError('x must be a contiguous CUDA tensor.')
+    if not x.is_cuda or not x.is_contiguous():
+        raise KernelError('x must be a contiguous CUDA tensor.')
     k = triton_kernels()
     y = x.new_empty(x.shape) if out is None else out
     cols = x.shape[-1]
-    ck = k.bias_gelu_kernel[(x.numel() // cols, -(-cols // block))](x, bias, y, cols, BLOCK=block, num_warps=num_warps)
+    ck = k.bias_gelu_kernel[(x.numel() // cols, -(-cols // block))](x, bias, y, cols, BLOCK=block,
+                                                                    num_warps=num_warps)
     return y, ck
 
 # %% ../nbs/03_kernels.ipynb #27ac1f59
@@ -403,7 +434,8 @@ def _libcuda():
     for name in ('libcuda.so.1', 'libcuda.so', 'nvcuda.dll'):
         try: return ctypes.CDLL(name)
         except OSError: continue
-    raise KernelError('The CUDA driver library (libcuda) is not here: there is no NVIDIA driver on this machine.')
+    raise KernelError('The CUDA driver library (libcuda) is not here: '
+                      'there is no NVIDIA driver on this machine.')
 
 # %% ../nbs/03_kernels.ipynb #14e1e4ee
 def _cu(rc:int, what:str):
@@ -414,6 +446,7 @@ def _handle(func)->int:
     "`func` as a CUfunction handle: a non-zero address."
     return check_int('func', func, lo=1, hi=2**64 - 1, err=KernelError)
 
+# %% ../nbs/03_kernels.ipynb #1428ffc2
 def driver_blocks(func:int, # a CUfunction handle of a loaded kernel
                   block:int, # threads per block
                   dynamic_smem:int=0, # dynamic shared memory per block, bytes
@@ -423,17 +456,20 @@ def driver_blocks(func:int, # a CUfunction handle of a loaded kernel
     dynamic_smem = check_int('dynamic_smem', dynamic_smem, hi=2**20, err=KernelError)
     n = ctypes.c_int()
     _cu(_libcuda().cuOccupancyMaxActiveBlocksPerMultiprocessor(
-            ctypes.byref(n), ctypes.c_void_p(int(func)), ctypes.c_int(block), ctypes.c_size_t(dynamic_smem)),
+            ctypes.byref(n), ctypes.c_void_p(int(func)), ctypes.c_int(block),
+            ctypes.c_size_t(dynamic_smem)),
         'cuOccupancyMaxActiveBlocksPerMultiprocessor')
     return n.value
 
 # %% ../nbs/03_kernels.ipynb #a8f98fb7
 def driver_best_block(func:int, dynamic_smem:int=0)->int:
     "The block size the driver's `cuOccupancyMaxPotentialBlockSize` picks for a loaded kernel."
-    func, dynamic_smem = _handle(func), check_int('dynamic_smem', dynamic_smem, hi=2**20, err=KernelError)
+    func, dynamic_smem = (_handle(func),
+                          check_int('dynamic_smem', dynamic_smem, hi=2**20, err=KernelError))
     g, b = ctypes.c_int(), ctypes.c_int()
     _cu(_libcuda().cuOccupancyMaxPotentialBlockSize(
-            ctypes.byref(g), ctypes.byref(b), ctypes.c_void_p(int(func)), None, ctypes.c_size_t(dynamic_smem),
+            ctypes.byref(g), ctypes.byref(b), ctypes.c_void_p(int(func)), None,
+            ctypes.c_size_t(dynamic_smem),
             ctypes.c_int(0)),
         'cuOccupancyMaxPotentialBlockSize')
     return b.value
@@ -447,7 +483,8 @@ def kernel_attributes(func:int)->dict:
     out = {}
     for k, code in _ATTRS.items():
         v = ctypes.c_int()
-        _cu(_libcuda().cuFuncGetAttribute(ctypes.byref(v), ctypes.c_int(code), ctypes.c_void_p(int(func))),
+        _cu(_libcuda().cuFuncGetAttribute(ctypes.byref(v), ctypes.c_int(code),
+                                          ctypes.c_void_p(int(func))),
             'cuFuncGetAttribute')
         out[k] = v.value
     return out
@@ -476,17 +513,22 @@ def tune_bias_gelu(x, bias, # as for `bias_gelu`
             regs, smem = kernel_resources(ck := bias_gelu(x, bias, blk, w, out=y)[1])
             occ = occupancy(32 * w, regs, smem, card)
             info[f'triton {blk}/{w}w'] = dict(block_elems=blk, num_warps=w, regs=regs, smem=smem,
-                                              occupancy=occ.occupancy, blocks_per_sm=occ.blocks, func=ck.function)
+                                              occupancy=occ.occupancy, blocks_per_sm=occ.blocks,
+                                              func=ck.function)
             configs[f'triton {blk}/{w}w'] = (blk, w)
     best_occ = max(v['occupancy'] for v in info.values())
     configs = {k: v for k, v in configs.items() if info[k]['occupancy'] >= best_occ}
     regs, smem = kernel_resources(g := bias_gelu(x, bias, 1024, 32, out=y)[1])
-    info['guide: min(n, 1024) threads'] = dict(block_elems=1024, num_warps=32, regs=regs, smem=smem, func=g.function,
-                                                 occupancy=occupancy(1024, regs, smem, card).occupancy)
+    info['guide: min(n, 1024) threads'] = dict(block_elems=1024, num_warps=32, regs=regs, smem=smem,
+                                                 func=g.function,
+                                                 occupancy=occupancy(1024, regs, smem,
+                                                                     card).occupancy)
     variants = {'copy (device to device)': lambda: y.copy_(x),
                 'guide: min(n, 1024) threads': lambda: bias_gelu(x, bias, 1024, 32, out=y),
-                'torch: gelu(x + bias)': lambda: torch.nn.functional.gelu(x + bias, approximate='tanh'),
-                **{k: (lambda b=b, w=w: bias_gelu(x, bias, b, w, out=y)) for k, (b, w) in configs.items()}}
+                'torch: gelu(x + bias)': lambda: torch.nn.functional.gelu(x + bias,
+                                                                          approximate='tanh'),
+                **{k: (lambda b=b, w=w: bias_gelu(x, bias, b, w, out=y))
+                   for k, (b, w) in configs.items()}}
     t = benchmark(variants, repeats=repeats, warmup=3)
     nbytes = 2 * x.numel() * x.element_size()
     df = t.df[['median_ms', 'p25_ms', 'p75_ms']].copy()
@@ -499,7 +541,9 @@ def tune_bias_gelu(x, bias, # as for `bias_gelu`
 # %% ../nbs/03_kernels.ipynb #d56fb350
 TORCH_CUDA_BUILDS = ('11.8', '12.1', '12.4', '12.6', '12.8', '12.9', '13.0')
 
-def _ver(v:str|None)->tuple|None: return None if not v else tuple(int(p) for p in str(v).split('.')[:2])
+# %% ../nbs/03_kernels.ipynb #30972a27
+def _ver(v:str|None)->tuple|None:
+    return None if not v else tuple(int(p) for p in str(v).split('.')[:2])
 
 # %% ../nbs/03_kernels.ipynb #628f6c7e
 def _cuda_version(name:str, v, none:bool=False)->str|None:
@@ -515,7 +559,8 @@ def torch_build_for(driver_cuda:str # the highest CUDA version the driver suppor
     "The PyTorch CUDA build (e.g. '12.6') for a driver: its major's newest not above it, else that major's oldest."
     d = _ver(_cuda_version('driver_cuda', driver_cuda))
     same = [b for b in TORCH_CUDA_BUILDS if _ver(b)[0] == d[0]]
-    return max((b for b in same if _ver(b) <= d), key=_ver, default=None) or min(same, key=_ver, default=None) \
+    return max((b for b in same if _ver(b) <= d), key=_ver, default=None) \
+        or min(same, key=_ver, default=None) \
         or max((b for b in TORCH_CUDA_BUILDS if _ver(b) <= d), key=_ver, default=None)
 
 # %% ../nbs/03_kernels.ipynb #723a737e
@@ -530,7 +575,7 @@ class CudaCompat:
     torch_cuda:str|None   # `torch.version.cuda`; None for a CPU build
     driver:str|None       # NVIDIA driver version
     driver_cuda:str|None  # highest CUDA version the driver supports
-    status:str            # 'ok', 'minor-version compatibility', 'driver too old', 'cpu build', 'no driver', 'no torch'
+    status:str            # 'ok', 'minor-version compatibility', 'driver too old', 'cpu build', ...
     advice:str
     source:str = ''       # where the driver's figures came from
 
@@ -560,8 +605,10 @@ class CudaCompat:
 def _nvml(nvml):
     "`nvml` if it is None or looks like the `pynvml` module."
     if nvml is None or callable(getattr(nvml, 'nvmlInit', None)): return nvml
-    raise KernelError(f'nvml must be the pynvml module, a stand-in with nvmlInit(), or None, got nvml={nvml!r}.')
+    raise KernelError(f'nvml must be the pynvml module, a stand-in with nvmlInit(), or None, '
+                      f'got nvml={nvml!r}.')
 
+# %% ../nbs/03_kernels.ipynb #d7a2aa7a
 def _driver_cuda(nvml, smi)->tuple:
     "(driver, CUDA version, source) from NVML, else `nvidia-smi`'s banner; Nones where neither answers."
     try:
@@ -570,22 +617,25 @@ def _driver_cuda(nvml, smi)->tuple:
         try:
             v = nvml.nvmlSystemGetCudaDriverVersion()
             drv = nvml.nvmlSystemGetDriverVersion()
-            return (drv.decode() if isinstance(drv, bytes) else drv), f'{v // 1000}.{v % 1000 // 10}', 'NVML'
+            return ((drv.decode() if isinstance(drv, bytes) else drv),
+                    f'{v // 1000}.{v % 1000 // 10}', 'NVML')
         finally: nvml.nvmlShutdown()
     except (ImportError, pynvml.NVMLError): pass
     if smi == 'auto':
         exe = shutil.which('nvidia-smi')
-        try: smi = subprocess.run([exe], capture_output=True, text=True, timeout=30).stdout if exe else None
+        try:
+            smi = (subprocess.run([exe], capture_output=True, text=True, timeout=30).stdout
+                   if exe else None)
         except (OSError, subprocess.SubprocessError): smi = None
     gpus = parse_smi_table(smi) if smi else []
     if gpus and gpus[0].cuda: return gpus[0].driver, gpus[0].cuda, 'nvidia-smi'
     return None, None, ''
 
 # %% ../nbs/03_kernels.ipynb #322f956f
-def cuda_compat(torch_cuda:str|None='auto', # PyTorch's CUDA version; 'auto': the installed `torch.version.cuda`
-                torch_version:str|None='auto', # 'auto': `torch.__version__`; None: torch is not installed
+def cuda_compat(torch_cuda:str|None='auto', # PyTorch's CUDA version; 'auto': `torch.version.cuda`
+                torch_version:str|None='auto', # 'auto': `torch.__version__`; None: no torch
                 nvml=None, # the `pynvml` module or a stand-in; default `import pynvml`
-                smi:str|None='auto', # `nvidia-smi` output to read when NVML fails; 'auto': run it; None: don't
+                smi:str|None='auto', # `nvidia-smi` output for when NVML fails; 'auto': run it
                )->CudaCompat:
     "Whether the installed PyTorch's CUDA build runs on this driver, and the fix when it does not; a missing driver or torch raises nothing."
     if torch_cuda != 'auto': _cuda_version('torch_cuda', torch_cuda, none=True)
@@ -602,23 +652,30 @@ def cuda_compat(torch_cuda:str|None='auto', # PyTorch's CUDA version; 'auto': th
     build = torch_build_for(dc) if dc else None
     fix = (f'Install a build this driver runs: {_WHL.format(build.replace(".", ""))}' if build
            else 'No PyTorch CUDA build runs on this driver: update the NVIDIA driver.')
-    if torch_version is None: status, advice = 'no torch', (fix if dc else 'Install PyTorch: pip install torch.')
+    if torch_version is None:
+        status, advice = 'no torch', (fix if dc else 'Install PyTorch: pip install torch.')
     elif dc is None:
         status = 'no driver'
-        advice = ('No NVIDIA driver answers here (NVML and nvidia-smi), so no GPU can be used. In Colab: Runtime > '
+        advice = ('No NVIDIA driver answers here (NVML and nvidia-smi), so no GPU can be used. '
+                  'In Colab: Runtime > '
                   'Change runtime type > T4 GPU.'
                   + (f' This PyTorch is built for CUDA {torch_cuda}.' if torch_cuda else ''))
     elif torch_cuda is None:
-        status, advice = 'cpu build', f'This PyTorch is a CPU-only build and cannot use the GPU. {fix}'
+        status = 'cpu build'
+        advice = f'This PyTorch is a CPU-only build and cannot use the GPU. {fix}'
     elif _ver(torch_cuda) <= _ver(dc): status, advice = 'ok', 'Nothing to do.'
     elif _ver(torch_cuda)[0] == _ver(dc)[0]:
         status = 'minor-version compatibility'
-        advice = (f'CUDA {torch_cuda} runs on a driver for {dc} through minor-version compatibility; a feature that '
-                  "needs the newer driver fails with 'the provided PTX was compiled with an unsupported toolchain' or "
-                  f"'operation not supported'. If you meet one: {_WHL.format(build.replace('.', ''))}")
+        advice = (f'CUDA {torch_cuda} runs on a driver for {dc} through minor-version '
+                  'compatibility; a feature that '
+                  "needs the newer driver fails with 'the provided PTX was compiled with an "
+                  "unsupported toolchain' or "
+                  f"'operation not supported'. "
+                  f"If you meet one: {_WHL.format(build.replace('.', ''))}")
     else:
         status = 'driver too old'
-        advice = (f'PyTorch is built for CUDA {torch_cuda}, but this driver runs CUDA up to {dc}: CUDA will fail with '
+        advice = (f'PyTorch is built for CUDA {torch_cuda}, but this driver runs CUDA up to {dc}: '
+                  'CUDA will fail with '
                   f"'The NVIDIA driver on your system is too old'. {fix} "
                   "(or update the driver where you can; in Colab you cannot).")
     return CudaCompat(torch_version, torch_cuda, drv, dc, status, advice, src)
@@ -679,7 +736,8 @@ class ClockState:
 
     def __str__(self):
         return (f'GPU {self.gpu} {self.name}: SM {self.sm_mhz:.0f} of {self.sm_max_mhz:.0f} MHz '
-                f'({self.sm_mhz / self.sm_max_mhz:.0%}), memory {self.mem_mhz:.0f} of {self.mem_max_mhz:.0f} MHz, '
+                f'({self.sm_mhz / self.sm_max_mhz:.0%}), '
+                f'memory {self.mem_mhz:.0f} of {self.mem_max_mhz:.0f} MHz, '
                 f'{self.temp_c:.0f} °C, {self.power_w:.0f} of {self.power_limit_w:.0f} W; '
                 f'clocks held by: {", ".join(self.reasons) or "nothing"}')
     def _repr_markdown_(self): return str(self)
@@ -700,12 +758,14 @@ def clock_state(gpu:int=0, # NVML index of the GPU
         clk = lambda t: nvml.nvmlDeviceGetClockInfo(h, t)
         mx = lambda t: nvml.nvmlDeviceGetMaxClockInfo(h, t)
         try: mask = nvml.nvmlDeviceGetCurrentClocksEventReasons(h)
-        except (AttributeError, nvml.NVMLError): mask = nvml.nvmlDeviceGetCurrentClocksThrottleReasons(h)
+        except (AttributeError, nvml.NVMLError):
+            mask = nvml.nvmlDeviceGetCurrentClocksThrottleReasons(h)
         return ClockState(gpu, name.decode() if isinstance(name, bytes) else name,
                           clk(nvml.NVML_CLOCK_SM), mx(nvml.NVML_CLOCK_SM),
                           clk(nvml.NVML_CLOCK_MEM), mx(nvml.NVML_CLOCK_MEM),
                           nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU),
-                          nvml.nvmlDeviceGetPowerUsage(h) / 1e3, nvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1e3,
+                          nvml.nvmlDeviceGetPowerUsage(h) / 1e3,
+                          nvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1e3,
                           clock_reasons(mask))
     finally: nvml.nvmlShutdown()
 
@@ -714,39 +774,47 @@ def clock_state(gpu:int=0, # NVML index of the GPU
 class ClockReport:
     "What held a GPU's clocks during a run, and how step time followed the SM clock."
     verdict:str          # 'power', 'thermal', 'idle' or 'not limited'
-    shares:dict          # share of busy samples per reason, and 'idle': share of all samples below `busy_util`
+    shares:dict          # share of busy samples per reason; 'idle': share of all samples not busy
     samples:int
     sm_mhz:tuple         # (min, median, max) over the busy samples
     sm_max_mhz:float|None
     power_w:float        # median over the busy samples
     power_limit_w:float
     temp_max_c:float
-    by_clock:pd.DataFrame|None = None  # step-time medians in the lower and upper half of the SM clocks
+    by_clock:pd.DataFrame|None = None  # step-time medians in the lower and upper half of SM clocks
     ms_per_100mhz:float|None = None    # fitted change of step time per 100 MHz more SM clock
 
     def __post_init__(self):
         E, num = KernelError, lambda k, v, **kw: check_num(k, v, err=KernelError, **kw)
         check_choice('verdict', self.verdict, ('power', 'thermal', 'idle', 'not limited'), err=E)
         check_type('shares', self.shares, dict, err=E)
-        if 'idle' not in self.shares: raise E(f"shares must have an 'idle' share, got shares={self.shares!r}.")
+        if 'idle' not in self.shares:
+            raise E(f"shares must have an 'idle' share, got shares={self.shares!r}.")
         check_int('samples', self.samples, lo=1, hi=10**9, err=E)
         check_seq('sm_mhz', self.sm_mhz, lambda k, v: num(k, v, eq=True, hi=1e5), lo=3, hi=3, err=E)
-        num('sm_max_mhz', self.sm_max_mhz, hi=1e5, none=True); num('power_w', self.power_w, eq=True, hi=1e4)
-        num('power_limit_w', self.power_limit_w, hi=1e4); num('temp_max_c', self.temp_max_c, lo=-100, hi=200)
+        num('sm_max_mhz', self.sm_max_mhz, hi=1e5, none=True)
+        num('power_w', self.power_w, eq=True, hi=1e4)
+        num('power_limit_w', self.power_limit_w, hi=1e4)
+        num('temp_max_c', self.temp_max_c, lo=-100, hi=200)
         check_type('by_clock', self.by_clock, pd.DataFrame, none=True, err=E)
         num('ms_per_100mhz', self.ms_per_100mhz, lo=-1e9, hi=1e9, none=True)
 
     def __str__(self):
         lo, med, hi = self.sm_mhz
         of = f' of {self.sm_max_mhz:.0f}' if self.sm_max_mhz else ''
-        power, heat = (max(self.shares.get(r, 0) for r in g) for g in (POWER_REASONS, THERMAL_REASONS))
-        why = {'power': f"power-limited: the driver held the clocks down to stay under the {self.power_limit_w:.0f} W "
+        power, heat = (max(self.shares.get(r, 0) for r in g)
+                       for g in (POWER_REASONS, THERMAL_REASONS))
+        why = {'power': f"power-limited: the driver held the clocks down to stay under the "
+                        f"{self.power_limit_w:.0f} W "
                         f"limit in {power:.0%} of the busy samples",
-               'thermal': f"thermal-limited: the clocks were held down for heat in {heat:.0%} of the busy samples "
+               'thermal': f"thermal-limited: the clocks were held down for heat in {heat:.0%} "
+                          f"of the busy samples "
                           f"(up to {self.temp_max_c:.0f} °C)",
-               'idle': f"idle-limited: the GPU was idle in {self.shares['idle']:.0%} of the samples; it waits for the "
+               'idle': f"idle-limited: the GPU was idle in {self.shares['idle']:.0%} of the "
+                       f"samples; it waits for the "
                        f"input pipeline, Python or a synchronisation, and no clock setting helps",
-               'not limited': 'not limited: the clocks were not held down for power or heat'}[self.verdict]
+               'not limited': 'not limited: the clocks were not held down for power or heat',
+              }[self.verdict]
         s = (f'{why}. SM clock {lo:.0f}-{hi:.0f}{of} MHz (median {med:.0f}), '
              f'power {self.power_w:.0f} of {self.power_limit_w:.0f} W.')
         if self.ms_per_100mhz is not None:
@@ -761,13 +829,18 @@ def _reasons_col(d:pd.DataFrame)->pd.Series:
 
 # %% ../nbs/03_kernels.ipynb #2e8d3b9f
 def _step_vs_clock(d:pd.DataFrame, steps)->tuple:
-    st = pd.DataFrame(steps, columns=['time', 'ms']) if not isinstance(steps, pd.DataFrame) else steps[['time', 'ms']]
-    t = (d.index - pd.Timestamp(0, tz='UTC')).total_seconds() if isinstance(d.index, pd.DatetimeIndex) else d.index
-    smp = pd.DataFrame({'time': pd.Index(t).astype(float), 'sm': d.clock_sm_mhz.to_numpy()}).sort_values('time')
-    m = pd.merge_asof(st.astype(float).sort_values('time'), smp, on='time', direction='nearest').dropna()
+    st = (pd.DataFrame(steps, columns=['time', 'ms']) if not isinstance(steps, pd.DataFrame)
+          else steps[['time', 'ms']])
+    t = ((d.index - pd.Timestamp(0, tz='UTC')).total_seconds()
+         if isinstance(d.index, pd.DatetimeIndex) else d.index)
+    smp = pd.DataFrame({'time': pd.Index(t).astype(float),
+                        'sm': d.clock_sm_mhz.to_numpy()}).sort_values('time')
+    m = pd.merge_asof(st.astype(float).sort_values('time'), smp, on='time',
+                      direction='nearest').dropna()
     if len(m) < 2 or m.sm.nunique() < 2: return None, None
     m['band'] = (m.sm > m.sm.median()).map({False: 'lower half', True: 'upper half'})
-    by = m.groupby('band').agg(sm_mhz=('sm', 'median'), step_ms=('ms', 'median'), steps=('ms', 'size'))
+    by = m.groupby('band').agg(sm_mhz=('sm', 'median'), step_ms=('ms', 'median'),
+                               steps=('ms', 'size'))
     slope = float(pd.Series(m.ms.to_numpy()).cov(pd.Series(m.sm.to_numpy())) / m.sm.var()) * 100
     return by, slope
 
@@ -784,6 +857,7 @@ def _check_samples(df)->pd.DataFrame:
                           "a table like it.")
     return df
 
+# %% ../nbs/03_kernels.ipynb #ad4fa35f
 def _check_steps(steps):
     "`steps` as a DataFrame of `time` and `ms`, None if there are none."
     if steps is None: return None
@@ -815,11 +889,14 @@ def clock_report(df:pd.DataFrame, # samples as `GPUMonitor.df` (monitoring page)
     busy = d[d.util_gpu >= busy_util]
     reasons = _reasons_col(busy)
     names = sorted({r for s in reasons for r in s.split('|') if r})
-    shares = {n: float(reasons.map(lambda s: n in s.split('|')).mean()) for n in names} if len(busy) else {}
+    shares = ({n: float(reasons.map(lambda s: n in s.split('|')).mean()) for n in names}
+              if len(busy) else {})
     shares['idle'] = (len(d) - len(busy)) / len(d)
-    power, thermal = (max([shares.get(r, 0.0) for r in g]) for g in (POWER_REASONS, THERMAL_REASONS))
+    power, thermal = (max([shares.get(r, 0.0) for r in g])
+                      for g in (POWER_REASONS, THERMAL_REASONS))
     verdict = ('idle' if shares['idle'] >= 0.5
-               else max((power, 'power'), (thermal, 'thermal'))[1] if max(power, thermal) >= 0.2 else 'not limited')
+               else max((power, 'power'), (thermal, 'thermal'))[1] if max(power, thermal) >= 0.2
+               else 'not limited')
     b = busy if len(busy) else d
     by, slope = _step_vs_clock(d, steps) if steps is not None else (None, None)
     sm = tuple(float(f(b.clock_sm_mhz)) for f in (pd.Series.min, pd.Series.median, pd.Series.max))
@@ -882,12 +959,14 @@ def probe_kernels()->list:
     if importlib.util.find_spec('cupy') is not None:
         import cupy as cp
         out = []
-        for k, s, cap in [(1, 0, None), (8, 256, 32), (16, 1024, 64), (32, 0, 40), (48, 2048, 96), (64, 512, 128),
+        for k, s, cap in [(1, 0, None), (8, 256, 32), (16, 1024, 64), (32, 0, 40), (48, 2048, 96),
+                          (64, 512, 128),
                           (96, 4096, 168), (128, 0, 255), (24, 8191, 72)]:
             src = f'#define K {k}\n#define S {s}\n' + _PROBE_SRC
             opts = (f'--maxrregcount={cap}',) if cap else ()
             rk = cp.RawKernel(src, 'probe', options=opts)
-            out.append((f'cupy K={k} S={s} cap={cap}', rk.kernel.ptr))  # `kernel` compiles and loads it
+            # `kernel` compiles and loads it
+            out.append((f'cupy K={k} S={s} cap={cap}', rk.kernel.ptr))
         return out
     if importlib.util.find_spec('triton') is not None:
         import torch

@@ -13,7 +13,8 @@ import pandas as pd
 
 from .allocation import NoGPUError, native_bf16
 from .core import ColabT4Error
-from .core import check_callable, check_choice, check_int, check_num, check_seq, check_flag
+from .core import (
+    check_callable, check_choice, check_int, check_num, check_seq, check_flag)
 from .timing import benchmark
 
 # %% auto #0
@@ -37,21 +38,28 @@ class Switch:
     example:str   # a value worth setting
     what:str
 
+# %% ../nbs/03a_switches.ipynb #2a4a225d
 ENV_SWITCHES = {s.name: s for s in [
-    Switch('CUDA_LAUNCH_BLOCKING', 'cuda', '1', 'every kernel launch waits for the kernel to finish, so a CUDA error '
+    Switch('CUDA_LAUNCH_BLOCKING', 'cuda', '1',
+           'every kernel launch waits for the kernel to finish, so a CUDA error '
            'is reported at the line that caused it; several times slower: for debugging only'),
-    Switch('TORCH_USE_CUDA_DSA', 'build', '1', 'device-side assertions; a flag for compiling PyTorch, which the '
+    Switch('TORCH_USE_CUDA_DSA', 'build', '1',
+           'device-side assertions; a flag for compiling PyTorch, which the '
            'published wheels are built without, so setting it at run time changes nothing'),
-    Switch('CUBLAS_WORKSPACE_CONFIG', 'first use', ':4096:8', 'a fixed cuBLAS workspace, which '
+    Switch('CUBLAS_WORKSPACE_CONFIG', 'first use', ':4096:8',
+           'a fixed cuBLAS workspace, which '
            '`torch.use_deterministic_algorithms(True)` needs for reproducible matrix products'),
-    Switch('PYTORCH_CUDA_ALLOC_CONF', 'cuda', 'expandable_segments:True', "options of PyTorch's caching allocator; "
+    Switch('PYTORCH_CUDA_ALLOC_CONF', 'cuda', 'expandable_segments:True',
+           "options of PyTorch's caching allocator; "
            'expandable segments avoid out-of-memory errors caused by fragmentation'),
     Switch('CUDA_VISIBLE_DEVICES', 'cuda', '0', 'which GPUs this process sees, and in what order'),
-    Switch('CUDA_MODULE_LOADING', 'cuda', 'LAZY', 'load kernels when first used instead of all at start: less memory '
+    Switch('CUDA_MODULE_LOADING', 'cuda', 'LAZY',
+           'load kernels when first used instead of all at start: less memory '
            'and a faster start (the default from CUDA 12.2 on)'),
     Switch('NVIDIA_TF32_OVERRIDE', 'cuda', '0',
            'turns TF32 off in cuBLAS and cuDNN whatever the framework asks (Ampere and newer)'),
-    Switch('TF_FORCE_GPU_ALLOW_GROWTH', 'tensorflow', 'true', 'TensorFlow takes GPU memory as it needs it instead of '
+    Switch('TF_FORCE_GPU_ALLOW_GROWTH', 'tensorflow', 'true',
+           'TensorFlow takes GPU memory as it needs it instead of '
            'nearly all of it at start, leaving room for PyTorch or a second notebook'),
     Switch('TF_GPU_ALLOCATOR', 'tensorflow', 'cuda_malloc_async',
            "TensorFlow uses CUDA's stream-ordered allocator, which fragments less"),
@@ -69,44 +77,51 @@ def _tf_started()->bool: return 'tensorflow' in sys.modules
 
 # %% ../nbs/03a_switches.ipynb #000b7310
 def _late_message(s:Switch, value:str)->str|None:
-    fresh = (f"or run the work in a fresh process: Runtime > Restart session in Colab, or a script under "
+    fresh = (f"or run the work in a fresh process: Runtime > Restart session in Colab, "
+             f"or a script under "
              f"colab_t4_nb.persistence.run_with_restarts([sys.executable, 'train.py'], "
              f"env={{**os.environ, {s.name!r}: {value!r}}})")
     if s.read == 'build':
-        return (f'{s.name} only acts in a PyTorch compiled with it (the pip and Colab builds are not), so setting '
-                'it changes nothing. To find the kernel that failed, set CUDA_LAUNCH_BLOCKING=1 before CUDA starts '
-                'instead.')
+        return (f'{s.name} only acts in a PyTorch compiled with it (the pip and Colab builds are '
+                'not), so setting it changes nothing. To find the kernel that failed, set '
+                'CUDA_LAUNCH_BLOCKING=1 before CUDA starts instead.')
     if s.read == 'cuda':
-        return (f'{s.name}={value!r} is set after CUDA started in this process, so it has no effect here: CUDA '
-                f'reads it once, at start. Set it in the first cell, before anything touches the GPU, {fresh}.')
+        return (f'{s.name}={value!r} is set after CUDA started in this process, so it has no '
+                f'effect here: CUDA reads it once, at start. Set it in the first cell, before '
+                f'anything touches the GPU, {fresh}.')
     if s.read == 'first use':
-        return (f'{s.name}={value!r} is set after CUDA started: cuBLAS reads it when it makes its first handle, so '
-                f'if a matrix product already ran on the GPU it has no effect here. Set it in the first cell, {fresh}.')
-    return (f'{s.name}={value!r} is set after TensorFlow was imported: TensorFlow reads it when it starts, so it '
-            f'may have no effect here. Set it before `import tensorflow`, {fresh}.')
+        return (f'{s.name}={value!r} is set after CUDA started: cuBLAS reads it when it makes '
+                f'its first handle, so if a matrix product already ran on the GPU it has no '
+                f'effect here. Set it in the first cell, {fresh}.')
+    return (f'{s.name}={value!r} is set after TensorFlow was imported: TensorFlow reads it '
+            f'when it starts, so it may have no effect here. Set it before `import tensorflow`, '
+            f'{fresh}.')
 
 # %% ../nbs/03a_switches.ipynb #27e921a9
 def _switch(name:str)->Switch:
     if name not in ENV_SWITCHES:
         near = difflib.get_close_matches(name, ENV_SWITCHES, n=1)
         raise SwitchError(f'{name!r} is not a switch this library knows'
-                          + (f' (did you mean {near[0]}?)' if near else '') + f'. Known: {", ".join(ENV_SWITCHES)}.')
+                          + (f' (did you mean {near[0]}?)' if near else '')
+                          + f'. Known: {", ".join(ENV_SWITCHES)}.')
     return ENV_SWITCHES[name]
 
 # %% ../nbs/03a_switches.ipynb #965ff728
 @contextmanager
-def env_switches(cuda_started:Callable=_cuda_started, # has CUDA started in this process? (replaceable in tests)
+def env_switches(cuda_started:Callable=_cuda_started, # has CUDA started? (replaceable in tests)
                  tf_started:Callable=_tf_started, # has TensorFlow been imported?
                  **values, # switch name -> value (str, int or bool; None unsets it for the block)
                 ):
     "Set environment switches for the block, restore them after, and warn about any set too late to act."
     sw = {k: _switch(k) for k in values}
-    new = {k: None if v is None else ('1' if v is True else '0' if v is False else str(v)) for k, v in values.items()}
+    new = {k: None if v is None else ('1' if v is True else '0' if v is False else str(v))
+           for k, v in values.items()}
     for k, v in new.items():
         s = sw[k]
         late = (s.read == 'build' or (s.read in ('cuda', 'first use') and cuda_started())
                 or (s.read == 'tensorflow' and tf_started()))
-        if late and v is not None: warnings.warn(_late_message(s, v), LateSwitchWarning, stacklevel=3)
+        if late and v is not None:
+            warnings.warn(_late_message(s, v), LateSwitchWarning, stacklevel=3)
     old = {k: os.environ.get(k) for k in new}
     try:
         for k, v in new.items():
@@ -124,15 +139,17 @@ _PRECISIONS = ('highest', 'high', 'medium')
 @contextmanager
 def torch_flags(cudnn_benchmark:bool|None=None, # torch.backends.cudnn.benchmark
                 tf32:bool|None=None, # TF32 for matrix products and cuDNN convolutions
-                matmul_precision:str|None=None, # torch.set_float32_matmul_precision: 'highest', 'high' or 'medium'
+                matmul_precision:str|None=None, # 'highest', 'high' or 'medium' (fp32 matmuls)
                 deterministic:bool|None=None, # torch.use_deterministic_algorithms
                ):
     "Set PyTorch's global speed switches for the block and restore them after (None leaves one as it is)."
     import torch
-    for k, v in dict(cudnn_benchmark=cudnn_benchmark, tf32=tf32, deterministic=deterministic).items():
+    for k, v in dict(cudnn_benchmark=cudnn_benchmark, tf32=tf32,
+                     deterministic=deterministic).items():
         check_flag(k, v, none=True, err=SwitchError)
     if matmul_precision is not None and matmul_precision not in _PRECISIONS:
-        raise SwitchError(f'matmul_precision={matmul_precision!r}: use one of {", ".join(_PRECISIONS)}.')
+        raise SwitchError(f'matmul_precision={matmul_precision!r}: '
+                          f'use one of {", ".join(_PRECISIONS)}.')
     cd, mm = torch.backends.cudnn, torch.backends.cuda.matmul
     old = (cd.benchmark, mm.allow_tf32, cd.allow_tf32, torch.get_float32_matmul_precision(),
            torch.are_deterministic_algorithms_enabled())
@@ -169,9 +186,11 @@ def _train_step(model_fn, batch, device, amp, tf32, bench, cl, dtype):
     model = model_fn().to(device, memory_format=fmt)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     scaler = torch.amp.GradScaler(device, enabled=amp and dtype == torch.float16)
-    x = batch[0].to(device).contiguous(memory_format=fmt); y = batch[1].to(device)
+    x = batch[0].to(device).contiguous(memory_format=fmt)
+    y = batch[1].to(device)
     def step():
-        with torch_flags(cudnn_benchmark=bench, tf32=tf32), torch.autocast(device, dtype=dtype, enabled=amp):
+        with torch_flags(cudnn_benchmark=bench, tf32=tf32), \
+             torch.autocast(device, dtype=dtype, enabled=amp):
             loss = torch.nn.functional.cross_entropy(model(x), y)
         opt.zero_grad(set_to_none=True)
         scaler.scale(loss).backward()
@@ -187,6 +206,7 @@ def _device(device, gpu:bool=False):
         raise NoGPUError("device='cuda', but there is no CUDA GPU here: pass device='cpu'.")
     return device
 
+# %% ../nbs/03a_switches.ipynb #be62af69
 def _batch(batch)->tuple:
     "`batch` as (inputs, labels): two tensors with the same first dimension; else a `SwitchError`."
     import torch
@@ -197,20 +217,25 @@ def _batch(batch)->tuple:
                           f'first dimension, got batch={batch!r:.80}.')
     return tuple(batch)
 
-def switch_benchmark(model_fn:Callable, # builds the model (random weights), e.g. torchvision.models.resnet50
+# %% ../nbs/03a_switches.ipynb #beb71df5
+def switch_benchmark(model_fn:Callable, # builds the model, e.g. torchvision.models.resnet50
                      batch:tuple, # (inputs, class labels) on the CPU
                      device:str='cuda', # 'cuda' or 'cpu'
                      repeats:int=10, # interleaved timed rounds
-                     warmup:int=3, # untimed steps of each variant first (cuDNN's search happens here)
+                     warmup:int=3, # untimed steps of each variant first (cuDNN searches here)
                     )->pd.DataFrame:
     "Training-step time of each switch variant from one interleaved run, with the speed-up over its baseline."
     import torch
     E = SwitchError
-    check_callable('model_fn', model_fn, err=E); batch = _batch(batch); _device(device)
-    check_int('repeats', repeats, lo=1, hi=1000, err=E); check_int('warmup', warmup, hi=100, err=E)
+    check_callable('model_fn', model_fn, err=E)
+    batch = _batch(batch)
+    _device(device)
+    check_int('repeats', repeats, lo=1, hi=1000, err=E)
+    check_int('warmup', warmup, hi=100, err=E)
     _device(device, gpu=True)
     cc = torch.cuda.get_device_capability() if device == 'cuda' else None
-    dtype = (torch.bfloat16 if native_bf16(cc) else torch.float16) if device == 'cuda' else torch.bfloat16
+    dtype = ((torch.bfloat16 if native_bf16(cc) else torch.float16) if device == 'cuda'
+             else torch.bfloat16)
     vs = _variants(device, cc, images=batch[0].dim() == 4)
     steps = {k: _train_step(model_fn, batch, device, *v[:4], dtype) for k, v in vs.items()}
     t = benchmark(steps, repeats=repeats, warmup=warmup, device=device)
@@ -228,16 +253,21 @@ def shape_change_cost(model_fn:Callable, # builds the model
     "Median time of the first step at each new batch size, with `cudnn.benchmark` on and off."
     import torch
     E = SwitchError
-    check_callable('model_fn', model_fn, err=E); check_callable('make_batch', make_batch, err=E); _device(device)
-    sizes = check_seq('sizes', sizes, lambda n, v: check_int(n, v, lo=1, hi=4096, err=E), hi=64, err=E)
+    check_callable('model_fn', model_fn, err=E)
+    check_callable('make_batch', make_batch, err=E)
+    _device(device)
+    sizes = check_seq('sizes', sizes, lambda n, v: check_int(n, v, lo=1, hi=4096, err=E),
+                      hi=64, err=E)
     _device(device, gpu=True)
     sync = torch.cuda.synchronize if device == 'cuda' else (lambda: None)
     def step(model, n, bench):
         x, y = (t.to(device) for t in make_batch(n))
         with torch_flags(cudnn_benchmark=bench):
-            sync(); t0 = time.perf_counter()
+            sync()
+            t0 = time.perf_counter()
             torch.nn.functional.cross_entropy(model(x), y).backward()
-            sync(); return (time.perf_counter() - t0) * 1e3
+            sync()
+            return (time.perf_counter() - t0) * 1e3
     rows = []
     for bench, shift in ((False, 0), (True, 64)):  # each setting meets batch sizes neither has seen
         model = model_fn().to(device)
@@ -251,8 +281,11 @@ def loader_settings(cpus:int|None=None, # CPUs this process may use; default: wh
                     cuda:bool|None=None, # will the batches go to a GPU? default: is one here
                    )->dict:
     "Recommended `DataLoader` arguments for this machine."
-    check_int('cpus', cpus, lo=0, hi=4096, none=True, err=SwitchError); check_flag('cuda', cuda, none=True)
-    if cpus is None: cpus = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else (os.cpu_count() or 1)
+    check_int('cpus', cpus, lo=0, hi=4096, none=True, err=SwitchError)
+    check_flag('cuda', cuda, none=True)
+    if cpus is None:
+        cpus = (len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity')
+                else (os.cpu_count() or 1))
     if cuda is None:
         torch = sys.modules.get('torch')
         cuda = bool(torch and torch.cuda.is_available())
@@ -277,11 +310,14 @@ class DataWait:
         total = sum(self.wait_ms) + sum(self.step_ms)
         return sum(self.wait_ms) / total if total else 0.0
     def summary(self)->pd.Series:
-        return pd.Series({'steps': len(self.step_ms), 'wait ms (median)': pd.Series(self.wait_ms).median(),
-                          'step ms (median)': pd.Series(self.step_ms).median(), 'waiting': self.wait_share})
+        return pd.Series({'steps': len(self.step_ms),
+                          'wait ms (median)': pd.Series(self.wait_ms).median(),
+                          'step ms (median)': pd.Series(self.step_ms).median(),
+                          'waiting': self.wait_share})
     def __str__(self):
-        return (f'{self.wait_share:.0%} of the loop waits for data ({len(self.step_ms)} steps: median wait '
-                f'{pd.Series(self.wait_ms).median():.1f} ms, median step {pd.Series(self.step_ms).median():.1f} ms)')
+        return (f'{self.wait_share:.0%} of the loop waits for data ({len(self.step_ms)} steps: '
+                f'median wait {pd.Series(self.wait_ms).median():.1f} ms, '
+                f'median step {pd.Series(self.step_ms).median():.1f} ms)')
 
 # %% ../nbs/03a_switches.ipynb #5be69405
 def data_wait(loader, # an iterable of batches, e.g. a DataLoader
@@ -295,17 +331,26 @@ def data_wait(loader, # an iterable of batches, e.g. a DataLoader
     E = SwitchError
     check_callable('step', step, err=E); check_callable('sync', sync, none=True, err=E)
     check_callable('clock', clock, err=E)
-    steps, skip = check_int('steps', steps, lo=1, hi=10**6, err=E), check_int('skip', skip, hi=10**6, err=E)
+    steps, skip = (check_int('steps', steps, lo=1, hi=10**6, err=E),
+                   check_int('skip', skip, hi=10**6, err=E))
     try: iter(loader)
-    except TypeError: raise E(f'loader must be an iterable of batches, got loader={loader!r}.') from None
+    except TypeError:
+        raise E(f'loader must be an iterable of batches, got loader={loader!r}.') from None
     sync, it, wait, work = sync or (lambda: None), iter(loader), [], []
     for i in range(steps + skip):
         t0 = clock()
         try: batch = next(it)
         except StopIteration: break
-        t1 = clock(); step(batch); sync(); t2 = clock()
-        if i >= skip: wait.append((t1 - t0) * 1e3); work.append((t2 - t1) * 1e3)
-    if not work: raise SwitchError(f'The loader gave no batch after the first {skip}: give it more data or lower skip.')
+        t1 = clock()
+        step(batch)
+        sync()
+        t2 = clock()
+        if i >= skip:
+            wait.append((t1 - t0) * 1e3)
+            work.append((t2 - t1) * 1e3)
+    if not work:
+        raise SwitchError(f'The loader gave no batch after the first {skip}: '
+                          'give it more data or lower skip.')
     return DataWait(wait, work)
 
 # %% ../nbs/03a_switches.ipynb #5eabf40c
@@ -316,12 +361,14 @@ def h2d_bandwidth(mib:int=256, # bytes per copy, MiB
     import torch
     mib = check_int('mib', mib, lo=1, hi=4096, err=SwitchError)  # the host has only some GiB to pin
     repeats = check_int('repeats', repeats, lo=1, hi=1000, err=SwitchError)
-    if not torch.cuda.is_available(): raise NoGPUError('h2d_bandwidth needs a CUDA GPU: there is none here.')
+    if not torch.cuda.is_available():
+        raise NoGPUError('h2d_bandwidth needs a CUDA GPU: there is none here.')
     n = mib * 2**20
     pageable = torch.randint(0, 256, (n,), dtype=torch.uint8)
     pinned = pageable.pin_memory()
     dst = torch.empty(n, dtype=torch.uint8, device='cuda')
-    t = benchmark({'pageable': lambda: dst.copy_(pageable), 'pinned': lambda: dst.copy_(pinned, non_blocking=True)},
+    t = benchmark({'pageable': lambda: dst.copy_(pageable),
+                   'pinned': lambda: dst.copy_(pinned, non_blocking=True)},
                   repeats=repeats, warmup=2, device='cuda')
     df = t.df[['median_ms', 'p25_ms', 'p75_ms']].copy()
     df['GB/s'] = n / df.median_ms / 1e6

@@ -55,6 +55,7 @@ class StepError(ColabT4Error, ValueError):
 # %% ../nbs/02_memory.ipynb #2942c069
 _MAX_SIZE, _MAX_STEPS = 2**24, 1000  # a size far above what any GPU fits; training steps per trial
 
+# %% ../nbs/02_memory.ipynb #a40f19ea
 def _int_arg(name:str, value, what:str='size', lo:int=1, hi:int|None=_MAX_SIZE)->int:
     "`check_int` raising the page's `BatchSizeError`; `what` is kept for the callers' readability."
     return check_int(name, value, lo=lo, hi=hi, err=BatchSizeError)
@@ -353,6 +354,7 @@ def accumulation(target:int, # the effective batch size wanted
 # %% ../nbs/02_memory.ipynb #9f5ec0a6
 REPORTED_MIB = {'T4': 15360, 'K80': 11441, 'H200': 143771}  # total memory the driver reports, recorded (see `reading`)
 
+# %% ../nbs/02_memory.ipynb #afc9b5d4
 def usable_memory(card:str # a spec-table key or a driver's name: 'T4', 'Tesla T4', 'NVIDIA H200'
                  )->int:
     "Bytes of GPU memory a program on `card` sees: the driver's recorded total, else 15/16 of the datasheet's size."
@@ -470,6 +472,7 @@ def _torch_report(i:int)->dict:
 _REPORT = ['name', 'allocated_mib', 'reserved_mib', 'peak_allocated_mib', 'peak_reserved_mib', 'cap_mib', 'ooms',
            'alloc_retries', 'nvml_used_mib', 'nvml_total_mib']
 
+# %% ../nbs/02_memory.ipynb #6396fe9f
 def memory_report(nvml=None # the `pynvml` module (a stand-in in tests); default the real one
                  )->pd.DataFrame:
     "One row per GPU: PyTorch's allocator figures and NVML's used/total, in MiB (NaN where a source cannot tell)."
@@ -751,6 +754,7 @@ def tf_memory_growth(enable:bool=True, # True: take GPU memory as needed; False:
 # %% ../nbs/02_memory.ipynb #0e2968e3
 _AMP = {'fp16': torch.float16, 'bf16': torch.bfloat16, None: None}
 
+# %% ../nbs/02_memory.ipynb #3b219830
 def synthetic_step(model:nn.Module, # on its device
                    opt:torch.optim.Optimizer, # optimizer of `model`'s parameters
                    input_shape:tuple, # one sample's shape, e.g. (3, 224, 224)

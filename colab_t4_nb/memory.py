@@ -24,33 +24,39 @@ from .core import (ArgumentTypeError, check_callable, check_choice, check_flag, 
 
 # %% auto #0
 __all__ = ['REPORTED_MIB', 'BatchSizeError', 'NothingFits', 'SplitError', 'MemoryGrowthError', 'DeviceError', 'StepError',
-           'free_memory', 'Trial', 'try_batch', 'SizeResult', 'BatchSizeResult', 'find_batch_size', 'find_max_size',
+           'free_memory', 'Trial', 'try_batch', 'find_batch_size', 'SizeResult', 'BatchSizeResult', 'find_max_size',
            'auto_batch_size', 'Accumulation', 'accumulation', 'usable_memory', 'cap_memory', 'peak_memory',
            'memory_report', 'Checkpointed', 'checkpoint_every', 'checkpoint_report', 'balance', 'param_bytes',
            'SplitModel', 'split_model', 'launch_ddp', 'allreduce_check', 'tf_memory_growth', 'synthetic_step']
 
-# %% ../nbs/02_memory.ipynb #32f5aa0d
+# %% ../nbs/02_memory.ipynb #6f86d026
 class BatchSizeError(ColabT4Error, ValueError):
     "Bad arguments to a size search (`find_batch_size`, `find_max_size`) or the helpers around it."
 
+# %% ../nbs/02_memory.ipynb #815435b5
 class NothingFits(ColabT4Error, RuntimeError):
     "Even the smallest batch size tried ran out of memory."
 
+# %% ../nbs/02_memory.ipynb #f79acfac
 class SplitError(ColabT4Error, TypeError):
     "A model `split_model` cannot split, or devices it cannot split over."
 
+# %% ../nbs/02_memory.ipynb #8a5d2ca5
 class MemoryGrowthError(ColabT4Error, RuntimeError):
     "TensorFlow's memory growth was switched after TensorFlow had started on the GPU."
 
+# %% ../nbs/02_memory.ipynb #a906187a
 class DeviceError(ColabT4Error, ValueError):
     "A device that is not one."
 
+# %% ../nbs/02_memory.ipynb #0b9cc863
 class StepError(ColabT4Error, ValueError):
     "Arguments `synthetic_step` cannot build a training step from."
 
 # %% ../nbs/02_memory.ipynb #2942c069
 _MAX_SIZE, _MAX_STEPS = 2**24, 1000  # a size far above what any GPU fits; training steps per trial
 
+# %% ../nbs/02_memory.ipynb #a40f19ea
 def _int_arg(name:str, value, what:str='size', lo:int=1, hi:int|None=_MAX_SIZE)->int:
     "`check_int` raising the page's `BatchSizeError`; `what` is kept for the callers' readability."
     return check_int(name, value, lo=lo, hi=hi, err=BatchSizeError)
@@ -114,6 +120,20 @@ def try_batch(fn:Callable, # `fn(batch_size)` runs one training step
     free_memory(err)
     return Trial(size, False, clock() - t0, kind)
 
+# %% ../nbs/02_memory.ipynb #a844b03e
+def find_batch_size(fn:Callable, # `fn(batch_size)` runs one training step
+                    mode:str='grow', # 'grow': double from `start` until OOM; 'halve': halve from `start` until it fits
+                    start:int|None=None, # first size tried; default 32 ('grow', in bounds) or `max_size` ('halve')
+                    min_size:int=1, # never try a smaller size
+                    max_size:int=2**14, # never try a larger size
+                    steps:int=3, # training steps each candidate must survive
+                    margin:float=0.015, # the result is this fraction (rounded down) below the largest size that fitted
+                    tol:float=0.03, # bisect until the interval is this fraction of the size, or 1, wide
+                    verbose:bool=False, # print each trial
+                   )->BatchSizeResult:
+    "The largest batch size at which `fn` survives `steps` steps, less a safety margin."
+    return _search(fn, mode, start, min_size, max_size, steps, margin, tol, verbose, BatchSizeResult)
+
 # %% ../nbs/02_memory.ipynb #6fe24747
 @dataclass
 class SizeResult:
@@ -146,12 +166,13 @@ class SizeResult:
     @property
     def df(self)->pd.DataFrame:
         "The trials as a table."
-        df = pd.DataFrame([vars(t) for t in self.trials], columns=['size', 'ok', 'seconds', 'error'])
+        df = pd.DataFrame([vars(t) for t in self.trials],
+                          columns=['size', 'ok', 'seconds', 'error'])
         return df.rename_axis('trial')
 
     def __repr__(self):
-        return (f'{type(self).__name__}({self.what.replace(" ", "_")}={self.size}, largest_ok={self.largest_ok}, '
-                f'smallest_oom={self.smallest_oom}, '
+        return (f'{type(self).__name__}({self.what.replace(" ", "_")}={self.size}, '
+                f'largest_ok={self.largest_ok}, smallest_oom={self.smallest_oom}, '
                 f'trials={len(self.trials)}, seconds={self.seconds:.2f})')
 
 # %% ../nbs/02_memory.ipynb #b7b41b36
@@ -165,8 +186,9 @@ class BatchSizeResult(SizeResult):
 @patch
 def _repr_markdown_(self:SizeResult):
     oom = f'{self.smallest_oom} ran out of memory' if self.smallest_oom else 'nothing ran out of memory'
-    head = (f'**{self.what} {self.size}** (largest that ran {self.steps} steps: {self.largest_ok}; {oom}; '
-            f'margin {self.margin:.1%}) after {len(self.trials)} trials in {self.seconds:.2f} s\n\n')
+    head = (f'**{self.what} {self.size}** (largest that ran {self.steps} steps: {self.largest_ok}; '
+            f'{oom}; margin {self.margin:.1%}) '
+            f'after {len(self.trials)} trials in {self.seconds:.2f} s\n\n')
     rows = '\n'.join(f'| {i} | {t.size} | {"ok" if t.ok else "OOM (" + str(t.error) + ")"} | {t.seconds:.3f} |'
                      for i, t in enumerate(self.trials))
     return head + '| trial | size | result | seconds |\n|---|---|---|---|\n' + rows
@@ -181,11 +203,14 @@ def _check_args(fn, mode, start, min_size, max_size, steps, margin, tol, what='s
     steps = _int_arg('steps', steps, hi=_MAX_STEPS)
     if start is not None: start = _int_arg('start', start, what)
     if max_size < min_size:
-        raise BatchSizeError(f'max_size={max_size} is below min_size={min_size}: raise max_size or lower min_size')
+        raise BatchSizeError(f'max_size={max_size} is below min_size={min_size}: '
+                             'raise max_size or lower min_size')
     if start is not None and start < min_size:
-        raise BatchSizeError(f'start={start} is below min_size={min_size}: raise start or lower min_size')
+        raise BatchSizeError(f'start={start} is below min_size={min_size}: '
+                             'raise start or lower min_size')
     if start is not None and start > max_size:
-        raise BatchSizeError(f'max_size={max_size} is below start={start}: raise max_size or lower start')
+        raise BatchSizeError(f'max_size={max_size} is below start={start}: '
+                             'raise max_size or lower start')
     if check_num('margin', margin, 0, 1, eq=True, err=BatchSizeError) == 1:
         raise BatchSizeError(f'margin is a fraction in [0, 1), got margin={margin!r}')
     check_num('tol', tol, 0, 1, eq=True, err=BatchSizeError)
@@ -227,17 +252,18 @@ def _gc_frozen():
 def _nothing_fits(trials, min_size, steps, what='batch size'):
     t = min(trials, key=lambda t: t.size)
     lower = f' or lower min_size (={min_size})' if t.size == min_size > 1 else ''
-    e = NothingFits(f'Nothing fits: even {what} {t.size}, the smallest tried, ran out of memory ({t.error}) '
-                    f'within {steps} steps. '
-                    f'Free memory held elsewhere (del unused models, free_memory()), train in mixed precision, '
-                    f'checkpoint activations{lower}.')
+    e = NothingFits(f'Nothing fits: even {what} {t.size}, the smallest tried, '
+                    f'ran out of memory ({t.error}) within {steps} steps. '
+                    f'Free memory held elsewhere (del unused models, free_memory()), '
+                    f'train in mixed precision, checkpoint activations{lower}.')
     e.trials = trials
     return e
 
 # %% ../nbs/02_memory.ipynb #d748aefa
 def _search(fn, mode, start, min_size, max_size, steps, margin, tol, verbose, cls):
     "The search behind `find_max_size` and `find_batch_size`; a `cls` result."
-    start, min_size, max_size, steps = _check_args(fn, mode, start, min_size, max_size, steps, margin, tol, cls.what)
+    start, min_size, max_size, steps = _check_args(fn, mode, start, min_size, max_size, steps,
+                                                   margin, tol, cls.what)
     verbose = check_flag('verbose', verbose, err=BatchSizeError)
     if start is None: start = min(max(32, min_size), max_size) if mode == 'grow' else max_size
     trials = []
@@ -252,21 +278,8 @@ def _search(fn, mode, start, min_size, max_size, steps, margin, tol, verbose, cl
             if lo is None: raise _nothing_fits(trials, min_size, steps, cls.what)
             lo, hi = _bisect(trial, lo, hi, tol)
         finally: free_memory()
-    return cls(lo if hi is None else max(min_size, lo - int(lo * margin)), lo, hi, trials, mode, steps, margin)
-
-# %% ../nbs/02_memory.ipynb #a844b03e
-def find_batch_size(fn:Callable, # `fn(batch_size)` runs one training step
-                    mode:str='grow', # 'grow': double from `start` until OOM; 'halve': halve from `start` until it fits
-                    start:int|None=None, # first size tried; default 32 ('grow', in bounds) or `max_size` ('halve')
-                    min_size:int=1, # never try a smaller size
-                    max_size:int=2**14, # never try a larger size
-                    steps:int=3, # training steps each candidate must survive
-                    margin:float=0.015, # the result is this fraction (rounded down) below the largest size that fitted
-                    tol:float=0.03, # bisect until the interval is this fraction of the size, or 1, wide
-                    verbose:bool=False, # print each trial
-                   )->BatchSizeResult:
-    "The largest batch size at which `fn` survives `steps` steps, less a safety margin."
-    return _search(fn, mode, start, min_size, max_size, steps, margin, tol, verbose, BatchSizeResult)
+    size = lo if hi is None else max(min_size, lo - int(lo * margin))
+    return cls(size, lo, hi, trials, mode, steps, margin)
 
 # %% ../nbs/02_memory.ipynb #a5ad9035
 def find_max_size(fn:Callable, # `fn(size)` runs one training step at `size` (a sequence length, an image side...)
@@ -306,8 +319,9 @@ def auto_batch_size(probe:Callable, # `probe(batch_size, *args, **kwargs)` runs 
                 free_memory(err)
                 res.train_ooms.append(size)
                 size = max(1, int(size * backoff))
-            raise NothingFits(f'Training ran out of memory at batch sizes {res.train_ooms} after the search chose '
-                              f'{res.batch_size}: raise margin= or retries=, or make the probe do what training does.')
+            raise NothingFits(f'Training ran out of memory at batch sizes {res.train_ooms} '
+                              f'after the search chose {res.batch_size}: raise margin= or retries=, '
+                              'or make the probe do what training does.')
         return wrapper
     return deco
 
@@ -341,6 +355,7 @@ def accumulation(target:int, # the effective batch size wanted
 # %% ../nbs/02_memory.ipynb #9f5ec0a6
 REPORTED_MIB = {'T4': 15360, 'K80': 11441, 'H200': 143771}  # total memory the driver reports, recorded (see `reading`)
 
+# %% ../nbs/02_memory.ipynb #afc9b5d4
 def usable_memory(card:str # a spec-table key or a driver's name: 'T4', 'Tesla T4', 'NVIDIA H200'
                  )->int:
     "Bytes of GPU memory a program on `card` sees: the driver's recorded total, else 15/16 of the datasheet's size."
@@ -377,8 +392,8 @@ class cap_memory:
         self.total = self.cuda.get_device_properties(self.device).total_memory
         self.limit = card if isinstance(card, int) else usable_memory(card)
         if self.limit > self.total:
-            raise ColabT4Error(f'Cannot cap at {card!r}: {self.limit / 2**30:.1f} GiB is more than this GPU has '
-                               f'({self.total / 2**30:.1f} GiB).')
+            raise ColabT4Error(f'Cannot cap at {card!r}: {self.limit / 2**30:.1f} GiB '
+                               f'is more than this GPU has ({self.total / 2**30:.1f} GiB).')
         get = getattr(self.cuda, 'get_per_process_memory_fraction', None)
         self.previous = get(self.device) if get else 1.0
         self.fraction = self.limit / self.total
@@ -389,8 +404,8 @@ class cap_memory:
     def __enter__(self): return self
     def __exit__(self, *exc): self.restore()
     def __repr__(self):
-        return (f'cap_memory({self.limit / 2**20:.0f} MiB of {self.total / 2**20:.0f} MiB on device {self.device}: '
-                f'fraction {self.fraction:.4f})')
+        return (f'cap_memory({self.limit / 2**20:.0f} MiB of {self.total / 2**20:.0f} MiB '
+                f'on device {self.device}: fraction {self.fraction:.4f})')
 
 # %% ../nbs/02_memory.ipynb #78f537e6
 def _device(device=None, name:str='device')->torch.device:
@@ -422,14 +437,15 @@ class peak_memory:
     def __exit__(self, *exc):
         if self.device.type == 'cuda':
             torch.cuda.synchronize(self.device)
-            self.peak, self.end = torch.cuda.max_memory_allocated(self.device), torch.cuda.memory_allocated(self.device)
+            self.peak = torch.cuda.max_memory_allocated(self.device)
+            self.end = torch.cuda.memory_allocated(self.device)
         self.seconds = time.perf_counter() - self.t0
 
     @property
     def extra(self)->float: return self.peak - self.start
     def __repr__(self):
-        return (f'peak_memory({self.device}: peak {self.peak / 2**20:.1f} MiB, {self.extra / 2**20:.1f} MiB '
-                f'above the start, {self.seconds:.3f} s)')
+        return (f'peak_memory({self.device}: peak {self.peak / 2**20:.1f} MiB, '
+                f'{self.extra / 2**20:.1f} MiB above the start, {self.seconds:.3f} s)')
 
 # %% ../nbs/02_memory.ipynb #068665a6
 def _nvml_report(nvml)->dict:
@@ -457,6 +473,7 @@ def _torch_report(i:int)->dict:
 _REPORT = ['name', 'allocated_mib', 'reserved_mib', 'peak_allocated_mib', 'peak_reserved_mib', 'cap_mib', 'ooms',
            'alloc_retries', 'nvml_used_mib', 'nvml_total_mib']
 
+# %% ../nbs/02_memory.ipynb #6396fe9f
 def memory_report(nvml=None # the `pynvml` module (a stand-in in tests); default the real one
                  )->pd.DataFrame:
     "One row per GPU: PyTorch's allocator figures and NVML's used/total, in MiB (NaN where a source cannot tell)."
@@ -491,7 +508,8 @@ def checkpoint_every(model:nn.Sequential, # the blocks, in order
                          f'(model={model!r:.40}); wrap a single module in Checkpointed(...).')
     n = check_int('n', n, lo=1, err=SplitError)
     blocks = list(model)
-    return nn.Sequential(*[Checkpointed(nn.Sequential(*blocks[i:i + n])) for i in range(0, len(blocks), n)])
+    return nn.Sequential(*[Checkpointed(nn.Sequential(*blocks[i:i + n]))
+                           for i in range(0, len(blocks), n)])
 
 # %% ../nbs/02_memory.ipynb #0fdf3312
 def checkpoint_report(model:nn.Sequential, # the model, on its device
@@ -521,7 +539,8 @@ def checkpoint_report(model:nn.Sequential, # the model, on its device
         rows[k] = {'step_ms': t.median(k), 'peak_mib': pm.extra / 2**20}
     model.zero_grad(set_to_none=True)
     df = pd.DataFrame(rows).T
-    df['time_ratio'], df['memory_ratio'] = df.step_ms / df.step_ms['plain'], df.peak_mib / df.peak_mib['plain']
+    df['time_ratio'] = df.step_ms / df.step_ms['plain']
+    df['memory_ratio'] = df.peak_mib / df.peak_mib['plain']
     return df
 
 # %% ../nbs/02_memory.ipynb #7932e6be
@@ -587,7 +606,8 @@ class SplitModel(nn.Module):
     @property
     def plan(self)->pd.DataFrame:
         "Device, block count and parameter MiB of each part."
-        return pd.DataFrame({'device': [str(d) for d in self.devices], 'blocks': [len(p) for p in self.parts],
+        return pd.DataFrame({'device': [str(d) for d in self.devices],
+                             'blocks': [len(p) for p in self.parts],
                              'param_mib': [param_bytes(p) / 2**20 for p in self.parts]})
 
 # %% ../nbs/02_memory.ipynb #e8731488
@@ -611,7 +631,8 @@ def split_model(model:nn.Sequential, # the blocks, in order
     for n, d in zip(lens, devices): parts.append(nn.Sequential(*blocks[i:i + n]).to(d)); i += n
     res = SplitModel(parts, devices)
     if verbose:
-        if len(devices) == 1: print(f'One device ({devices[0]}): the whole model is placed there, nothing is split.')
+        if len(devices) == 1:
+            print(f'One device ({devices[0]}): the whole model is placed there, nothing is split.')
         else: print('Split: ' + '; '.join(f'{r.device}: {r.blocks} blocks, {r.param_mib:.1f} MiB'
                                           for r in res.plan.itertuples()))
     return res
@@ -734,6 +755,7 @@ def tf_memory_growth(enable:bool=True, # True: take GPU memory as needed; False:
 # %% ../nbs/02_memory.ipynb #0e2968e3
 _AMP = {'fp16': torch.float16, 'bf16': torch.bfloat16, None: None}
 
+# %% ../nbs/02_memory.ipynb #3b219830
 def synthetic_step(model:nn.Module, # on its device
                    opt:torch.optim.Optimizer, # optimizer of `model`'s parameters
                    input_shape:tuple, # one sample's shape, e.g. (3, 224, 224)

@@ -17,7 +17,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from .allocation import NoGPUError, UnknownGPUError, nvml_gpus, spec_for
-from .core import ColabT4Error, oom_kind
+from .core import ColabT4Error, cuda_sync, oom_kind
 from .timing import benchmark
 from .core import (ArgumentTypeError, check_callable, check_choice, check_flag, check_int,
                               check_num, check_seq, check_str, check_type)
@@ -94,10 +94,6 @@ class Trial:
     seconds:float      # wall time of the trial, cleanup included
     error:str|None = None  # `oom_kind` of the failure
 
-# %% ../nbs/02_memory.ipynb #2480a54c
-def _sync():
-    if torch.cuda.is_initialized(): torch.cuda.synchronize()
-
 # %% ../nbs/02_memory.ipynb #4e4c20d8
 def try_batch(fn:Callable, # `fn(batch_size)` runs one training step
               size:int, # the batch size to try
@@ -111,7 +107,7 @@ def try_batch(fn:Callable, # `fn(batch_size)` runs one training step
     t0, err = clock(), None
     try:
         for _ in range(steps): fn(size)
-        _sync()
+        cuda_sync()
     except Exception as e:
         kind = oom_kind(e)
         if kind is None: raise

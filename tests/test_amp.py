@@ -42,7 +42,7 @@ def test_keras_parts_without_tensorflow(tmp_path, cpu_env):
             with keras_amp(): pass
         except AmpError as e: print('error:', e)''', _no_tf_env(tmp_path, cpu_env), tmp_path)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.splitlines() == ['Skipped on this runtime (TensorFlow is not installed): a Keras fit.',
+    assert r.stdout.splitlines() == ['Skipped on this runtime (tensorflow is not installed: pip install tensorflow): a Keras fit.',
                                      'error: TensorFlow is not installed: `pip install tensorflow` (Colab has it).'], r.stdout
 
 def test_run_all_without_tensorflow(tmp_path, cpu_env):

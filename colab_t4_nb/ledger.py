@@ -195,7 +195,7 @@ def _chains(start, end, pause_s)->list:
         else: chains.append([s, e, e - s])
     return chains
 
-# %% ../nbs/06a_ledger.ipynb #455e4b3b
+# %% ../nbs/06a_ledger.ipynb #9d8ade0b
 def _advice_item(name:str, x)->tuple:
     "`x` as a (level, text) pair of `Advice.items`."
     if not (isinstance(x, (tuple, list)) and len(x) == 2):
@@ -203,6 +203,7 @@ def _advice_item(name:str, x)->tuple:
     check_choice(f'{name}[0]', x[0], ('ok', 'note', 'warn'), err=MonitorError)
     return x[0], check_str(f'{name}[1]', x[1], err=MonitorError)
 
+# %% ../nbs/06a_ledger.ipynb #dd3cfe8e
 @dataclass
 class Advice:
     "What the ledger suggests at `now`: figures in hours, `items` of (level, text), and your own allocation record."

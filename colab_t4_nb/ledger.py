@@ -143,9 +143,8 @@ def sessions(self:UsageLedger)->pd.DataFrame:
 def allocations(self:UsageLedger)->pd.DataFrame:
     "The allocation attempts `ensure_gpu` recorded, oldest first: time (UTC), runtime_id, got, got_key, wanted, action."
     recs = [r for r in self.records() if r.get('kind') == 'allocation']
-    df = pd.DataFrame(recs,
-                      columns=['time', 'runtime_id', 'got', 'got_key', 'wanted', 'action',
-                               'runtime'])
+    df = pd.DataFrame(recs, columns=['time', 'runtime_id', 'got', 'got_key', 'wanted', 'action',
+                                     'runtime'])
     df['time'] = pd.to_datetime(df.time, utc=True, format='ISO8601')
     return df.sort_values('time', kind='stable').reset_index(drop=True)
 

@@ -35,8 +35,8 @@ class MonitorError(ColabT4Error):
 
 # %% ../nbs/06_monitoring.ipynb #56ee9a54
 FIELDS = ['util_gpu', 'util_mem', 'mem_used_mib', 'mem_total_mib', 'temp_c', 'power_w',
-          'power_limit_w',
-          'clock_sm_mhz', 'clock_mem_mhz', 'throttle', 'torch_alloc_mib', 'torch_reserved_mib']
+          'power_limit_w', 'clock_sm_mhz', 'clock_mem_mhz', 'throttle', 'torch_alloc_mib',
+          'torch_reserved_mib']
 
 # %% ../nbs/06_monitoring.ipynb #acf7d5aa
 ROW = ['time', 'gpu', *FIELDS]  # a raw sample row: epoch seconds, GPU index, then the fields
@@ -47,7 +47,7 @@ BYTES_PER_MIB = 2**20  # bytes in a MiB
 # %% ../nbs/06_monitoring.ipynb #8b2454ef
 _NAN = float('nan')  # the value of a field not read
 
-# %% ../nbs/06_monitoring.ipynb #be98fa1f
+# %% ../nbs/06_monitoring.ipynb #3661cf30
 def _reason_table(nvml)->dict:
     "Bit -> name from the `nvmlClocksEventReason*` (then `nvmlClocksThrottleReason*`) constants of `nvml`."
     bits = {}
@@ -58,6 +58,7 @@ def _reason_table(nvml)->dict:
                 bits.setdefault(v, k[len(prefix):])
     return dict(sorted(bits.items()))
 
+# %% ../nbs/06_monitoring.ipynb #68d86e7b
 REASONS = _reason_table(pynvml)
 
 # %% ../nbs/06_monitoring.ipynb #8b518ab2
@@ -120,22 +121,23 @@ def _nvml_fast(nvml, h, reasons:tuple)->Callable:
     "The same calls for handle `h` as straight-line code, looked up once: the path taken while nothing fails."
     util, mem = nvml.nvmlDeviceGetUtilizationRates, nvml.nvmlDeviceGetMemoryInfo
     temp, power = nvml.nvmlDeviceGetTemperature, nvml.nvmlDeviceGetPowerUsage
-    limit, clock = nvml.nvmlDeviceGetEnforcedPowerLimit, nvml.nvmlDeviceGetClockInfo
-    rfn = reasons[1]
-    T, SM, MEM = nvml.NVML_TEMPERATURE_GPU, nvml.NVML_CLOCK_SM, nvml.NVML_CLOCK_MEM
-    MB = BYTES_PER_MIB
+    limit, clock, rfn = (nvml.nvmlDeviceGetEnforcedPowerLimit, nvml.nvmlDeviceGetClockInfo,
+                         reasons[1])
+    T, SM, MEM, MB = (nvml.NVML_TEMPERATURE_GPU, nvml.NVML_CLOCK_SM, nvml.NVML_CLOCK_MEM,
+                      BYTES_PER_MIB)
     def read():
         u, m = util(h), mem(h)
         return (_get(u, 'gpu'), _get(u, 'memory'), _get(m, 'used') / MB, _get(m, 'total') / MB,
                 temp(h, T), power(h) / 1e3, limit(h) / 1e3, clock(h, SM), clock(h, MEM), rfn(h))
     return read
 
-# %% ../nbs/06_monitoring.ipynb #a5a64fe2
+# %% ../nbs/06_monitoring.ipynb #1e6e4734
 def _check_gpus(gpus)->list|None:
     "`gpus` as a list of GPU indices, or None for all."
     gpu = lambda n, i: check_int(n, i, 0, 1023, err=MonitorError)
     return check_seq('gpus', gpus, gpu, none=True, err=MonitorError)
 
+# %% ../nbs/06_monitoring.ipynb #a990c63f
 class NVMLSource:
     "Reads samples through NVML: `nvmlInit` and the handles once, then eight calls per GPU per reading."
     kind = 'nvml'
@@ -218,8 +220,8 @@ def _torch_mem(self:NVMLSource, i:int)->tuple:
 
 # %% ../nbs/06_monitoring.ipynb #06352e66
 SMI_QUERY = ['index', 'name', 'utilization.gpu', 'utilization.memory', 'memory.used',
-             'memory.total', 'temperature.gpu',
-             'power.draw', 'power.limit', 'clocks.current.sm', 'clocks.current.memory']
+             'memory.total', 'temperature.gpu', 'power.draw', 'power.limit', 'clocks.current.sm',
+             'clocks.current.memory']
 
 # %% ../nbs/06_monitoring.ipynb #722a88ae
 # newer drivers, older drivers
@@ -246,11 +248,12 @@ def smi_values(row:dict # one row of `parse_smi_csv`
     mask = int(r, 16) if re.fullmatch(r'0x[0-9a-fA-F]+', r.strip()) else _NAN
     return tuple(num(k) for k in SMI_QUERY[2:]) + (mask, _NAN, _NAN)
 
-# %% ../nbs/06_monitoring.ipynb #c04a64a1
+# %% ../nbs/06_monitoring.ipynb #32284562
 class NoSmi(NoGPUError, FileNotFoundError):
     "`nvidia-smi` is not on the PATH, or cannot be run."
     def __str__(self): return self.strerror or super().__str__()
 
+# %% ../nbs/06_monitoring.ipynb #fa4d69ea
 class SmiSource:
     "Reads samples by running `nvidia-smi --query-gpu` (a process per reading): the fallback when NVML is missing."
     kind = 'nvidia-smi'
@@ -291,7 +294,7 @@ def read(self:SmiSource)->list[tuple]:
         rows = {}
     return [smi_values(rows[i]) if i in rows else (_NAN,) * len(FIELDS) for i in self.gpus]
 
-# %% ../nbs/06_monitoring.ipynb #e6b86ba0
+# %% ../nbs/06_monitoring.ipynb #ca27ba0c
 _SOURCES = ('nvml', 'nvidia-smi')
 
 def _check_sources(sources)->list:
@@ -299,6 +302,7 @@ def _check_sources(sources)->list:
     source = lambda n, s: check_choice(n, s, _SOURCES, err=MonitorError)
     return check_seq('sources', sources, source, err=MonitorError)
 
+# %% ../nbs/06_monitoring.ipynb #f6faa8bb
 def open_source(sources:tuple=('nvml', 'nvidia-smi'), # in the order to try
                 gpus:list|None=None, # GPU indices; default all
                 torch_memory:bool=False, # see `NVMLSource`
@@ -321,7 +325,7 @@ def open_source(sources:tuple=('nvml', 'nvidia-smi'), # in the order to try
         src.close(); why[s] = 'lists no GPU'
     return None, why
 
-# %% ../nbs/06_monitoring.ipynb #cd10de36
+# %% ../nbs/06_monitoring.ipynb #ebee09a9
 _NAMES = 'a dict of GPU index -> name'
 
 def _check_rows(rows, names=None)->tuple:
@@ -333,6 +337,7 @@ def _check_rows(rows, names=None)->tuple:
     rows = check_seq('rows', rows, row, lo=0, err=MonitorError)
     return rows, check_type('names', names, dict, _NAMES, none=True, err=MonitorError)
 
+# %% ../nbs/06_monitoring.ipynb #7598f388
 def samples_df(rows:list[tuple], # rows in `ROW` layout
           names:dict|None=None, # GPU index -> name
          )->pd.DataFrame:
@@ -362,7 +367,7 @@ def _check_interval(interval)->float:
                            f'beside training).')
     return float(interval)
 
-# %% ../nbs/06_monitoring.ipynb #c88eb14d
+# %% ../nbs/06_monitoring.ipynb #87954aee
 def _check_periods(every)->dict:
     "`GPUMonitor`'s `every`: seconds between CSV flushes, live updates and ledger updates."
     check_type('every', every, dict, "a dict such as {'flush': 5}", none=True, err=MonitorError)
@@ -371,6 +376,7 @@ def _check_periods(every)->dict:
         check_num(f'every[{k!r}]', v, 0, 24 * 3600, eq=True, err=MonitorError)
     return dict(every or {})
 
+# %% ../nbs/06_monitoring.ipynb #148d105a
 class GPUMonitor:
     "Samples every GPU in a daemon thread into a DataFrame (and a CSV), cheaply enough to run beside training."
     def __init__(self, interval:float=1.0, # seconds between samples, at least `MIN_INTERVAL`
@@ -395,13 +401,13 @@ class GPUMonitor:
         busy_util = check_num('busy_util', busy_util, 0, 100, eq=True, err=E)
         clock = check_callable('clock', clock, err=E)
         display = check_callable('display', display, none=True, err=E)
-        self.csv, self.gpus, self.torch_memory = csv, gpus, torch_memory
-        self.live, self.ledger = live, ledger
+        self.csv, self.gpus, self.torch_memory, self.live, self.ledger = (csv, gpus, torch_memory,
+                                                                          live, ledger)
         sources = tuple(_check_sources(sources))
         self.sources, self.busy_util, self.clock, self.display = sources, busy_util, clock, display
         self.every = {'flush': 5.0, 'live': 1.0, 'ledger': 60.0, **_check_periods(every)}
-        self._rows, self._lock = deque(maxlen=max_rows), threading.Lock()
-        self._stop = threading.Event()
+        self._rows, self._lock, self._stop = (deque(maxlen=max_rows), threading.Lock(),
+                                              threading.Event())
         self.source, self.names, self.available, self.busy_s, self.errors = None, {}, None, 0.0, []
         self._thread = self._csvf = self._session = self._view = self._crash = self._last_t = None
         self._pending, self._due, self._warned = [], {}, set()
@@ -421,8 +427,8 @@ def open(self:GPUMonitor)->GPUMonitor:
     if self.available is not None: return self
     self.source, why = open_source(self.sources, self.gpus, self.torch_memory)
     if self.source is None:
-        print(f"No NVIDIA GPU found ({'; '.join(f'{k}: {v}' for k, v in why.items())}): GPUMonitor "
-              f"records nothing.")
+        print(f"No NVIDIA GPU found ({'; '.join(f'{k}: {v}' for k, v in why.items())}): "
+              f"GPUMonitor records nothing.")
         self.available = False
         return self
     try:
@@ -679,7 +685,7 @@ def _stop_all_at_exit():
 METRICS = ['util_gpu', 'util_mem', 'mem_used_mib', 'temp_c', 'power_w', 'clock_sm_mhz',
            'clock_mem_mhz', 'torch_alloc_mib', 'torch_reserved_mib']
 
-# %% ../nbs/06_monitoring.ipynb #1a0c7a13
+# %% ../nbs/06_monitoring.ipynb #1ef314b6
 def _check_df(df, cols:tuple)->pd.DataFrame:
     "`df` if it is a samples table (`samples_df`, `GPUMonitor.df`, `read_csv`) with columns `cols`."
     table = 'a samples table (GPUMonitor.df or read_csv)'
@@ -688,14 +694,15 @@ def _check_df(df, cols:tuple)->pd.DataFrame:
         raise MonitorError(f'df must be {table}, got one without {missing}.')
     return df
 
+# %% ../nbs/06_monitoring.ipynb #a672a67f
 def summarize(df:pd.DataFrame # samples, as `GPUMonitor.df` or `read_csv`
              )->pd.DataFrame:
     "Mean and max of each metric, per GPU (metrics never read are left out)."
     df = _check_df(df, ('gpu', 'name', *METRICS))
     parts = {(g, n): d[METRICS].agg(['mean', 'max']).T.dropna(how='all')
              for (g, n), d in df.groupby(['gpu', 'name'], dropna=False)}
-    if not parts: return pd.DataFrame(columns=['mean', 'max'])
-    return pd.concat(parts, names=['gpu', 'name', 'metric'])
+    return (pd.concat(parts, names=['gpu', 'name', 'metric']) if parts
+            else pd.DataFrame(columns=['mean', 'max']))
 
 # %% ../nbs/06_monitoring.ipynb #e23592f6
 def throttle_shares(df:pd.DataFrame # samples, as `GPUMonitor.df` or `read_csv`

@@ -13,13 +13,17 @@ from typing import Callable
 import pandas as pd
 from fastcore.basics import patch
 
-from .core import append_line, atomic_write, open_locked, runtime, state_dir
-from .core import (check_callable, check_choice, check_int, check_num, check_path, check_seq,
-                              check_str, check_type)
-from .monitoring import MonitorError
+from .core import ColabT4Error, append_line, atomic_write, open_locked, runtime, state_dir
+from .core import (check_callable, check_choice, check_int, check_num, check_path,
+                              check_seq, check_str, check_type)
+
 
 # %% auto #0
-__all__ = ['OBSERVED', 'CAVEAT', 'GUIDE_CLAIM', 'UsageLedger', 'LedgerSession', 'Advice', 'advice']
+__all__ = ['OBSERVED', 'CAVEAT', 'GUIDE_CLAIM', 'LedgerError', 'UsageLedger', 'LedgerSession', 'Advice', 'advice']
+
+# %% ../nbs/06_ledger.ipynb #f23869b6
+class LedgerError(ColabT4Error):
+    "A usage ledger that cannot be written, or a record, time or limit it cannot take."
 
 # %% ../nbs/06_ledger.ipynb #cc3269ef
 def _iso(t:float)->str: return datetime.fromtimestamp(t, timezone.utc).isoformat(timespec='seconds')
@@ -30,27 +34,28 @@ def _epoch(s:str)->float: return datetime.fromisoformat(s).timestamp()
 # %% ../nbs/06_ledger.ipynb #0c535eca
 class UsageLedger:
     "GPU sessions (start, end, GPU, busy hours) and allocation attempts in an append-only JSON-lines file."
-    def __init__(self, path:str|Path|None=None, # the file; default `state_dir()/'usage_ledger.jsonl'`
+    def __init__(self,
+                 path:str|Path|None=None, # the file; default `state_dir()/'usage_ledger.jsonl'`
                  clock:Callable=time.time, # wall clock, replaceable in tests
                 ):
-        path = check_path('path', path, none=True, err=MonitorError)
-        self.clock = check_callable('clock', clock, err=MonitorError)
+        path = check_path('path', path, none=True, err=LedgerError)
+        self.clock = check_callable('clock', clock, err=LedgerError)
         self.path = path if path is not None else state_dir()/'usage_ledger.jsonl'
 
     def add(self, start:float, end:float, gpu:str, busy_h:float=0.0, session:str|None=None)->str:
         "Append a record for `session` (a new id if None); returns the session id."
-        start = check_num('start', start, 0, 1e11, eq=True, err=MonitorError)
-        end = check_num('end', end, 0, 1e11, eq=True, err=MonitorError)
-        busy_h = check_num('busy_h', busy_h, 0, 1e5, eq=True, err=MonitorError)
-        if end < start: raise MonitorError(f'end={end!r} is before start={start!r}.')
-        gpu = check_str('gpu', gpu, err=MonitorError)
-        session = check_str('session', session, none=True, err=MonitorError)
+        start = check_num('start', start, 0, 1e11, eq=True, err=LedgerError)
+        end = check_num('end', end, 0, 1e11, eq=True, err=LedgerError)
+        busy_h = check_num('busy_h', busy_h, 0, 1e5, eq=True, err=LedgerError)
+        if end < start: raise LedgerError(f'end={end!r} is before start={start!r}.')
+        gpu = check_str('gpu', gpu, err=LedgerError)
+        session = check_str('session', session, none=True, err=LedgerError)
         session = session if session is not None else uuid.uuid4().hex[:12]
-        rec = {'kind': 'session', 'session': session, 'start': _iso(start), 'end': _iso(end), 'gpu': gpu,
-               'busy_h': round(float(busy_h), 4), 'runtime': runtime()}
+        rec = {'kind': 'session', 'session': session, 'start': _iso(start), 'end': _iso(end),
+               'gpu': gpu, 'busy_h': round(float(busy_h), 4), 'runtime': runtime()}
         try: append_line(self.path, json.dumps(rec))
         except OSError as e:
-            raise MonitorError(f'Cannot write the usage ledger {self.path}: {e.strerror or e}. '
+            raise LedgerError(f'Cannot write the usage ledger {self.path}: {e.strerror or e}. '
                                f'Pass a file in a writable folder, '
                                f'e.g. UsageLedger("usage_ledger.jsonl").') from e
         return session
@@ -59,10 +64,12 @@ class UsageLedger:
 def _check_record(r:dict):
     "Raise ValueError, KeyError or TypeError unless `r` is a readable record of its kind."
     kind = r.get('kind', 'session')
-    if kind == 'session': _epoch(r['start']), _epoch(r['end']), float(r['busy_h']), str(r['session']), str(r['gpu'])
+    if kind == 'session':
+        _epoch(r['start']), _epoch(r['end']), float(r['busy_h']), str(r['session']), str(r['gpu'])
     elif kind == 'allocation':
         _epoch(r['time'])
-        if not (isinstance(r['got'], str) and isinstance(r['wanted'], list) and isinstance(r['action'], str)):
+        if not (isinstance(r['got'], str) and isinstance(r['wanted'], list)
+                and isinstance(r['action'], str)):
             raise TypeError(r)
     elif not isinstance(kind, str): raise TypeError(kind)
 
@@ -84,7 +91,8 @@ def _parse_records(text:str)->tuple:
 def _latest_per_session(recs:list[dict])->list[dict]:
     "The records, with only the latest record of each session (other kinds kept as they are), in file order."
     last = {r['session']: k for k, r in enumerate(recs) if r.get('kind', 'session') == 'session'}
-    return [r for k, r in enumerate(recs) if r.get('kind', 'session') != 'session' or last[r['session']] == k]
+    return [r for k, r in enumerate(recs)
+            if r.get('kind', 'session') != 'session' or last[r['session']] == k]
 
 # %% ../nbs/06_ledger.ipynb #dfbf5815
 @patch
@@ -92,17 +100,21 @@ def _rewrite(self:UsageLedger, repair:bool)->list[dict]:
     "Under the lock: set a damaged file aside (`repair`) or keep the latest record per session; returns what is kept."
     try:
         with open_locked(self.path) as fd:
-            with open(fd, 'rb', closefd=False) as f: recs, bad = _parse_records(f.read().decode('utf-8', 'replace'))
+            with open(fd, 'rb', closefd=False) as f:
+                recs, bad = _parse_records(f.read().decode('utf-8', 'replace'))
             if repair and not bad: return recs  # another process repaired it first
             keep = recs if repair else _latest_per_session(recs)
             if repair:
-                aside = self.path.with_name(f"{self.path.name}.corrupt-{datetime.now(timezone.utc):%Y%m%dT%H%M%S%f}")
+                aside = self.path.with_name(f"{self.path.name}.corrupt-"
+                                            f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S%f}")
                 shutil.copyfile(self.path, aside)
-            with atomic_write(self.path) as f: f.write(''.join(json.dumps(r) + '\n' for r in keep).encode())
+            with atomic_write(self.path) as f:
+                f.write(''.join(json.dumps(r) + '\n' for r in keep).encode())
     except FileNotFoundError: return []
-    if repair: warnings.warn(f'Usage ledger {self.path} had {bad} unreadable line(s): it is kept as {aside.name}, '
-                             f'and a new '
-                             f'ledger was started with its {len(keep)} readable record(s).')
+    if repair:
+        warnings.warn(f'Usage ledger {self.path} had {bad} unreadable line(s): it is kept as '
+                      f'{aside.name}, and a new ledger was started with its {len(keep)} readable '
+                      f'record(s).')
     return keep
 
 # %% ../nbs/06_ledger.ipynb #5f297bfe
@@ -135,7 +147,8 @@ def sessions(self:UsageLedger)->pd.DataFrame:
 def allocations(self:UsageLedger)->pd.DataFrame:
     "The allocation attempts `ensure_gpu` recorded, oldest first: time (UTC), runtime_id, got, got_key, wanted, action."
     recs = [r for r in self.records() if r.get('kind') == 'allocation']
-    df = pd.DataFrame(recs, columns=['time', 'runtime_id', 'got', 'got_key', 'wanted', 'action', 'runtime'])
+    df = pd.DataFrame(recs, columns=['time', 'runtime_id', 'got', 'got_key', 'wanted', 'action',
+                                     'runtime'])
     df['time'] = pd.to_datetime(df.time, utc=True, format='ISO8601')
     return df.sort_values('time', kind='stable').reset_index(drop=True)
 
@@ -145,32 +158,35 @@ class LedgerSession:
     "An open session of a `UsageLedger`."
     ledger:UsageLedger; session:str; start:float; gpu:str
     def __post_init__(self):
-        check_type('ledger', self.ledger, UsageLedger, err=MonitorError)
-        check_str('session', self.session, err=MonitorError)
-        check_str('gpu', self.gpu, err=MonitorError)
-        self.start = check_num('start', self.start, 0, 1e11, eq=True, err=MonitorError)
+        check_type('ledger', self.ledger, UsageLedger, err=LedgerError)
+        check_str('session', self.session, err=LedgerError)
+        check_str('gpu', self.gpu, err=LedgerError)
+        self.start = check_num('start', self.start, 0, 1e11, eq=True, err=LedgerError)
     def update(self, busy_h:float, end:float|None=None):
         "Append the session's latest end (default: now) and busy hours."
-        self.ledger.add(self.start, self.ledger.clock() if end is None else end, self.gpu, busy_h, self.session)
+        self.ledger.add(self.start, self.ledger.clock() if end is None else end, self.gpu, busy_h,
+                        self.session)
 
 # %% ../nbs/06_ledger.ipynb #57a1564b
 @patch
 def begin(self:UsageLedger, gpu:str)->LedgerSession:
     "Start a session on `gpu` now (compacting a ledger over a megabyte first); `update` it as it goes."
-    check_str('gpu', gpu, err=MonitorError)
+    check_str('gpu', gpu, err=LedgerError)
     if self.path.exists() and self.path.stat().st_size > 2**20: self.compact()
     t = self.clock()
     return LedgerSession(self, self.add(t, t, gpu), t, gpu)
 
 # %% ../nbs/06_ledger.ipynb #dac072cc
-OBSERVED = {'streak_h': 36, 'slow_cards_h': 12, 'train_h': 8, 'pause_h': 4, 'session_cap_h': 12, 'idle_cut_min': 90}
+OBSERVED = {'streak_h': 36, 'slow_cards_h': 12, 'train_h': 8, 'pause_h': 4, 'session_cap_h': 12,
+            'idle_cut_min': 90}
 
 # %% ../nbs/06_ledger.ipynb #5a2083cb
-CAVEAT = ("These limits are reports of Colab users, not Google's documentation: Colab does not publish its "
-          "free-tier limits and changes them without notice.")
+CAVEAT = ("These limits are reports of Colab users, not Google's documentation: Colab does not "
+          "publish its free-tier limits and changes them without notice.")
 
 # %% ../nbs/06_ledger.ipynb #71145844
-GUIDE_CLAIM = {'t4_share': 0.8, 'tries_per_t4': (2, 3)}  # the guide's claim: a T4 in 80%+ of runtimes, in 2-3 tries
+# the guide's claim: a T4 in 80%+ of runtimes, in 2-3 tries
+GUIDE_CLAIM = {'t4_share': 0.8, 'tries_per_t4': (2, 3)}
 
 # %% ../nbs/06_ledger.ipynb #cc8e13d1
 def _chains(start, end, pause_s)->list:
@@ -182,21 +198,22 @@ def _chains(start, end, pause_s)->list:
         else: chains.append([s, e, e - s])
     return chains
 
-# %% ../nbs/06_ledger.ipynb #455e4b3b
+# %% ../nbs/06_ledger.ipynb #9d8ade0b
 def _advice_item(name:str, x)->tuple:
     "`x` as a (level, text) pair of `Advice.items`."
     if not (isinstance(x, (tuple, list)) and len(x) == 2):
-        raise MonitorError(f'{name} must be a (level, text) pair, got {name}={x!r}.')
-    check_choice(f'{name}[0]', x[0], ('ok', 'note', 'warn'), err=MonitorError)
-    return x[0], check_str(f'{name}[1]', x[1], err=MonitorError)
+        raise LedgerError(f'{name} must be a (level, text) pair, got {name}={x!r}.')
+    check_choice(f'{name}[0]', x[0], ('ok', 'note', 'warn'), err=LedgerError)
+    return x[0], check_str(f'{name}[1]', x[1], err=LedgerError)
 
+# %% ../nbs/06_ledger.ipynb #dd3cfe8e
 @dataclass
 class Advice:
     "What the ledger suggests at `now`: figures in hours, `items` of (level, text), and your own allocation record."
     now:float; session_h:float|None; streak_h:float; used_24h:float; busy_24h:float; items:list
     runtimes:int=0; t4_runtimes:int=0; allocation:str=''
     def __post_init__(self):
-        E = MonitorError
+        E = LedgerError
         self.now = check_num('now', self.now, 0, eq=True, err=E)
         self.session_h = check_num('session_h', self.session_h, 0, none=True, eq=True, err=E)
         for k in ('streak_h', 'used_24h', 'busy_24h'):
@@ -206,22 +223,28 @@ class Advice:
         self.t4_runtimes = check_int('t4_runtimes', self.t4_runtimes, hi=self.runtimes, err=E)
         check_str('allocation', self.allocation, empty=True, err=E)
     @property
-    def t4_share(self)->float|None: return self.t4_runtimes / self.runtimes if self.runtimes else None
+    def t4_share(self)->float|None:
+        return self.t4_runtimes / self.runtimes if self.runtimes else None
     @property
-    def tries_per_t4(self)->float|None: return self.runtimes / self.t4_runtimes if self.t4_runtimes else None
-    def __str__(self): return '\n'.join(f'{lvl}: {txt}' for lvl, txt in self.items) + f'\n{self.allocation}\n({CAVEAT})'
+    def tries_per_t4(self)->float|None:
+        return self.runtimes / self.t4_runtimes if self.t4_runtimes else None
+    def __str__(self):
+        return ('\n'.join(f'{lvl}: {txt}' for lvl, txt in self.items)
+                + f'\n{self.allocation}\n({CAVEAT})')
     def _repr_markdown_(self):
-        return '\n'.join(f'- **{lvl}**: {txt}' for lvl, txt in self.items) + f'\n\n{self.allocation}\n\n*{CAVEAT}*'
+        return ('\n'.join(f'- **{lvl}**: {txt}' for lvl, txt in self.items)
+                + f'\n\n{self.allocation}\n\n*{CAVEAT}*')
 
 # %% ../nbs/06_ledger.ipynb #1e4bd8fe
 def _in_window(start, end, lo, hi)->list:
     "Fraction of each session [start, end] that lies in [lo, hi]."
-    return [max(0.0, min(e, hi) - max(s, lo)) / (e - s) if e > s else float(lo <= s <= hi) for s, e in zip(start, end)]
+    return [max(0.0, min(e, hi) - max(s, lo)) / (e - s) if e > s else float(lo <= s <= hi)
+            for s, e in zip(start, end)]
 
 # %% ../nbs/06_ledger.ipynb #7324c27c
 def _limits(limits:dict|None)->dict:
     "`OBSERVED` with the user's own figures in place of the ones given."
-    E = MonitorError
+    E = LedgerError
     check_type('limits', limits, dict, 'a dict such as {"streak_h": 30}', none=True, err=E)
     if limits is None: return dict(OBSERVED)
     for k in limits: check_choice('limits key', k, list(OBSERVED), err=E)
@@ -238,43 +261,57 @@ def _allocation_counts(allocs:pd.DataFrame)->tuple:
 # %% ../nbs/06_ledger.ipynb #1be47ebc
 def _allocation_text(n:int, t4:int)->str:
     lo, hi = GUIDE_CLAIM['tries_per_t4']
-    claim = (f"The guide this library grew from claims a T4 in {GUIDE_CLAIM['t4_share']:.0%}+ of free runtimes, "
-             f"within {lo}-{hi} tries")
-    if not n: return f"{claim}; your ledger has no allocations yet (`ensure_gpu` records each runtime's card in it)."
+    claim = (f"The guide this library grew from claims a T4 in {GUIDE_CLAIM['t4_share']:.0%}+ of "
+             f"free runtimes, within {lo}-{hi} tries")
+    if not n:
+        return (f"{claim}; your ledger has no allocations yet "
+                "(`ensure_gpu` records each runtime's card in it).")
     tries = f'{n / t4:.1f} runtimes per T4' if t4 else 'no T4 yet'
-    return f"{claim}. Your own record: {t4} of {n} Colab runtime(s) had a T4 ({t4 / n:.0%}), {tries}."
+    return (f"{claim}. Your own record: {t4} of {n} Colab runtime(s) had a T4 "
+            f"({t4 / n:.0%}), {tries}.")
 
 # %% ../nbs/06_ledger.ipynb #9c5353b1
 def _advice_items(streak, last, session_h, cur, now, o:dict)->list:
     H, items = 3600, []
     if streak >= o['streak_h']:
-        items.append(('warn', f"{streak:.1f} h of GPU sessions without a {o['pause_h']} h pause. Users report that "
-                              f"after about {o['streak_h']} h of continuous T4 use Colab may hand out slower cards "
-                              f"(or none) for about {o['slow_cards_h']} h: save a checkpoint and pause."))
+        items.append(('warn',
+                      f"{streak:.1f} h of GPU sessions without a {o['pause_h']} h pause. Users "
+                      f"report that after about {o['streak_h']} h of continuous T4 use Colab may "
+                      f"hand out slower cards (or none) for about {o['slow_cards_h']} h: save a "
+                      f"checkpoint and pause."))
     elif streak >= 0.75 * o['streak_h']:
-        items.append(('note', f"{streak:.1f} h of GPU sessions without a {o['pause_h']} h pause; users report slower "
-                              f"cards after about {o['streak_h']} h. Plan a pause soon."))
-    elif last and not streak and last[2] >= o['streak_h'] * H and now - last[1] < o['slow_cards_h'] * H:
+        items.append(('note',
+                      f"{streak:.1f} h of GPU sessions without a {o['pause_h']} h pause; users "
+                      f"report slower cards after about {o['streak_h']} h. Plan a pause soon."))
+    elif (last and not streak and last[2] >= o['streak_h'] * H
+          and now - last[1] < o['slow_cards_h'] * H):
         until = _iso(last[1] + o['slow_cards_h'] * H)
         items.append(('note', f"Your last stretch of use reached {last[2] / H:.1f} h and ended "
-                              f"{(now - last[1]) / H:.1f} h ago: users report slower cards for about "
-                              f"{o['slow_cards_h']} h after that, i.e. until {until}."))
+                              f"{(now - last[1]) / H:.1f} h ago: users report slower cards for "
+                              f"about {o['slow_cards_h']} h after that, i.e. until {until}."))
     if session_h is not None:
         if session_h >= o['session_cap_h'] - 1:
-            items.append(('warn', f"This session has run {session_h:.1f} h and Colab ends sessions at about "
-                                  f"{o['session_cap_h']} h: save a checkpoint now."))
+            items.append(('warn',
+                          f"This session has run {session_h:.1f} h and Colab ends sessions at "
+                          f"about "
+                          f"{o['session_cap_h']} h: save a checkpoint now."))
         elif session_h >= o['train_h']:
-            items.append(('note', f"This session has run {session_h:.1f} h. The rhythm users report working is about "
-                                  f"{o['train_h']} h of training, then about {o['pause_h']} h of pause."))
+            items.append(('note',
+                          f"This session has run {session_h:.1f} h. The rhythm users report "
+                          f"working is about "
+                          f"{o['train_h']} h of training, then about {o['pause_h']} h of pause."))
         if session_h >= 0.5 and cur.busy_h < 0.25 * session_h:
-            items.append(('note', f"The GPU was busy {cur.busy_h / session_h:.0%} of this session. An idle GPU "
-                                  f"runtime still uses your allowance, and Colab cuts sessions after about "
-                                  f"{o['idle_cut_min']} min without interaction: release the runtime when the work "
-                                  f"is done."))
+            items.append(('note',
+                          f"The GPU was busy {cur.busy_h / session_h:.0%} of this session. An idle "
+                          f"GPU runtime still uses your allowance, and Colab cuts sessions after "
+                          f"about {o['idle_cut_min']} min without interaction: release the runtime "
+                          f"when the work is done."))
     if not items:
-        this = '' if session_h is None else f", this session {session_h:.1f} h of about {o['session_cap_h']} h"
-        items.append(('ok', f"{streak:.1f} h of continuous use (users report trouble after about {o['streak_h']} h)"
-                            f"{this}."))
+        this = ('' if session_h is None
+                else f", this session {session_h:.1f} h of about {o['session_cap_h']} h")
+        items.append(('ok',
+                      f"{streak:.1f} h of continuous use (users report trouble after about "
+                      f"{o['streak_h']} h){this}."))
     return items
 
 # %% ../nbs/06_ledger.ipynb #399a0b01
@@ -284,7 +321,7 @@ def advice(ledger:UsageLedger|pd.DataFrame, # a ledger, or its `sessions()`
            limits:dict|None=None, # your own figures for any of `OBSERVED`'s keys, e.g. {'streak_h': 30}
           )->Advice:
     "Guidance on the GPU sessions so far against the limits users report (`OBSERVED`), and your own allocation record."
-    o, H, E = _limits(limits), 3600, MonitorError
+    o, H, E = _limits(limits), 3600, LedgerError
     table = 'a UsageLedger or its sessions() table'
     check_type('ledger', ledger, (UsageLedger, pd.DataFrame), table, err=E)
     now = check_num('now', now, 0, 1e11, none=True, eq=True, err=E)
@@ -292,7 +329,8 @@ def advice(ledger:UsageLedger|pd.DataFrame, # a ledger, or its `sessions()`
     s = ledger.sessions() if isinstance(ledger, UsageLedger) else ledger
     if missing := {'start', 'end', 'hours', 'busy_h'} - set(s.columns):
         raise E(f'ledger must be {table}, got a table without {sorted(missing)}.')
-    now = (ledger.clock() if isinstance(ledger, UsageLedger) else time.time()) if now is None else now
+    now = ((ledger.clock() if isinstance(ledger, UsageLedger) else time.time())
+           if now is None else now)
     start = [t.timestamp() for t in s.start]; end = [t.timestamp() for t in s.end]
     chains = _chains(start, end, o['pause_h'] * H)
     last = chains[-1] if chains else None
@@ -300,7 +338,8 @@ def advice(ledger:UsageLedger|pd.DataFrame, # a ledger, or its `sessions()`
     cur = s.iloc[-1] if len(s) and start[-1] <= now and now - end[-1] <= open_min * 60 else None
     session_h = None if cur is None else (now - start[-1]) / H
     frac = _in_window(start, end, now - 24 * H, now)
-    used = sum(f * h for f, h in zip(frac, s.hours)); busy = sum(f * b for f, b in zip(frac, s.busy_h))
+    used = sum(f * h for f, h in zip(frac, s.hours))
+    busy = sum(f * b for f, b in zip(frac, s.busy_h))
     items = _advice_items(streak, last, session_h, cur, now, o)
     n, t4 = _allocation_counts(ledger.allocations()) if isinstance(ledger, UsageLedger) else (0, 0)
     return Advice(now, session_h, streak, used, busy, items, n, t4, _allocation_text(n, t4))

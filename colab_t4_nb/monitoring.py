@@ -4,7 +4,8 @@
 
 # %% ../nbs/06a_monitoring.ipynb #499a92ff
 from __future__ import annotations
-import atexit, csv, errno, math, numbers, os, re, shutil, signal, subprocess, sys, tempfile, threading, time
+import atexit, csv, errno, math, numbers, os, re, shutil, signal, subprocess, sys, tempfile
+import threading, time
 import uuid, warnings, weakref
 from contextlib import contextmanager
 from collections import deque
@@ -19,8 +20,9 @@ from fastcore.basics import patch
 
 from .allocation import NoGPUError, parse_smi_csv
 from .core import ColabT4Error, state_dir
-from .core import (check_callable, check_choice, check_flag, check_int, check_num, check_path,
-                              check_seq, check_type)
+from .ledger import LedgerError, UsageLedger
+from .core import (check_callable, check_choice, check_flag, check_int, check_num,
+                              check_path, check_seq, check_type)
 from .timing import benchmark
 
 # %% auto #0
@@ -34,8 +36,9 @@ class MonitorError(ColabT4Error):
     "Bad settings for `GPUMonitor` or the usage ledger: an interval, a file, a GPU index."
 
 # %% ../nbs/06a_monitoring.ipynb #56ee9a54
-FIELDS = ['util_gpu', 'util_mem', 'mem_used_mib', 'mem_total_mib', 'temp_c', 'power_w', 'power_limit_w',
-          'clock_sm_mhz', 'clock_mem_mhz', 'throttle', 'torch_alloc_mib', 'torch_reserved_mib']
+FIELDS = ['util_gpu', 'util_mem', 'mem_used_mib', 'mem_total_mib', 'temp_c', 'power_w',
+          'power_limit_w', 'clock_sm_mhz', 'clock_mem_mhz', 'throttle', 'torch_alloc_mib',
+          'torch_reserved_mib']
 
 # %% ../nbs/06a_monitoring.ipynb #acf7d5aa
 ROW = ['time', 'gpu', *FIELDS]  # a raw sample row: epoch seconds, GPU index, then the fields
@@ -46,7 +49,7 @@ BYTES_PER_MIB = 2**20  # bytes in a MiB
 # %% ../nbs/06a_monitoring.ipynb #8b2454ef
 _NAN = float('nan')  # the value of a field not read
 
-# %% ../nbs/06a_monitoring.ipynb #be98fa1f
+# %% ../nbs/06a_monitoring.ipynb #3661cf30
 def _reason_table(nvml)->dict:
     "Bit -> name from the `nvmlClocksEventReason*` (then `nvmlClocksThrottleReason*`) constants of `nvml`."
     bits = {}
@@ -57,6 +60,7 @@ def _reason_table(nvml)->dict:
                 bits.setdefault(v, k[len(prefix):])
     return dict(sorted(bits.items()))
 
+# %% ../nbs/06a_monitoring.ipynb #68d86e7b
 REASONS = _reason_table(pynvml)
 
 # %% ../nbs/06a_monitoring.ipynb #8b518ab2
@@ -69,7 +73,8 @@ def decode_reasons(mask:int|str|float|None # NVML's mask, or `nvidia-smi`'s '0x0
     try: mask = int(mask, 0) if isinstance(mask, str) else int(mask)
     except (ValueError, TypeError, OverflowError) as e:
         raise MonitorError(f'mask={mask!r} is not a clocks-event reasons mask: {e}') from None
-    if mask < 0: raise MonitorError(f'mask={mask!r} is not a clocks-event reasons mask: it is negative.')
+    if mask < 0:
+        raise MonitorError(f'mask={mask!r} is not a clocks-event reasons mask: it is negative.')
     rest = mask & ~sum(REASONS)
     return [n for b, n in REASONS.items() if mask & b] + ([hex(rest)] if rest else [])
 
@@ -79,17 +84,20 @@ def _str(v): return v.decode() if isinstance(v, bytes) else v
 # %% ../nbs/06a_monitoring.ipynb #6d46a598
 def _reasons_call(nvml, h)->tuple:
     "Name and function of the clocks-event reasons call this driver answers (the newer name first)."
-    for name in ('nvmlDeviceGetCurrentClocksEventReasons', 'nvmlDeviceGetCurrentClocksThrottleReasons'):
+    for name in ('nvmlDeviceGetCurrentClocksEventReasons',
+                 'nvmlDeviceGetCurrentClocksThrottleReasons'):
         f = getattr(nvml, name, None)
         if f is None: continue
         try: f(h)
         except nvml.NVMLError as e:
-            if e.value == nvml.NVML_ERROR_FUNCTION_NOT_FOUND: continue  # an older driver: try the older name
+            if e.value == nvml.NVML_ERROR_FUNCTION_NOT_FOUND:
+                continue  # an older driver: try the older name
         return name, f
     return 'clocks event reasons', lambda h: _NAN
 
 # %% ../nbs/06a_monitoring.ipynb #5db6dfe9
-_get = object.__getattribute__  # reads a ctypes field without pynvml's slower `__getattribute__` override
+# reads a ctypes field without pynvml's slower `__getattribute__` override
+_get = object.__getattribute__
 
 # %% ../nbs/06a_monitoring.ipynb #d6e91fe0
 def _nvml_calls(nvml, reasons:tuple)->list:
@@ -99,11 +107,15 @@ def _nvml_calls(nvml, reasons:tuple)->list:
     def util(h): u = n.nvmlDeviceGetUtilizationRates(h); return _get(u, 'gpu'), _get(u, 'memory')
     def mem(h): m = n.nvmlDeviceGetMemoryInfo(h); return _get(m, 'used') / MB, _get(m, 'total') / MB
     return [('nvmlDeviceGetUtilizationRates', 2, util), ('nvmlDeviceGetMemoryInfo', 2, mem),
-            ('nvmlDeviceGetTemperature', 1, lambda h: (n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU),)),
+            ('nvmlDeviceGetTemperature', 1,
+             lambda h: (n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU),)),
             ('nvmlDeviceGetPowerUsage', 1, lambda h: (n.nvmlDeviceGetPowerUsage(h) / 1e3,)),
-            ('nvmlDeviceGetEnforcedPowerLimit', 1, lambda h: (n.nvmlDeviceGetEnforcedPowerLimit(h) / 1e3,)),
-            ('nvmlDeviceGetClockInfo(SM)', 1, lambda h: (n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM),)),
-            ('nvmlDeviceGetClockInfo(MEM)', 1, lambda h: (n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_MEM),)),
+            ('nvmlDeviceGetEnforcedPowerLimit', 1,
+             lambda h: (n.nvmlDeviceGetEnforcedPowerLimit(h) / 1e3,)),
+            ('nvmlDeviceGetClockInfo(SM)', 1,
+             lambda h: (n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM),)),
+            ('nvmlDeviceGetClockInfo(MEM)', 1,
+             lambda h: (n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_MEM),)),
             (rname, 1, lambda h: (rfn(h),))]
 
 # %% ../nbs/06a_monitoring.ipynb #f4c2b402
@@ -111,20 +123,23 @@ def _nvml_fast(nvml, h, reasons:tuple)->Callable:
     "The same calls for handle `h` as straight-line code, looked up once: the path taken while nothing fails."
     util, mem = nvml.nvmlDeviceGetUtilizationRates, nvml.nvmlDeviceGetMemoryInfo
     temp, power = nvml.nvmlDeviceGetTemperature, nvml.nvmlDeviceGetPowerUsage
-    limit, clock, rfn = nvml.nvmlDeviceGetEnforcedPowerLimit, nvml.nvmlDeviceGetClockInfo, reasons[1]
-    T, SM, MEM, MB = nvml.NVML_TEMPERATURE_GPU, nvml.NVML_CLOCK_SM, nvml.NVML_CLOCK_MEM, BYTES_PER_MIB
+    limit, clock, rfn = (nvml.nvmlDeviceGetEnforcedPowerLimit, nvml.nvmlDeviceGetClockInfo,
+                         reasons[1])
+    T, SM, MEM, MB = (nvml.NVML_TEMPERATURE_GPU, nvml.NVML_CLOCK_SM, nvml.NVML_CLOCK_MEM,
+                      BYTES_PER_MIB)
     def read():
         u, m = util(h), mem(h)
-        return (_get(u, 'gpu'), _get(u, 'memory'), _get(m, 'used') / MB, _get(m, 'total') / MB, temp(h, T),
-                power(h) / 1e3, limit(h) / 1e3, clock(h, SM), clock(h, MEM), rfn(h))
+        return (_get(u, 'gpu'), _get(u, 'memory'), _get(m, 'used') / MB, _get(m, 'total') / MB,
+                temp(h, T), power(h) / 1e3, limit(h) / 1e3, clock(h, SM), clock(h, MEM), rfn(h))
     return read
 
-# %% ../nbs/06a_monitoring.ipynb #a5a64fe2
+# %% ../nbs/06a_monitoring.ipynb #1e6e4734
 def _check_gpus(gpus)->list|None:
     "`gpus` as a list of GPU indices, or None for all."
     gpu = lambda n, i: check_int(n, i, 0, 1023, err=MonitorError)
     return check_seq('gpus', gpus, gpu, none=True, err=MonitorError)
 
+# %% ../nbs/06a_monitoring.ipynb #a990c63f
 class NVMLSource:
     "Reads samples through NVML: `nvmlInit` and the handles once, then eight calls per GPU per reading."
     kind = 'nvml'
@@ -142,17 +157,20 @@ class NVMLSource:
             count = nvml.nvmlDeviceGetCount()
             self.gpus = list(range(count)) if gpus is None else gpus
             if bad := [i for i in self.gpus if not 0 <= i < count]:
-                raise MonitorError(f'GPU {bad[0]} is not here: NVML lists {count} GPU(s), indices 0..{count - 1}.')
+                raise MonitorError(f'GPU {bad[0]} is not here: NVML lists {count} GPU(s), indices '
+                                   f'0..{count - 1}.')
             self.handles = {i: nvml.nvmlDeviceGetHandleByIndex(i) for i in self.gpus}
             self.names = {i: _str(nvml.nvmlDeviceGetName(h)) for i, h in self.handles.items()}
-            self.uuids = {i: _str(nvml.nvmlDeviceGetUUID(h)) for i, h in self.handles.items()} if torch_memory else {}
-            reasons = {i: _reasons_call(nvml, h) for i, h in self.handles.items()}
-            self.calls = {i: _nvml_calls(nvml, reasons[i]) for i in self.gpus}
-            self.fast = {i: _nvml_fast(nvml, h, reasons[i]) for i, h in self.handles.items()}
+            self.uuids = ({i: _str(nvml.nvmlDeviceGetUUID(h)) for i, h in self.handles.items()}
+                          if torch_memory else {})
+            self.reasons = {i: _reasons_call(nvml, h) for i, h in self.handles.items()}  # (name, call) per GPU
+            self.calls = {i: _nvml_calls(nvml, self.reasons[i]) for i in self.gpus}
+            self.fast = {i: _nvml_fast(nvml, h, self.reasons[i]) for i, h in self.handles.items()}
         except BaseException:
             nvml.nvmlShutdown(); raise
         self.nvml, self.torch_memory, self.torch_module = nvml, torch_memory, None
-        self.errors, self.unsupported, self._torch_index = deque(maxlen=100), {i: set() for i in self.gpus}, None
+        self.errors, self.unsupported, self._torch_index = (deque(maxlen=100),
+                                                            {i: set() for i in self.gpus}, None)
 
     def close(self):
         "Release NVML (once)."
@@ -193,19 +211,23 @@ def _torch_mem(self:NVMLSource, i:int)->tuple:
     torch = self.torch_module or sys.modules.get('torch')
     if torch is None or not torch.cuda.is_initialized(): return (_NAN, _NAN)
     if self._torch_index is None:
-        ids = {str(torch.cuda.get_device_properties(j).uuid): j for j in range(torch.cuda.device_count())}
+        ids = {str(torch.cuda.get_device_properties(j).uuid): j
+               for j in range(torch.cuda.device_count())}
         self._torch_index = {k: ids.get(u.split('-', 1)[-1]) for k, u in self.uuids.items()}
     j = self._torch_index.get(i)
     if j is None: return (_NAN, _NAN)
     s = torch.cuda.memory_stats_as_nested_dict(j)
-    return s['allocated_bytes']['all']['current'] / BYTES_PER_MIB, s['reserved_bytes']['all']['current'] / BYTES_PER_MIB
+    return (s['allocated_bytes']['all']['current'] / BYTES_PER_MIB,
+            s['reserved_bytes']['all']['current'] / BYTES_PER_MIB)
 
 # %% ../nbs/06a_monitoring.ipynb #06352e66
-SMI_QUERY = ['index', 'name', 'utilization.gpu', 'utilization.memory', 'memory.used', 'memory.total', 'temperature.gpu',
-             'power.draw', 'power.limit', 'clocks.current.sm', 'clocks.current.memory']
+SMI_QUERY = ['index', 'name', 'utilization.gpu', 'utilization.memory', 'memory.used',
+             'memory.total', 'temperature.gpu', 'power.draw', 'power.limit', 'clocks.current.sm',
+             'clocks.current.memory']
 
 # %% ../nbs/06a_monitoring.ipynb #722a88ae
-SMI_REASONS = ['clocks_event_reasons.active', 'clocks_throttle_reasons.active']  # newer drivers, older drivers
+# newer drivers, older drivers
+SMI_REASONS = ['clocks_event_reasons.active', 'clocks_throttle_reasons.active']
 
 # %% ../nbs/06a_monitoring.ipynb #8fbee97b
 def _number(v:str|None)->float:
@@ -228,11 +250,12 @@ def smi_values(row:dict # one row of `parse_smi_csv`
     mask = int(r, 16) if re.fullmatch(r'0x[0-9a-fA-F]+', r.strip()) else _NAN
     return tuple(num(k) for k in SMI_QUERY[2:]) + (mask, _NAN, _NAN)
 
-# %% ../nbs/06a_monitoring.ipynb #c04a64a1
+# %% ../nbs/06a_monitoring.ipynb #32284562
 class NoSmi(NoGPUError, FileNotFoundError):
     "`nvidia-smi` is not on the PATH, or cannot be run."
     def __str__(self): return self.strerror or super().__str__()
 
+# %% ../nbs/06a_monitoring.ipynb #fa4d69ea
 class SmiSource:
     "Reads samples by running `nvidia-smi --query-gpu` (a process per reading): the fallback when NVML is missing."
     kind = 'nvidia-smi'
@@ -273,7 +296,7 @@ def read(self:SmiSource)->list[tuple]:
         rows = {}
     return [smi_values(rows[i]) if i in rows else (_NAN,) * len(FIELDS) for i in self.gpus]
 
-# %% ../nbs/06a_monitoring.ipynb #e6b86ba0
+# %% ../nbs/06a_monitoring.ipynb #ca27ba0c
 _SOURCES = ('nvml', 'nvidia-smi')
 
 def _check_sources(sources)->list:
@@ -281,6 +304,7 @@ def _check_sources(sources)->list:
     source = lambda n, s: check_choice(n, s, _SOURCES, err=MonitorError)
     return check_seq('sources', sources, source, err=MonitorError)
 
+# %% ../nbs/06a_monitoring.ipynb #f6faa8bb
 def open_source(sources:tuple=('nvml', 'nvidia-smi'), # in the order to try
                 gpus:list|None=None, # GPU indices; default all
                 torch_memory:bool=False, # see `NVMLSource`
@@ -292,7 +316,8 @@ def open_source(sources:tuple=('nvml', 'nvidia-smi'), # in the order to try
     for s in sources:
         try:
             if s == 'nvml':
-                import pynvml as nvml  # inside the function: a stand-in put in `sys.modules` is honoured
+                # inside the function: a stand-in put in `sys.modules` is honoured
+                import pynvml as nvml
                 src = NVMLSource(nvml, gpus, torch_memory)
             elif s == 'nvidia-smi': src = SmiSource(gpus=gpus)
         except (ImportError, OSError, subprocess.SubprocessError, pynvml.NVMLError) as e:
@@ -302,7 +327,7 @@ def open_source(sources:tuple=('nvml', 'nvidia-smi'), # in the order to try
         src.close(); why[s] = 'lists no GPU'
     return None, why
 
-# %% ../nbs/06a_monitoring.ipynb #cd10de36
+# %% ../nbs/06a_monitoring.ipynb #ebee09a9
 _NAMES = 'a dict of GPU index -> name'
 
 def _check_rows(rows, names=None)->tuple:
@@ -314,6 +339,7 @@ def _check_rows(rows, names=None)->tuple:
     rows = check_seq('rows', rows, row, lo=0, err=MonitorError)
     return rows, check_type('names', names, dict, _NAMES, none=True, err=MonitorError)
 
+# %% ../nbs/06a_monitoring.ipynb #7598f388
 def samples_df(rows:list[tuple], # rows in `ROW` layout
           names:dict|None=None, # GPU index -> name
          )->pd.DataFrame:
@@ -321,11 +347,13 @@ def samples_df(rows:list[tuple], # rows in `ROW` layout
     rows, names = _check_rows(rows, names)
     df = pd.DataFrame(rows, columns=ROW)
     names = names or {}
-    df.insert(2, 'name', pd.Series([names.get(g, '') for g in df.gpu], index=df.index, dtype=object))
+    df.insert(2, 'name',
+              pd.Series([names.get(g, '') for g in df.gpu], index=df.index, dtype=object))
     df['gpu'] = df.gpu.astype('int64')
     for c in FIELDS: df[c] = df[c].astype('float64')
     df['throttle'] = df.throttle.astype('Int64')
-    df['reasons'] = pd.Series(['|'.join(decode_reasons(m)) for m in df.throttle], index=df.index, dtype=object)
+    df['reasons'] = pd.Series(['|'.join(decode_reasons(m)) for m in df.throttle], index=df.index,
+                              dtype=object)
     t = pd.to_datetime(df.pop('time'), unit='s', utc=True).dt.round('us')
     return df.set_index(pd.DatetimeIndex(t, name='time'))
 
@@ -336,11 +364,12 @@ MIN_INTERVAL = 0.01  # seconds
 def _check_interval(interval)->float:
     interval = check_num('interval', interval, 0, 24 * 3600, err=MonitorError)  # a day at most
     if interval < MIN_INTERVAL:
-        raise MonitorError(f'interval={interval} s is too short: the driver averages utilization over 1/6 s to 1 s, '
-                           f'so use at least {MIN_INTERVAL} s (0.1 s is plenty beside training).')
+        raise MonitorError(f'interval={interval} s is too short: the driver averages utilization '
+                           f'over 1/6 s to 1 s, so use at least {MIN_INTERVAL} s (0.1 s is plenty '
+                           f'beside training).')
     return float(interval)
 
-# %% ../nbs/06a_monitoring.ipynb #c88eb14d
+# %% ../nbs/06a_monitoring.ipynb #87954aee
 def _check_periods(every)->dict:
     "`GPUMonitor`'s `every`: seconds between CSV flushes, live updates and ledger updates."
     check_type('every', every, dict, "a dict such as {'flush': 5}", none=True, err=MonitorError)
@@ -349,6 +378,7 @@ def _check_periods(every)->dict:
         check_num(f'every[{k!r}]', v, 0, 24 * 3600, eq=True, err=MonitorError)
     return dict(every or {})
 
+# %% ../nbs/06a_monitoring.ipynb #148d105a
 class GPUMonitor:
     "Samples every GPU in a daemon thread into a DataFrame (and a CSV), cheaply enough to run beside training."
     def __init__(self, interval:float=1.0, # seconds between samples, at least `MIN_INTERVAL`
@@ -373,15 +403,18 @@ class GPUMonitor:
         busy_util = check_num('busy_util', busy_util, 0, 100, eq=True, err=E)
         clock = check_callable('clock', clock, err=E)
         display = check_callable('display', display, none=True, err=E)
-        self.csv, self.gpus, self.torch_memory, self.live, self.ledger = csv, gpus, torch_memory, live, ledger
+        self.csv, self.gpus, self.torch_memory, self.live, self.ledger = (csv, gpus, torch_memory,
+                                                                          live, ledger)
         sources = tuple(_check_sources(sources))
         self.sources, self.busy_util, self.clock, self.display = sources, busy_util, clock, display
         self.every = {'flush': 5.0, 'live': 1.0, 'ledger': 60.0, **_check_periods(every)}
-        self._rows, self._lock, self._stop = deque(maxlen=max_rows), threading.Lock(), threading.Event()
+        self._rows, self._lock, self._stop = (deque(maxlen=max_rows), threading.Lock(),
+                                              threading.Event())
         self.source, self.names, self.available, self.busy_s, self.errors = None, {}, None, 0.0, []
         self._thread = self._csvf = self._session = self._view = self._crash = self._last_t = None
         self._pending, self._due, self._warned = [], {}, set()
-        self._flushed, self.csv_recreated = deque(maxlen=max_rows), 0  # rows in the CSV; times it was made again
+        # rows in the CSV; times it was made again
+        self._flushed, self.csv_recreated = deque(maxlen=max_rows), 0
 
 # %% ../nbs/06a_monitoring.ipynb #a99c69e1
 def _gpu_label(names)->str:
@@ -396,20 +429,22 @@ def open(self:GPUMonitor)->GPUMonitor:
     if self.available is not None: return self
     self.source, why = open_source(self.sources, self.gpus, self.torch_memory)
     if self.source is None:
-        print(f"No NVIDIA GPU found ({'; '.join(f'{k}: {v}' for k, v in why.items())}): GPUMonitor records nothing.")
+        print(f"No NVIDIA GPU found ({'; '.join(f'{k}: {v}' for k, v in why.items())}): "
+              f"GPUMonitor records nothing.")
         self.available = False
         return self
     try:
         self.names = dict(self.source.names)
         if self.csv is not None: self._csvf = _open_csv(Path(self.csv))
         if self.ledger is not None and self.ledger is not False:
-            if hasattr(self.ledger, 'begin'): led = self.ledger  # a `UsageLedger` (of the usage ledger page)
+            if hasattr(self.ledger, 'begin'):
+                led = self.ledger  # a `UsageLedger` (of the usage ledger page)
             else:
-                from colab_t4_nb.ledger import UsageLedger  # that page builds on this one: imported when needed
                 led = UsageLedger(None if self.ledger is True else self.ledger)
             try: self._session = led.begin(_gpu_label(self.names.values()))
             except OSError as e:
-                raise MonitorError(f'Cannot write the usage ledger {led.path}: {e.strerror or e}.') from e
+                raise MonitorError(f'Cannot write the usage ledger {led.path}: '
+                                   f'{e.strerror or e}.') from e
         if self.live: self._view = LiveView(self.display)
     except BaseException:
         self.source.close(); self.source = None
@@ -477,7 +512,8 @@ def _open_csv(path:Path):
                            'Pass a writable path, e.g. csv="gpu.csv".') from e
     if first and first != ','.join(CSV_COLUMNS):
         f.close()
-        raise MonitorError(f'{path} holds something other than monitor samples (its first line is not the header): '
+        raise MonitorError(f'{path} holds something other than monitor samples (its first line is '
+                           f'not the header): '
                            'use a new file.')
     if not size: f.write(','.join(CSV_COLUMNS) + '\n')
     elif last != b'\n': f.write('\n')
@@ -487,8 +523,9 @@ def _open_csv(path:Path):
 # %% ../nbs/06a_monitoring.ipynb #6894d4c6
 def _csv_row(row:tuple, names:dict)->list:
     t, g, *vals = row
-    return [datetime.fromtimestamp(t, timezone.utc).isoformat(timespec='microseconds'), g, names.get(g, ''),
-            *('' if v != v else v for v in vals), '|'.join(decode_reasons(vals[FIELDS.index('throttle')]))]
+    return [datetime.fromtimestamp(t, timezone.utc).isoformat(timespec='microseconds'), g,
+            names.get(g, ''), *('' if v != v else v for v in vals),
+            '|'.join(decode_reasons(vals[FIELDS.index('throttle')]))]
 
 # %% ../nbs/06a_monitoring.ipynb #acf38680
 @patch
@@ -507,7 +544,8 @@ def run_once(self:GPUMonitor)->list[tuple]:
     if self._csvf is not None:
         self._pending.extend(rows)
         if self._is_due('flush', now): self._flush()
-    if self._view is not None and self._is_due('live', now): self._view.update(status_text(rows, self.names))
+    if self._view is not None and self._is_due('live', now):
+        self._view.update(status_text(rows, self.names))
     if self._session is not None and self._is_due('ledger', now): self._ledger_update(now)
     return rows
 
@@ -516,7 +554,8 @@ def run_once(self:GPUMonitor)->list[tuple]:
 def _warn_once(self:GPUMonitor, what:str, e:Exception):
     self.errors.append((what, str(e)))
     if what not in self._warned:
-        self._warned.add(what); warnings.warn(f'GPUMonitor: {what} failed ({e}); sampling goes on and it is retried.')
+        self._warned.add(what)
+        warnings.warn(f'GPUMonitor: {what} failed ({e}); sampling goes on and it is retried.')
 
 # %% ../nbs/06a_monitoring.ipynb #390b2a42
 @patch
@@ -535,8 +574,8 @@ def _reopen_csv(self:GPUMonitor):
     self._csvf, n = f, len(self._flushed)
     self._pending[:0] = self._flushed; self._flushed.clear()
     self.csv_recreated += 1
-    warnings.warn(f'GPUMonitor: {self.csv} was removed while monitoring; created it again with its header and the '
-                  f'{n} earlier sample(s) still in memory.')
+    warnings.warn(f'GPUMonitor: {self.csv} was removed while monitoring; created it again with its '
+                  f'header and the {n} earlier sample(s) still in memory.')
 
 # %% ../nbs/06a_monitoring.ipynb #2c9f7d4c
 @patch
@@ -556,7 +595,7 @@ def _flush(self:GPUMonitor, sync:bool=False):
 @patch
 def _ledger_update(self:GPUMonitor, now:float):
     try: self._session.update(self.busy_s / 3600, now)
-    except (OSError, MonitorError) as e: self._warn_once('updating the usage ledger', e)
+    except (OSError, MonitorError, LedgerError) as e: self._warn_once('updating the usage ledger', e)
 
 # %% ../nbs/06a_monitoring.ipynb #6fd4bcd0
 def read_csv(path:str|Path # a CSV written by `GPUMonitor(csv=...)`
@@ -564,16 +603,19 @@ def read_csv(path:str|Path # a CSV written by `GPUMonitor(csv=...)`
     "Samples from a monitor CSV, in the layout of `GPUMonitor.df`."
     try: raw = pd.read_csv(path, dtype={'name': object, 'reasons': object}, keep_default_na=False,
                            na_values={c: [''] for c in FIELDS})
-    except (OSError, ValueError) as e: raise MonitorError(f'Cannot read the monitor CSV {path}: {e}') from e
+    except (OSError, ValueError) as e:
+        raise MonitorError(f'Cannot read the monitor CSV {path}: {e}') from e
     if missing := [c for c in CSV_COLUMNS if c not in raw.columns]:
-        raise MonitorError(f'{path} is not a monitor CSV: it lacks the column(s) {", ".join(missing)}. '
-                           f'A CSV written by GPUMonitor(csv=...) has the columns {", ".join(CSV_COLUMNS)}.')
+        raise MonitorError(f'{path} is not a monitor CSV: it lacks the column(s) '
+                           f'{", ".join(missing)}. A CSV written by GPUMonitor(csv=...) has the '
+                           f'columns {", ".join(CSV_COLUMNS)}.')
     try:
         t = pd.to_datetime(raw.time, utc=True, format='ISO8601')
         raw['time'] = (t - pd.Timestamp(0, tz='UTC')).dt.total_seconds()
         names = {g: n for g, n in zip(raw.gpu, raw.name) if n}
         return samples_df(list(raw[ROW].itertuples(index=False, name=None)), names)
-    except (ValueError, TypeError) as e: raise MonitorError(f'{path} has a value a monitor CSV cannot hold: {e}') from e
+    except (ValueError, TypeError) as e:
+        raise MonitorError(f'{path} has a value a monitor CSV cannot hold: {e}') from e
 
 # %% ../nbs/06a_monitoring.ipynb #4f55aa04
 _RUNNING = weakref.WeakSet()
@@ -584,7 +626,8 @@ def _run(self:GPUMonitor):
     nxt = time.monotonic()
     while not self._stop.is_set():
         try: self.run_once()
-        except Exception as e:  # a bug must not end the thread silently: `stop` raises it in the caller's thread
+        # a bug must not end the thread silently: `stop` raises it in the caller's thread
+        except Exception as e:
             self._crash = e; return
         nxt += self.interval
         if (delay := nxt - time.monotonic()) < 0: nxt, delay = time.monotonic(), 0
@@ -612,13 +655,15 @@ def stop(self:GPUMonitor, timeout:float=10.0)->GPUMonitor:
     self._stop.set()
     if self._thread is not None:
         self._thread.join(timeout)
-        if self._thread.is_alive(): warnings.warn(f'GPUMonitor: the sampling thread did not end within {timeout} s.')
+        if self._thread.is_alive():
+            warnings.warn(f'GPUMonitor: the sampling thread did not end within {timeout} s.')
         self._thread = None
     _RUNNING.discard(self)
     self.close()
     if (e := self._crash) is not None:
         self._crash = None
-        raise MonitorError(f'The sampling thread stopped on an error: {type(e).__name__}: {e}') from e
+        raise MonitorError(f'The sampling thread stopped on an error: '
+                           f'{type(e).__name__}: {e}') from e
     return self
 
 # %% ../nbs/06a_monitoring.ipynb #94e7171b
@@ -637,10 +682,10 @@ def _stop_all_at_exit():
         except ColabT4Error as e: print(f'GPUMonitor at exit: {e}')
 
 # %% ../nbs/06a_monitoring.ipynb #d6eb5957
-METRICS = ['util_gpu', 'util_mem', 'mem_used_mib', 'temp_c', 'power_w', 'clock_sm_mhz', 'clock_mem_mhz',
-           'torch_alloc_mib', 'torch_reserved_mib']
+METRICS = ['util_gpu', 'util_mem', 'mem_used_mib', 'temp_c', 'power_w', 'clock_sm_mhz',
+           'clock_mem_mhz', 'torch_alloc_mib', 'torch_reserved_mib']
 
-# %% ../nbs/06a_monitoring.ipynb #1a0c7a13
+# %% ../nbs/06a_monitoring.ipynb #1ef314b6
 def _check_df(df, cols:tuple)->pd.DataFrame:
     "`df` if it is a samples table (`samples_df`, `GPUMonitor.df`, `read_csv`) with columns `cols`."
     table = 'a samples table (GPUMonitor.df or read_csv)'
@@ -649,13 +694,15 @@ def _check_df(df, cols:tuple)->pd.DataFrame:
         raise MonitorError(f'df must be {table}, got one without {missing}.')
     return df
 
+# %% ../nbs/06a_monitoring.ipynb #a672a67f
 def summarize(df:pd.DataFrame # samples, as `GPUMonitor.df` or `read_csv`
              )->pd.DataFrame:
     "Mean and max of each metric, per GPU (metrics never read are left out)."
     df = _check_df(df, ('gpu', 'name', *METRICS))
     parts = {(g, n): d[METRICS].agg(['mean', 'max']).T.dropna(how='all')
              for (g, n), d in df.groupby(['gpu', 'name'], dropna=False)}
-    return pd.concat(parts, names=['gpu', 'name', 'metric']) if parts else pd.DataFrame(columns=['mean', 'max'])
+    return (pd.concat(parts, names=['gpu', 'name', 'metric']) if parts
+            else pd.DataFrame(columns=['mean', 'max']))
 
 # %% ../nbs/06a_monitoring.ipynb #e23592f6
 def throttle_shares(df:pd.DataFrame # samples, as `GPUMonitor.df` or `read_csv`
@@ -707,11 +754,14 @@ def plot_samples(df:pd.DataFrame, # samples, as `GPUMonitor.df` or `read_csv`
         ax[2].plot(x, d.temp_c, c=c, label=f'GPU {g} temperature')
         ax_w.plot(x, d.power_w, c=c, ls='-.', label=f'GPU {g} power')
         ax_w.plot(x, d.power_limit_w, c=c, ls=':', label=f'GPU {g} power limit')
-    for a, lab in zip(ax, ['utilization, %', 'memory, GiB', 'temperature, °C']): a.set_ylabel(lab); a.grid(alpha=.3)
+    for a, lab in zip(ax, ['utilization, %', 'memory, GiB', 'temperature, °C']):
+        a.set_ylabel(lab); a.grid(alpha=.3)
     ax_w.set_ylabel('power, W'); ax[2].set_xlabel(f'time since the first sample, {unit}')
-    for a, lines in [(ax[0], [*ax[0].lines]), (ax[1], [*ax[1].lines]), (ax[2], [*ax[2].lines, *ax_w.lines])]:
+    for a, lines in [(ax[0], [*ax[0].lines]), (ax[1], [*ax[1].lines]),
+                     (ax[2], [*ax[2].lines, *ax_w.lines])]:
         if lines: a.legend(lines, [l.get_label() for l in lines], loc='upper left', fontsize=8)
-    if df.empty: ax[0].text(.5, .5, 'no samples', ha='center', va='center', transform=ax[0].transAxes)
+    if df.empty:
+        ax[0].text(.5, .5, 'no samples', ha='center', va='center', transform=ax[0].transAxes)
     fig.suptitle(title or ', '.join(sorted({str(n) for n in df.name.dropna()})) or 'GPU monitor')
     return fig
 
@@ -732,8 +782,9 @@ def status_text(rows:list[tuple], # one sample's rows (`ROW` layout)
     for r in rows:
         d = dict(zip(ROW, r))
         out.append(f"GPU {d['gpu']} {(names or {}).get(d['gpu'], '')}: {f(d['util_gpu'])}% busy, "
-                   f"{f(d['mem_used_mib'] / 1024, 1)}/{f(d['mem_total_mib'] / 1024, 1)} GiB, {f(d['temp_c'])} °C, "
-                   f"{f(d['power_w'])}/{f(d['power_limit_w'])} W, SM {f(d['clock_sm_mhz'])} MHz, "
+                   f"{f(d['mem_used_mib'] / 1024, 1)}/{f(d['mem_total_mib'] / 1024, 1)} GiB, "
+                   f"{f(d['temp_c'])} °C, {f(d['power_w'])}/{f(d['power_limit_w'])} W, SM "
+                   f"{f(d['clock_sm_mhz'])} MHz, "
                    f"{', '.join(decode_reasons(d['throttle'])) or 'no clock limits'}")
     return '\n'.join(out)
 
@@ -759,7 +810,8 @@ class LiveView:
                  display:Callable|None=None, # `IPython.display.display` or a stand-in; default: found in a notebook
                 ):
         self.display, self.handle = display or _notebook_display(), None
-        if self.display is None: print('GPUMonitor: the live view needs a notebook; sampling goes on without it.')
+        if self.display is None:
+            print('GPUMonitor: the live view needs a notebook; sampling goes on without it.')
 
     def update(self, text:str):
         if self.display is None: return
@@ -791,9 +843,12 @@ def _writable(path:Path, what:str, name:str):
         d = path.parent
         while not d.exists(): d = d.parent  # the folders that are missing are created when writing
         if not d.is_dir(): raise NotADirectoryError(errno.ENOTDIR, f'{d} is a file, not a folder')
-        fd, probe = tempfile.mkstemp(dir=d, prefix='.colab_t4_probe-'); os.close(fd); os.unlink(probe)
+        fd, probe = tempfile.mkstemp(dir=d, prefix='.colab_t4_probe-')
+        os.close(fd)
+        os.unlink(probe)
     except (OSError, ValueError) as e:
-        raise MonitorError(f'Cannot write the {what} {path}: {getattr(e, "strerror", None) or e}. {fix}') from e
+        raise MonitorError(f'Cannot write the {what} {path}: {getattr(e, "strerror", None) or e}. '
+                           f'{fix}') from e
 
 # %% ../nbs/06a_monitoring.ipynb #0f696582
 def _plot_formats()->list[str]:
@@ -816,14 +871,17 @@ def check_outputs(csv:str|Path|None=None, # the monitor CSV
         if p.is_file():
             with open(p, 'rb') as f: first = f.readline().decode('utf-8', 'replace').rstrip('\r\n')
         if first and first != ','.join(CSV_COLUMNS):
-            raise MonitorError(f'{p} holds something other than monitor samples (its first line is not the header): '
+            raise MonitorError(f'{p} holds something other than monitor samples (its first line '
+                               f'is not the header): '
                                'pass a new file as csv.')
     if plot_path is not None:
         p, fmts = Path(plot_path), _plot_formats()
         if p.suffix.lower().lstrip('.') not in fmts:
-            raise MonitorError(f'Cannot save the plot as {p}: name a file ending in one of .{", .".join(fmts)} '
+            raise MonitorError(f'Cannot save the plot as {p}: name a file ending in one of '
+                               f'.{", .".join(fmts)} '
                                "(e.g. plot_path='gpu.png').")
-        if not p.parent.is_dir(): raise MonitorError(f'Cannot save the plot to {p}: its folder does not exist.')
+        if not p.parent.is_dir():
+            raise MonitorError(f'Cannot save the plot to {p}: its folder does not exist.')
         _writable(p, 'plot', 'plot_path')
     if ledger is not None:
         ledger = state_dir()/'usage_ledger.jsonl' if ledger == '' else ledger
@@ -851,7 +909,8 @@ def save_samples(rows:list[tuple], # samples in `ROW` layout
     folders = check_seq('folders', folders, folder, none=True, err=MonitorError)
     stamp = datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S')
     errors = []
-    for d in folders or [lambda: state_dir()/'monitor', Path.cwd, lambda: Path(tempfile.gettempdir())]:
+    for d in folders or [lambda: state_dir()/'monitor', Path.cwd,
+                         lambda: Path(tempfile.gettempdir())]:
         try:
             p = Path(d() if callable(d) else d)/f'gpu-monitor-{stamp}-{uuid.uuid4().hex[:4]}.csv'
             with _open_csv(p) as f: csv.writer(f).writerows(_csv_row(r, names) for r in rows)
@@ -872,11 +931,13 @@ def _wait(mon:GPUMonitor, duration, every):
 def _stop_on_signals(names:tuple=('SIGTERM', 'SIGHUP'))->list:
     "Inside the block, the first of these signals stops the run as Ctrl-C does (later ones wait); handlers restored after."
     got = []
-    if threading.current_thread() is not threading.main_thread(): yield got; return  # only the main thread may
+    if threading.current_thread() is not threading.main_thread():
+        yield got; return  # only the main thread may
     def handler(signum, frame):
         got.append(signal.Signals(signum).name)
         if len(got) == 1: raise KeyboardInterrupt(got[0])
-    old = {s: signal.signal(s, handler) for s in (getattr(signal, n) for n in names if hasattr(signal, n))}
+    old = {s: signal.signal(s, handler)
+           for s in (getattr(signal, n) for n in names if hasattr(signal, n))}
     try: yield got
     finally:
         for s, h in old.items(): signal.signal(s, h)
@@ -892,12 +953,14 @@ def _report(mon:GPUMonitor, csv:str|None, plot_path:str|None)->int:
     if csv and mon.unwritten: failed.append(f'{mon.unwritten} sample(s) to {csv}')
     elif csv and not Path(csv).is_file(): failed.append(f'the samples to {csv} (it is gone)')
     elif csv:
-        again = f' (removed during the run: written again {mon.csv_recreated} time(s))' if mon.csv_recreated else ''
+        again = (f' (removed during the run: written again {mon.csv_recreated} time(s))'
+                 if mon.csv_recreated else '')
         print(f'Samples appended to {csv}{again}')
     if not failed: return 0
     with mon._lock: rows = list(mon._rows)
     where = save_samples(rows, mon.names)
-    print(f'Could not write {" and ".join(failed)}. All {len(rows)} samples are saved in {where}.', file=sys.stderr)
+    print(f'Could not write {" and ".join(failed)}. All {len(rows)} samples are saved in {where}.',
+          file=sys.stderr)
     return 1
 
 # %% ../nbs/06a_monitoring.ipynb #44c000ba
@@ -913,7 +976,8 @@ def run_monitor(interval:float=1.0, # seconds between samples
     duration = check_num('duration', duration, 0, 366 * 24 * 3600, none=True, err=MonitorError)
     check_type('csv', csv, (str, os.PathLike), 'a path', none=True, err=MonitorError)
     check_type('ledger', ledger, (str, os.PathLike), 'a path', none=True, err=MonitorError)
-    mon = GPUMonitor(interval, csv=csv, ledger=None if ledger is None else (ledger or True), sources=sources)
+    mon = GPUMonitor(interval, csv=csv, ledger=None if ledger is None else (ledger or True),
+                     sources=sources)
     every = _check_every(every, mon.interval)
     check_outputs(csv, plot_path, ledger)
     src, why = open_source(sources)
@@ -922,9 +986,11 @@ def run_monitor(interval:float=1.0, # seconds between samples
                          'nothing was sampled, and no CSV, plot or ledger entry was written.')
     src.close()
     if not mon.start().available: return 1
-    print(f"Monitoring {_gpu_label(mon.names.values())} every {interval:g} s through {mon.source.kind}"
+    print(f"Monitoring {_gpu_label(mon.names.values())} every {interval:g} s through "
+          f"{mon.source.kind}"
           + (f' for {duration:g} s.' if duration else '; Ctrl-C stops.'), flush=True)
-    with _stop_on_signals() as got:  # a SIGTERM (`timeout`) or SIGHUP (a closed terminal) stops it as Ctrl-C does
+    # a SIGTERM (`timeout`) or SIGHUP (a closed terminal) stops it as Ctrl-C does
+    with _stop_on_signals() as got:
         try: _wait(mon, duration, every)
         except KeyboardInterrupt: print(f'Stopped by {got[0]}.' if got else 'Stopped.', flush=True)
         finally: mon.stop()

@@ -21,13 +21,15 @@ from torch.utils.flop_counter import FlopCounterMode
 from tqdm.auto import tqdm
 
 from .allocation import ColabT4Error, GPUSpec, NoGPUError, SPECS, oom_kind, spec_for
-from .amp import AmpStep, Encoder, amp_choice, no_tf32, parse_dtype, plain_amp_step, token_batch, token_loss
-from .memory import NothingFits, cap_memory, find_max_size, free_memory, peak_memory, try_batch
+from .amp import (AmpStep, Encoder, amp_choice, no_tf32, parse_dtype, plain_amp_step,
+                             token_batch, token_loss)
+from .memory import (NothingFits, cap_memory, find_max_size, free_memory, peak_memory,
+                                try_batch)
 from .models import UNet, cls_batch, hf_bert, resnet50, seg_batch, seq_cls_loss
 from .t4 import T4Estimate, estimate_t4, t4_rehearsal
 from .timing import benchmark
-from .core import (check_callable, check_choice, check_flag, check_int, check_num, check_path,
-                              check_seq, check_str, check_type)
+from .core import (check_callable, check_choice, check_flag, check_int, check_num,
+                              check_path, check_seq, check_str, check_type)
 
 # %% auto #0
 __all__ = ['LIMITS', 'COLUMNS', 'T4_COLUMNS', 'WORKLOADS', 'GUIDE', 'DEFAULT_WORKLOADS', 'BenchError', 'Context', 'context',
@@ -38,7 +40,8 @@ __all__ = ['LIMITS', 'COLUMNS', 'T4_COLUMNS', 'WORKLOADS', 'GUIDE', 'DEFAULT_WOR
 
 # %% ../nbs/04_benchmarks.ipynb #691808dd
 class BenchError(ColabT4Error, ValueError):
-    "Bad arguments to a benchmark: an unknown workload, one a measurement does not apply to, an unwritable folder."
+    ("Bad arguments to a benchmark: an unknown workload, one a measurement does not apply to, an "
+     "unwritable folder.")
 
 # %% ../nbs/04_benchmarks.ipynb #3a6565ef
 # Each bound is far above what a card trains or a median needs: past it, a typo, never a run
@@ -141,7 +144,7 @@ class Context:
     def cuda(self)->bool: return self.device.type == 'cuda'
 
     def row(self, precision:str, workload:str, metric:str, value:float, unit:str, note:str='',
-            t4:tuple|None=None, # (prediction, low, high, method) from the T4 model, for a figure it predicts
+            t4:tuple|None=None, # the T4 model's (prediction, low, high, method), where it predicts
            )->dict:
         "One result, labelled with this card and torch version."
         _texts(('note',), precision=precision, workload=workload, metric=metric, unit=unit,
@@ -150,10 +153,10 @@ class Context:
         check_seq('t4', t4, lo=4, hi=4, none=True, err=BenchError)
         for label, on in (('rehearsing a T4', self.as_t4), ('CPU quick shapes', self.small)):
             if on: note = f'{note}; {label}' if note else label
-        pred = dict(zip(T4_COLUMNS, t4)) if t4 else dict(t4_estimate=math.nan, t4_low=math.nan, t4_high=math.nan,
-                                                           t4_method='')
-        return dict(card=self.card, torch=torch.__version__, precision=precision, workload=workload, metric=metric,
-                    value=float(value), unit=unit, note=note, **pred)
+        pred = dict(zip(T4_COLUMNS, t4)) if t4 else dict(t4_estimate=math.nan, t4_low=math.nan,
+                                                           t4_high=math.nan, t4_method='')
+        return dict(card=self.card, torch=torch.__version__, precision=precision, workload=workload,
+                    metric=metric, value=float(value), unit=unit, note=note, **pred)
 
     def rows(self, rows:list)->pd.DataFrame:
         "`rows` (from `row`) as a table of `COLUMNS` + `T4_COLUMNS`."
@@ -215,7 +218,8 @@ class Workload:
         return (self.small_size, self.small_batch) if small else (self.size, self.batch)
 
     def model(self, ctx:Context, size:int|None=None, **kw)->nn.Module:
-        "A fresh model on `ctx`'s device, the same weights every time (the caller's random state is left as it was)."
+        ("A fresh model on `ctx`'s device, the same weights every time (the caller's random state "
+         "is left as it was).")
         ctx, size = _ctx(ctx, False), _int('size', size, none=True)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
@@ -228,30 +232,38 @@ class Workload:
 
 # %% ../nbs/04_benchmarks.ipynb #a22c52ba
 _SMALL_ENC = dict(vocab=1000, hidden=64, layers=2, heads=2, ffn=128)
-_SMALL_HF = dict(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128)
+_SMALL_HF = dict(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                 intermediate_size=128)
 
 def _images(batch:int, size:int, device=None, classes:int=1000, seed:int=0)->tuple:
     g = torch.Generator().manual_seed(seed)
-    x, y = torch.randn(batch, 3, size, size, generator=g), torch.randint(classes, (batch,), generator=g)
+    x, y = (torch.randn(batch, 3, size, size, generator=g),
+            torch.randint(classes, (batch,), generator=g))
     return x.to(device), y.to(device)
 
 # %% ../nbs/04_benchmarks.ipynb #13fd8538
 WORKLOADS = {w.name: w for w in [
     Workload('unet', 'UNet (7.8 M parameters) at 512x512', 'UNet base 8, depth 3, at 64x64',
              lambda small, size, **kw: UNet(base=8, depth=3) if small else UNet(),
-             lambda b, size, dev, small: seg_batch(b, size, device=dev), F.cross_entropy, 512, 8, 64, 2),
-    Workload('bert', 'BERT-base-shaped encoder with token head at sequence 512', 'encoder 2x64 at sequence 64',
-             lambda small, size, **kw: Encoder(max_len=max(size, 512), **(_SMALL_ENC if small else {})),
-             lambda b, size, dev, small: token_batch(b, size, 1000 if small else 30522, dev), token_loss,
-             512, 8, 64, 2, text=True),
+             lambda b, size, dev, small: seg_batch(b, size, device=dev), F.cross_entropy,
+             512, 8, 64, 2),
+    Workload('bert', 'BERT-base-shaped encoder with token head at sequence 512',
+             'encoder 2x64 at sequence 64',
+             lambda small, size, **kw: Encoder(max_len=max(size, 512),
+                                               **(_SMALL_ENC if small else {})),
+             lambda b, size, dev, small: token_batch(b, size, 1000 if small else 30522, dev),
+             token_loss, 512, 8, 64, 2, text=True),
     Workload('hf-bert', 'Hugging Face BertForSequenceClassification, BERT-base, sequence 512',
              'HF BERT 2x64 at sequence 64',
-             lambda small, size, attn='sdpa', **kw: hf_bert(attn=attn, max_position_embeddings=max(size, 512),
+             lambda small, size, attn='sdpa', **kw: hf_bert(attn=attn,
+                                                           max_position_embeddings=max(size, 512),
                                                            **(_SMALL_HF if small else {})),
-             lambda b, size, dev, small: cls_batch(b, size, vocab=1000 if small else 30522, device=dev), seq_cls_loss,
-             512, 8, 64, 2, text=True, needs='transformers'),
+             lambda b, size, dev, small: cls_batch(b, size, vocab=1000 if small else 30522,
+                                                   device=dev),
+             seq_cls_loss, 512, 8, 64, 2, text=True, needs='transformers'),
     Workload('resnet50', 'torchvision ResNet-50 at 224x224', 'ResNet-50 at 64x64',
-             lambda small, size, **kw: resnet50(), lambda b, size, dev, small: _images(b, size, dev), F.cross_entropy,
+             lambda small, size, **kw: resnet50(),
+             lambda b, size, dev, small: _images(b, size, dev), F.cross_entropy,
              224, 32, 64, 2, needs='torchvision'),
 ]}
 
@@ -270,14 +282,16 @@ def workload(name:str|Workload, # a key of `WORKLOADS`, or a `Workload`
 
 # %% ../nbs/04_benchmarks.ipynb #0b87bef0
 def workloads()->pd.DataFrame:
-    "The known workloads: what each trains at full size and on the CPU, and whether it can run here."
+    ("The known workloads: what each trains at full size and on the CPU, and whether it can run "
+     "here.")
     rows = [{'name': w.name, 'trains': w.what, 'on the CPU': w.small_what, 'needs': w.needs or '-',
              'available': w.needs is None or _installed(w.needs)} for w in WORKLOADS.values()]
     return pd.DataFrame(rows).set_index('name')
 
 # %% ../nbs/04_benchmarks.ipynb #de9fc723
 def _skipped(w:Workload, ctx:Context)->pd.DataFrame|None:
-    "One row (and one printed line) saying `w` was skipped, when the package it needs is missing; else None."
+    ("One row (and one printed line) saying `w` was skipped, when the package it needs is missing; "
+     "else None.")
     if w.needs is None or _installed(w.needs): return None
     why = f'skipped: {w.needs} is not installed (pip install {w.needs})'
     print(f'Skipped {w.name}: {w.needs} is not installed (pip install {w.needs}).')
@@ -333,9 +347,11 @@ def _predict(fn:Callable)->T4Estimate: return estimate_t4(fn, repeats=0)
 def train_speed(wl:str|Workload='unet', # the workload
                 ctx:Context|None=None, # where; None: `context()`
                 batch:int|None=None, # samples per step; None: the workload's
-                repeats:int|None=None, warmup:int|None=None, # rounds of `benchmark`; None: by device and quick
+                repeats:int|None=None, # timed rounds of `benchmark`; None: by device and quick
+                warmup:int|None=None, # its warm-up calls; None: by device and quick
                )->pd.DataFrame:
-    "Iterations/s, samples/s, achieved TFLOP/s, fp32 (TF32 off) against AMP, interleaved; each with its T4 prediction."
+    ("Iterations/s, samples/s, achieved TFLOP/s, fp32 (TF32 off) against AMP, interleaved; each "
+     "with its T4 prediction.")
     w, ctx = _workload(wl, 'wl'), _ctx(ctx)
     batch, rounds = _int('batch', batch, none=True), _rounds(ctx, repeats, warmup)
     if (skip := _skipped(w, ctx)) is not None: return skip
@@ -351,14 +367,16 @@ def train_speed(wl:str|Workload='unet', # the workload
     for p in calls:
         ms, peak, e = t.median(p), peak_tflops(ctx.spec, p), est[p]
         tf = per * bs / ms / 1e9
-        rows += [ctx.row(p, w.name, 'iterations/s', 1e3 / ms, 'it/s', note, _t4(e, lambda m: 1e3 / m, 'step')),
+        rows += [ctx.row(p, w.name, 'iterations/s', 1e3 / ms, 'it/s', note,
+                         _t4(e, lambda m: 1e3 / m, 'step')),
                  ctx.row(p, w.name, 'samples/s', bs * 1e3 / ms, 'samples/s', note,
                          _t4(e, lambda m: bs * 1e3 / m, 'step')),
                  ctx.row(p, w.name, 'achieved TFLOP/s', tf, 'TFLOP/s',
                          f'{note}; {per * bs / 1e9:.4g} GFLOP per step, counted',
                          _t4(e, lambda m: per * bs / m / 1e9, 'step'))]
         if peak:
-            rows.append(ctx.row(p, w.name, 'of datasheet peak', tf / peak, 'fraction', f'peak {peak:g} TFLOP/s {p}'))
+            rows.append(ctx.row(p, w.name, 'of datasheet peak', tf / peak, 'fraction',
+                                f'peak {peak:g} TFLOP/s {p}'))
     rows.append(ctx.row(amp, w.name, 'speed-up vs fp32', t.ratio('fp32', amp), 'x', note,
                         _ratio(est['fp32'], est[amp])))
     return ctx.rows(rows)
@@ -366,21 +384,23 @@ def train_speed(wl:str|Workload='unet', # the workload
 # %% ../nbs/04_benchmarks.ipynb #bec2c1ec
 def size_search(fn:Callable, # fn(size) runs one training step
                 ctx:Context, precision:str, workload:str, # labels of the rows
-                metric:str, unit:str, # what the size is: ('largest batch', 'samples'), ('longest sequence', 'tokens')
+                metric:str, unit:str, # what the size is, e.g. ('largest batch', 'samples')
                 note:str='', # appended to each row's note
-                start:int=32, min_size:int=1, max_size:int=2**14, # the search's first size and bounds
+                start:int=32, # the search's first size
+                min_size:int=1, max_size:int=2**14, # the search's bounds
                 steps:int=2, # training steps each size must survive
                 peak_metric:str='peak memory', # the name of the peak-memory row
                )->pd.DataFrame:
-    "Rows for the largest size at which `fn` trains and the peak memory there; a row saying so when nothing fits."
+    ("Rows for the largest size at which `fn` trains and the peak memory there; a row saying so "
+     "when nothing fits.")
     fn, ctx = check_callable('fn', fn, err=BenchError), _ctx(ctx, False)
     _texts(('note',), precision=precision, workload=workload, metric=metric, unit=unit, note=note,
            peak_metric=peak_metric)
     min_size, start = _int('min_size', min_size), _int('start', start)
     steps = _int('steps', steps, 'steps')
     max_size = check_int('max_size', max_size, lo=min_size, hi=LIMITS['size'], err=BenchError)
-    try: r = find_max_size(fn, start=min(start, max_size), min_size=min_size, max_size=max_size, steps=steps,
-                           margin=0)
+    try: r = find_max_size(fn, start=min(start, max_size), min_size=min_size, max_size=max_size,
+                           steps=steps, margin=0)
     except NothingFits as e:
         why = f'does not fit even at {min_size} ({e.trials[-1].error} out of memory)'
         return ctx.rows([ctx.row(precision, workload, metric, math.nan, unit, f'{why}; {note}')])
@@ -391,14 +411,16 @@ def size_search(fn:Callable, # fn(size) runs one training step
     trials = f'{note}; {len(r.trials)} trials of {steps} steps{bound}'
     return ctx.rows([ctx.row(precision, workload, metric, r.largest_ok, unit, trials),
                      ctx.row(precision, workload, peak_metric, peak, 'GiB',
-                             f'{note}; at {r.largest_ok}' + ('' if ctx.cuda else '; not tracked on the CPU'))])
+                             f'{note}; at {r.largest_ok}'
+                             + ('' if ctx.cuda else '; not tracked on the CPU'))])
 
 # %% ../nbs/04_benchmarks.ipynb #c8d50b68
 def train_step_fn(model:nn.Module, opt:torch.optim.Optimizer, loss_fn:Callable,
                   precision:str, # 'fp32', 'fp16' or 'bf16'
                   make_batch:Callable, # make_batch(n) -> (*inputs, target) of size n
                  )->Callable:
-    "`step(n)`: one training step on `make_batch(n)`; an out-of-memory leaves no gradients or broken loss scale behind."
+    ("`step(n)`: one training step on `make_batch(n)`; an out-of-memory leaves no gradients or "
+     "broken loss scale behind.")
     kind = _module(model).type
     check_type('opt', opt, torch.optim.Optimizer, 'a torch.optim optimizer', err=BenchError)
     check_callable('loss_fn', loss_fn, err=BenchError)
@@ -410,7 +432,8 @@ def train_step_fn(model:nn.Module, opt:torch.optim.Optimizer, loss_fn:Callable,
         ok = False
         try:
             *x, y = make_batch(n)
-            with torch.autocast(kind, dtype=dt, enabled=dt != torch.float32): loss = loss_fn(model(*x), y)
+            with torch.autocast(kind, dtype=dt, enabled=dt != torch.float32):
+                loss = loss_fn(model(*x), y)
             scaler[0].scale(loss).backward(); scaler[0].step(opt); scaler[0].update()
             ok = True
         finally:
@@ -421,7 +444,8 @@ def train_step_fn(model:nn.Module, opt:torch.optim.Optimizer, loss_fn:Callable,
 # %% ../nbs/04_benchmarks.ipynb #7ab92824
 @contextmanager
 def _capped(ctx:Context, cap:str|None):
-    "Hold PyTorch's memory to `cap`'s (a T4's by default) inside the block; yields a note saying what held."
+    ("Hold PyTorch's memory to `cap`'s (a T4's by default) inside the block; yields a note saying "
+     "what held.")
     if not ctx.cuda: yield 'CPU: no memory cap'; return
     if cap is None: yield 'no memory cap'; return
     try: c = cap_memory(cap, ctx.device.index)
@@ -445,8 +469,8 @@ def _precisions(ctx:Context, precisions=None, name:str='precisions', default:lis
 def memory_limits(wl:str|Workload='unet', # the workload
                   ctx:Context|None=None, # where; None: `context()`
                   precisions:list|None=None, # None: fp32 and the AMP precision
-                  cap:str|None='T4', # hold memory to this card's (on a bigger GPU); None: the whole card
-                  max_size:int|None=None, # largest batch tried; None: 4096 on a GPU, 4x the batch on the CPU
+                  cap:str|None='T4', # this card's memory, on a bigger GPU; None: the whole card
+                  max_size:int|None=None, # largest batch; None: 4096 (GPU), 4x the batch (CPU)
                   steps:int=2, # training steps (AdamW) each batch must survive
                  )->pd.DataFrame:
     "Largest batch that trains and its peak memory, fp32 and AMP, under a T4's memory by default."
@@ -461,7 +485,8 @@ def memory_limits(wl:str|Workload='unet', # the workload
         opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
         fn = train_step_fn(model, opt, w.loss, p, lambda n: w.data(n, size, ctx.device, ctx.small))
         with _capped(ctx, cap) as held:
-            out.append(size_search(fn, ctx, p, w.name, 'largest batch', 'samples', f'{w.label(ctx)}, AdamW; {held}',
+            out.append(size_search(fn, ctx, p, w.name, 'largest batch', 'samples',
+                                   f'{w.label(ctx)}, AdamW; {held}',
                                    start=32, max_size=max_size, steps=steps))
         del model, opt, fn
         free_memory()
@@ -473,10 +498,11 @@ def longest_sequence(wl:str|Workload='bert', # a text workload
                      batches:tuple=(1, 8), # batch sizes to search at
                      precisions:list|None=None, # None: fp32 and the AMP precision
                      cap:str|None='T4', # hold memory to this card's; None: the whole card
-                     max_size:int|None=None, # longest sequence tried; None: 16384 on a GPU, 2x the sequence on the CPU
+                     max_size:int|None=None, # longest tried; None: 16384, CPU: 2x the sequence
                      steps:int=2, # training steps each length must survive
                     )->pd.DataFrame:
-    "Longest sequence that trains at each batch in `batches`, fp32 and AMP, under a T4's memory by default."
+    ("Longest sequence that trains at each batch in `batches`, fp32 and AMP, under a T4's memory "
+     "by default.")
     w, ctx, cap = _workload(wl, 'wl'), _ctx(ctx), _check_cap(cap)
     batches = check_seq('batches', batches, _int, hi=LIMITS['runs'], err=BenchError)
     precisions, steps = _precisions(ctx, precisions), _int('steps', steps, 'steps')
@@ -491,10 +517,12 @@ def longest_sequence(wl:str|Workload='bert', # a text workload
         model = w.model(ctx, max_size)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
         for b in dict.fromkeys(batches):
-            fn = train_step_fn(model, opt, w.loss, p, lambda n, b=b: w.data(b, n, ctx.device, ctx.small))
+            fn = train_step_fn(model, opt, w.loss, p,
+                               lambda n, b=b: w.data(b, n, ctx.device, ctx.small))
             with _capped(ctx, cap) as held:
-                out.append(size_search(fn, ctx, p, w.name, f'longest sequence at batch {b}', 'tokens',
-                                       f'{w.name}, AdamW; {held}', start=min(512, max_size), min_size=8,
+                out.append(size_search(fn, ctx, p, w.name, f'longest sequence at batch {b}',
+                                       'tokens', f'{w.name}, AdamW; {held}',
+                                       start=min(512, max_size), min_size=8,
                                        max_size=max_size, steps=steps,
                                        peak_metric=f'peak memory at longest sequence, batch {b}'))
             del fn
@@ -504,7 +532,8 @@ def longest_sequence(wl:str|Workload='bert', # a text workload
     return pd.concat(out, ignore_index=True)
 
 # %% ../nbs/04_benchmarks.ipynb #72d13db7
-def _explicit_attention(q, k, v): return torch.softmax(q @ k.transpose(-2, -1) * q.shape[-1]**-0.5, -1) @ v
+def _explicit_attention(q, k, v):
+    return torch.softmax(q @ k.transpose(-2, -1) * q.shape[-1]**-0.5, -1) @ v
 
 # %% ../nbs/04_benchmarks.ipynb #3b15df84
 def _half_dtypes(ctx:Context)->list:
@@ -513,12 +542,13 @@ def _half_dtypes(ctx:Context)->list:
 
 # %% ../nbs/04_benchmarks.ipynb #3c20859a
 def attention_speedup(ctx:Context|None=None, # where; None: `context()`
-                      batch:int|None=None, seq:int|None=None, # None: BERT-base's 8 x 512 (2 x 64 on the CPU)
-                      heads:int|None=None, head_dim:int|None=None, # None: 12 x 64 (2 x 32 on the CPU)
-                      dtypes:list|None=None, # half precisions; None: fp16 (and bf16 where native), bf16 on the CPU
+                      batch:int|None=None, seq:int|None=None, # None: 8 x 512 (2 x 64 on the CPU)
+                      heads:int|None=None, head_dim:int|None=None, # None: 12 x 64 (CPU: 2 x 32)
+                      dtypes:list|None=None, # None: fp16 (and bf16 where native); bf16 on the CPU
                       repeats:int|None=None, warmup:int|None=None, # rounds of `benchmark`
                      )->pd.DataFrame:
-    "Self-attention forward+backward: explicit and SDPA in fp32 (TF32 off) and half precision, with the speed-ups."
+    ("Self-attention forward+backward: explicit and SDPA in fp32 (TF32 off) and half precision, "
+     "with the speed-ups.")
     ctx = _ctx(ctx)
     given = [_int(k, v, none=True) for k, v in (('batch', batch), ('seq', seq), ('heads', heads),
                                                  ('head_dim', head_dim))]
@@ -531,22 +561,26 @@ def attention_speedup(ctx:Context|None=None, # where; None: `context()`
                          f"than LIMITS['elements'] = {LIMITS['elements']:,}: pass a smaller batch, "
                          'heads or seq.')
     def call(dt, fn):
-        q, k, v = (torch.randn(b, h, s, d, device=ctx.device, dtype=parse_dtype(dt)).requires_grad_() for _ in range(3))
+        q, k, v = (torch.randn(b, h, s, d, device=ctx.device,
+                               dtype=parse_dtype(dt)).requires_grad_() for _ in range(3))
         g = torch.randn_like(q)
         def run():
             q.grad = k.grad = v.grad = None
             fn(q, k, v).backward(g)
         return run
     calls = {f'{dt} {kind}': call(dt, fn) for dt in ['fp32', *halves]
-             for kind, fn in (('explicit', _explicit_attention), ('SDPA', F.scaled_dot_product_attention))}
+             for kind, fn in (('explicit', _explicit_attention),
+                              ('SDPA', F.scaled_dot_product_attention))}
     with no_tf32(): t = benchmark(calls, *rounds, ctx.device.type)
     shape = f'batch {b}, {h} heads of {d}, sequence {s}'
     est = {k: _predict(c) for k, c in calls.items()}
-    rows = [ctx.row(k.split()[0], 'bert', f'attention fwd+bwd, {k.split()[1]}', t.median(k), 'ms', shape,
-                    _t4(est[k], lambda m: m)) for k in calls]
+    rows = [ctx.row(k.split()[0], 'bert', f'attention fwd+bwd, {k.split()[1]}', t.median(k), 'ms',
+                    shape, _t4(est[k], lambda m: m)) for k in calls]
     for dt in [k.split()[0] for k in calls if k.endswith('SDPA') and not k.startswith('fp32')]:
-        if ctx.cuda:  # on the CPU, half-precision SDPA against fp32 explicit code says nothing about a GPU
-            rows.append(ctx.row(dt, 'bert', 'attention speed-up vs fp32', t.ratio('fp32 explicit', f'{dt} SDPA'), 'x',
+        # on the CPU, half-precision SDPA against fp32 explicit code says nothing about a GPU
+        if ctx.cuda:
+            rows.append(ctx.row(dt, 'bert', 'attention speed-up vs fp32',
+                                t.ratio('fp32 explicit', f'{dt} SDPA'), 'x',
                                 f'{dt} SDPA against fp32 explicit softmax attention; {shape}',
                                 _ratio(est['fp32 explicit'], est[f'{dt} SDPA'])))
         rows.append(ctx.row(dt, 'bert', 'attention speed-up vs fp32, same code',
@@ -558,7 +592,7 @@ def attention_speedup(ctx:Context|None=None, # where; None: `context()`
 # %% ../nbs/04_benchmarks.ipynb #41416bf8
 def embedding_throughput(ctx:Context|None=None, # where; None: `context()`
                          vocab:int=30522, dim:int=768, # the table: BERT-base's token embeddings
-                         tokens:int|None=None, # ids per lookup; None: 65536 on a GPU, 4096 on the CPU
+                         tokens:int|None=None, # ids per lookup; None: 65536 (GPU), 4096 (CPU)
                          dtypes:list|None=None, # None: fp32 and the AMP precision
                          sets:int=4, # id sets used in turn
                          repeats:int|None=None, warmup:int|None=None, # rounds of `benchmark`
@@ -576,17 +610,21 @@ def embedding_throughput(ctx:Context|None=None, # where; None: `context()`
     id_sets = [torch.randint(vocab, (n,), generator=g).to(ctx.device) for _ in range(sets)]
     uniq = sum(len(i.unique()) for i in id_sets) / sets
     for dt in dtypes:
-        table, ids = torch.randn(vocab, dim, dtype=parse_dtype(dt), device=ctx.device), itertools.cycle(id_sets)
+        table, ids = (torch.randn(vocab, dim, dtype=parse_dtype(dt), device=ctx.device),
+                      itertools.cycle(id_sets))
         calls[dt] = lambda table=table, ids=ids: F.embedding(next(ids), table)
         nbytes[dt] = (uniq + n) * dim * table.element_size() + n * 8
     t = benchmark(calls, *rounds, ctx.device.type)
     bw, rows = ctx.spec.bandwidth_gbs if ctx.spec else None, []
     for dt in calls:
-        gbs, note = nbytes[dt] / t.median(dt) / 1e6, f'{n} lookups ({uniq:.0f} distinct rows) in a {vocab}x{dim} table'
+        gbs, note = (nbytes[dt] / t.median(dt) / 1e6,
+                     f'{n} lookups ({uniq:.0f} distinct rows) in a {vocab}x{dim} table')
         rows.append(ctx.row(dt, 'bert', 'embedding throughput', gbs, 'GB/s', note,
-                            _t4(_predict(calls[dt]), lambda m, b=nbytes[dt]: b / m / 1e6, 'lookup')))
+                            _t4(_predict(calls[dt]), lambda m, b=nbytes[dt]: b / m / 1e6,
+                                'lookup')))
         if bw:
-            rows.append(ctx.row(dt, 'bert', 'of datasheet bandwidth', gbs / bw, 'fraction', f'{bw:g} GB/s datasheet'))
+            rows.append(ctx.row(dt, 'bert', 'of datasheet bandwidth', gbs / bw, 'fraction',
+                                f'{bw:g} GB/s datasheet'))
     return ctx.rows(rows)
 
 # %% ../nbs/04_benchmarks.ipynb #f6fa7dc0
@@ -603,26 +641,30 @@ def cudnn_benchmark(on:bool=True):
 def _has_conv(model:nn.Module)->bool: return any(isinstance(m, nn.Conv2d) for m in model.modules())
 
 # %% ../nbs/04_benchmarks.ipynb #e4b8d912
-def recipe_step(model:nn.Module, # on its device; converted to channels-last in place for image models
+def recipe_step(model:nn.Module, # on its device; image models turn channels-last in place
                 loss_fn:Callable, # loss(output, target)
                 lr:float=1e-4, # AdamW's learning rate
                 dtype:str|torch.dtype|None=None, # None: `amp_choice` for the model's device
                 channels_last:bool|None=None, # None: when the model has 2-D convolutions
                 compile:bool=False, # train through `torch.compile(model)`
                )->Callable:
-    "The recommended step `step(*inputs, target)`: AMP, fused AdamW, channels-last, cudnn.benchmark, optional compile."
+    ("The recommended step `step(*inputs, target)`: AMP, fused AdamW, channels-last, "
+     "cudnn.benchmark, optional compile.")
     dev = _module(model)
     check_callable('loss_fn', loss_fn, err=BenchError)
     lr = check_num('lr', lr, hi=10, err=BenchError)  # AdamW's step: above 10 every model diverges
     check_flag('channels_last', channels_last, none=True, err=BenchError), _flags(compile=compile)
-    choice, cl = amp_choice(dev, dtype), _has_conv(model) if channels_last is None else channels_last
+    choice, cl = (amp_choice(dev, dtype),
+                  _has_conv(model) if channels_last is None else channels_last)
     if cl: model.to(memory_format=torch.channels_last)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, **({'fused': True} if dev.type == 'cuda' else {'foreach': True}))
+    opt = torch.optim.AdamW(model.parameters(), lr=lr,
+                            **({'fused': True} if dev.type == 'cuda' else {'foreach': True}))
     run = torch.compile(model) if compile else model
     scaler = torch.amp.GradScaler(dev.type, enabled=choice.scaler)
     def step(*batch):
         *x, y = batch
-        if cl: x = [t.contiguous(memory_format=torch.channels_last) if t.ndim == 4 else t for t in x]
+        if cl:
+            x = [t.contiguous(memory_format=torch.channels_last) if t.ndim == 4 else t for t in x]
         with cudnn_benchmark(True):
             with choice.autocast(): loss = loss_fn(run(*x), y)
             scaler.scale(loss).backward(); scaler.step(opt); scaler.update()
@@ -649,10 +691,12 @@ def recipe(wl:str|Workload='hf-bert', # the workload
            batch:int|None=None, # samples per step; None: the workload's
            compile:bool=False, # also time the recipe under torch.compile
            fp32:bool=False, # also time fp32 (TF32 off)
-           matmul_n:int|None=None, # side of the ceiling's matrix product; None: 8192 on a GPU, 256 on the CPU
-           repeats:int|None=None, warmup:int|None=None, # rounds of `benchmark`; compile needs warm-up >= 2
+           matmul_n:int|None=None, # side of the ceiling's matrices; None: 8192 (GPU), 256 (CPU)
+           repeats:int|None=None, # timed rounds of `benchmark`
+           warmup:int|None=None, # its warm-up calls; compile needs 2 or more
           )->pd.DataFrame:
-    "The recipe against plain fp16 autocast (and fp32), with a matmul ceiling, interleaved in one run."
+    ("The recipe against plain fp16 autocast (and fp32), with a matmul ceiling, interleaved in one "
+     "run.")
     w, ctx = _workload(wl, 'wl'), _ctx(ctx)
     batch, matmul_n = _int('batch', batch, none=True), _int('matmul_n', matmul_n, none=True)
     _flags(compile=compile, fp32=fp32)
@@ -669,64 +713,81 @@ def recipe(wl:str|Workload='hf-bert', # the workload
     plain_dt = 'fp16' if ctx.cuda else 'bf16'
     plain = w.model(ctx, size, **kw)
     per = step_flops(plain, w.loss, w.data(1, size, ctx.device, ctx.small)) * bs
-    steps = {f'plain {plain_dt}': (plain_amp_step(plain, torch.optim.AdamW(plain.parameters(), lr=1e-4), w.loss,
-                                                  parse_dtype(plain_dt), ctx.device.type), plain_dt)}
+    steps = {f'plain {plain_dt}': (plain_amp_step(plain,
+                                                  torch.optim.AdamW(plain.parameters(), lr=1e-4),
+                                                  w.loss, parse_dtype(plain_dt), ctx.device.type),
+                                   plain_dt)}
     rec = recipe_step(w.model(ctx, size), w.loss)
     steps['recipe'] = (rec, rec.choice.name)
-    if compile: steps['recipe + compile'] = (recipe_step(w.model(ctx, size), w.loss, compile=True), rec.choice.name)
+    if compile:
+        steps['recipe + compile'] = (recipe_step(w.model(ctx, size), w.loss, compile=True),
+                                     rec.choice.name)
     if fp32:
         m = w.model(ctx, size)
-        steps['fp32'] = (AmpStep(m, torch.optim.AdamW(m.parameters(), lr=1e-4), w.loss, 'fp32'), 'fp32')
-    calls = {k: _fp32_call(s, data) if k == 'fp32' else functools.partial(s, *data) for k, (s, _) in steps.items()}
+        steps['fp32'] = (AmpStep(m, torch.optim.AdamW(m.parameters(), lr=1e-4), w.loss, 'fp32'),
+                         'fp32')
+    calls = {k: _fp32_call(s, data) if k == 'fp32' else functools.partial(s, *data)
+             for k, (s, _) in steps.items()}
     ceiling = f'{rec.choice.name} matmul'
     n = matmul_n or (256 if ctx.small else 8192)
     calls[ceiling] = _matmul_call(ctx, rec.choice.name, n)
     t = benchmark(calls, repeats, wu, ctx.device.type)
-    est = {k: _predict(c) for k, c in calls.items() if 'compile' not in k}  # compiled code is not counted
+    # compiled code is not counted
+    est = {k: _predict(c) for k, c in calls.items() if 'compile' not in k}
     return _recipe_rows(ctx, w, t, steps, calls, per, bs, ceiling, n, plain_dt, est)
 
 # %% ../nbs/04_benchmarks.ipynb #9e123364
 def _recipe_rows(ctx, w, t, steps, calls, per, bs, ceiling, n, plain_dt, est)->pd.DataFrame:
-    "The rows of `recipe`: speed, counted TFLOP/s against the measured ceiling, speed-ups and peak memory per variant."
+    ("The rows of `recipe`: speed, counted TFLOP/s against the measured ceiling, speed-ups and "
+     "peak memory per variant.")
     top = 2 * n**3 / t.median(ceiling) / 1e9
     note = w.describe(ctx, bs)
     pred = lambda k, f, what='step': _t4(est[k], f, what) if k in est else None
-    rows = [ctx.row(steps['recipe'][1], w.name, 'matmul ceiling', top, 'TFLOP/s', f'{n}x{n} matrix product, same run',
+    rows = [ctx.row(steps['recipe'][1], w.name, 'matmul ceiling', top, 'TFLOP/s',
+                    f'{n}x{n} matrix product, same run',
                     pred(ceiling, lambda m: 2 * n**3 / m / 1e9, 'product'))]
     for k, (step, p) in steps.items():
         ms = t.median(k)
         with peak_memory(ctx.device) as pm: calls[k]()
         held = 'above what was allocated before the step (every variant stays resident)'
-        rows += [ctx.row(p, w.name, f'iterations/s [{k}]', 1e3 / ms, 'it/s', note, pred(k, lambda m: 1e3 / m)),
+        rows += [ctx.row(p, w.name, f'iterations/s [{k}]', 1e3 / ms, 'it/s', note,
+                         pred(k, lambda m: 1e3 / m)),
                  ctx.row(p, w.name, f'samples/s [{k}]', bs * 1e3 / ms, 'samples/s', note,
                          pred(k, lambda m: bs * 1e3 / m)),
                  ctx.row(p, w.name, f'achieved TFLOP/s [{k}]', per / ms / 1e9, 'TFLOP/s',
-                         f'{note}; {per / 1e9:.4g} GFLOP per step, counted', pred(k, lambda m: per / m / 1e9))]
-        if ctx.cuda:  # CPU timings of a small step against a small product can exceed 1: they mean nothing
-            rows.append(ctx.row(p, w.name, f'of measured matmul ceiling [{k}]', per / ms / 1e9 / top, 'fraction',
-                                f'ceiling {top:.4g} TFLOP/s'))
+                         f'{note}; {per / 1e9:.4g} GFLOP per step, counted',
+                         pred(k, lambda m: per / m / 1e9))]
+        # CPU timings of a small step against a small product can exceed 1: they mean nothing
+        if ctx.cuda:
+            rows.append(ctx.row(p, w.name, f'of measured matmul ceiling [{k}]',
+                                per / ms / 1e9 / top, 'fraction', f'ceiling {top:.4g} TFLOP/s'))
         rows.append(ctx.row(p, w.name, f'step memory [{k}]', pm.extra / 2**30, 'GiB',
                             f'{note}; {held}' if ctx.cuda else 'not tracked on the CPU'))
         both = lambda a: _ratio(est[a], est[k]) if a in est and k in est else None
         if not k.startswith('plain'):
-            rows.append(ctx.row(p, w.name, f'speed-up vs plain {plain_dt} [{k}]', t.ratio(f'plain {plain_dt}', k), 'x',
-                                note, both(f'plain {plain_dt}')))
+            rows.append(ctx.row(p, w.name, f'speed-up vs plain {plain_dt} [{k}]',
+                                t.ratio(f'plain {plain_dt}', k), 'x', note,
+                                both(f'plain {plain_dt}')))
         if k.startswith('recipe') and 'fp32' in steps:
-            rows.append(ctx.row(p, w.name, f'speed-up vs fp32 [{k}]', t.ratio('fp32', k), 'x', note, both('fp32')))
+            rows.append(ctx.row(p, w.name, f'speed-up vs fp32 [{k}]', t.ratio('fp32', k), 'x', note,
+                                both('fp32')))
     return ctx.rows(rows)
 
 # %% ../nbs/04_benchmarks.ipynb #5c6ab871
 _GUIDE_NOTE = "the guide's published figure (third-party claim; no code published)"
-GUIDE = pd.DataFrame([dict(card=c, torch='-', precision='not stated', workload=w, metric=m, value=v, unit=u,
-                           note=_GUIDE_NOTE) for c, w, m, v, u in [
+GUIDE = pd.DataFrame([dict(card=c, torch='-', precision='not stated', workload=w, metric=m, value=v,
+                           unit=u, note=_GUIDE_NOTE) for c, w, m, v, u in [
     ('T4', 'unet', 'iterations/s', 3.2, 'it/s'), ('T4', 'unet', 'largest batch', 16, 'samples'),
     ('T4', 'unet', 'peak memory', 14.3, 'GB'),
     ('K80', 'unet', 'iterations/s', 0.9, 'it/s'), ('K80', 'unet', 'largest batch', 6, 'samples'),
     ('K80', 'unet', 'peak memory', 11.2, 'GB'),
-    ('RTX 3060', 'unet', 'iterations/s', 5.1, 'it/s'), ('RTX 3060', 'unet', 'largest batch', 24, 'samples'),
+    ('RTX 3060', 'unet', 'iterations/s', 5.1, 'it/s'),
+    ('RTX 3060', 'unet', 'largest batch', 24, 'samples'),
     ('RTX 3060', 'unet', 'peak memory', 15.8, 'GB'),
-    ('T4', 'bert', 'attention speed-up vs fp32', 3.7, 'x'), ('K80', 'bert', 'attention speed-up vs fp32', 1.2, 'x'),
-    ('T4', 'bert', 'longest sequence', 1024, 'tokens'), ('K80', 'bert', 'longest sequence', 512, 'tokens')]],
+    ('T4', 'bert', 'attention speed-up vs fp32', 3.7, 'x'),
+    ('K80', 'bert', 'attention speed-up vs fp32', 1.2, 'x'),
+    ('T4', 'bert', 'longest sequence', 1024, 'tokens'),
+    ('K80', 'bert', 'longest sequence', 512, 'tokens')]],
     columns=COLUMNS)
 
 # %% ../nbs/04_benchmarks.ipynb #d187ced6
@@ -736,7 +797,8 @@ _MEMORY_UNITS = ('samples', 'tokens', 'GiB')
 def t4_estimate(row:dict, # a row of `COLUMNS` + `T4_COLUMNS`
                 spec:GPUSpec|None, # the card it was measured on; None: the CPU or an unknown card
                )->tuple:
-    "The row's value for a T4 and how it was had: (estimate, low, high, method), NaN where there is none."
+    ("The row's value for a T4 and how it was had: (estimate, low, high, method), NaN where there "
+     "is none.")
     check_type('row', row, Mapping, 'a row (a dict) of COLUMNS', err=BenchError)
     if missing := [k for k in ('value', 'unit', 'note') if k not in row]:
         raise BenchError(f'row lacks {", ".join(missing)}: pass a row made by Context.row.')
@@ -749,14 +811,16 @@ def t4_estimate(row:dict, # a row of `COLUMNS` + `T4_COLUMNS`
         if 'T4 memory cap' in row['note'] or 'rehearsing a T4' in row['note']:
             return v, v, v, 'measured under the T4 memory cap'
         return nan, nan, nan, 'no estimate: not measured under the T4 memory cap'
-    if row['unit'] == 'fraction': return nan, nan, nan, "no estimate: a share of this card's ceiling"
+    if row['unit'] == 'fraction':
+        return nan, nan, nan, "no estimate: a share of this card's ceiling"
     return nan, nan, nan, 'no estimate: not a time the T4 model predicts'
 
 # %% ../nbs/04_benchmarks.ipynb #6394f55a
 def t4_estimates(df:pd.DataFrame, # rows of `COLUMNS`, all from one card
                  spec:GPUSpec|None, # that card's spec row; None: the CPU or an unknown card
                 )->pd.DataFrame:
-    "`df` with `T4_COLUMNS` complete: measured on a T4, the model's prediction, or the memory figure that holds."
+    ("`df` with `T4_COLUMNS` complete: measured on a T4, the model's prediction, or the memory "
+     "figure that holds.")
     _table('df', df)
     check_type('spec', spec, GPUSpec, 'a GPUSpec (see SPECS)', none=True, err=BenchError)
     df = df.reindex(columns=list(dict.fromkeys([*df.columns, *T4_COLUMNS])))
@@ -815,7 +879,9 @@ def _plan(names:list, ctx:Context, quick:bool, cap:str|None)->list:
             text_done = True
         if quick: continue
         plan.append((f'{n} largest batch', functools.partial(memory_limits, w, ctx, cap=cap)))
-        if w.text: plan.append((f'{n} longest sequence', functools.partial(longest_sequence, w, ctx, cap=cap)))
+        if w.text:
+            plan.append((f'{n} longest sequence',
+                         functools.partial(longest_sequence, w, ctx, cap=cap)))
         plan.append((f'{n} recipe', functools.partial(recipe, w, ctx)))
     return plan
 
@@ -831,9 +897,12 @@ _PANELS = [('unet', 'iterations/s'), ('unet', 'largest batch'), ('unet', 'peak m
            ('bert', 'attention speed-up vs fp32'), ('bert', 'longest sequence')]
 
 def _bars(df:pd.DataFrame, workload:str, metric:str, guide:bool=True, t4:bool=True)->list:
-    "(label, value, kind) for one panel: the guide's rows, the measured rows, and their T4 predictions."
-    pick = lambda d: d[(d.workload == workload) & ((d.metric == metric) | d.metric.str.startswith(metric + ' at'))]
-    bars = [(f'{r.card}\nguide', r.value, 'guide') for r in pick(GUIDE).itertuples()] if guide else []
+    ("(label, value, kind) for one panel: the guide's rows, the measured rows, and their T4 "
+     "predictions.")
+    pick = lambda d: d[(d.workload == workload)
+                       & ((d.metric == metric) | d.metric.str.startswith(metric + ' at'))]
+    bars = ([(f'{r.card}\nguide', r.value, 'guide') for r in pick(GUIDE).itertuples()]
+            if guide else [])
     for r in pick(df).itertuples():
         if math.isnan(r.value): continue
         extra = r.metric[len(metric):].replace(' at batch ', ' b').replace(' at ', ' ')
@@ -847,9 +916,11 @@ def _bars(df:pd.DataFrame, workload:str, metric:str, guide:bool=True, t4:bool=Tr
 _COLORS = {'guide': '#b0b0b0', 'measured': '#1f77b4', 'T4 prediction': '#ff7f0e'}
 
 def _panel(ax, bars:list, title:str, unit:str):
-    "One bar panel, labels slanted so they do not overlap; a line of text where there is nothing to draw."
+    ("One bar panel, labels slanted so they do not overlap; a line of text where there is nothing "
+     "to draw.")
     if not bars:
-        ax.text(0.5, 0.5, 'not measured here', ha='center', va='center', fontsize=8, transform=ax.transAxes)
+        ax.text(0.5, 0.5, 'not measured here', ha='center', va='center', fontsize=8,
+                transform=ax.transAxes)
         ax.set_yticks([])
     ax.bar(range(len(bars)), [b[1] for b in bars], color=[_COLORS[b[2]] for b in bars])
     ax.set_xticks(range(len(bars)), [b[0] for b in bars], fontsize=6, rotation=35, ha='right')
@@ -858,7 +929,8 @@ def _panel(ax, bars:list, title:str, unit:str):
 # %% ../nbs/04_benchmarks.ipynb #c6f30262
 def plot_suite(df:pd.DataFrame # `run_suite`'s table
               ):
-    "The guide's figures beside the measured ones and their T4 predictions; CPU rows on a row of their own."
+    ("The guide's figures beside the measured ones and their T4 predictions; CPU rows on a row of "
+     "their own.")
     df = _table('df', df)
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
@@ -871,7 +943,8 @@ def plot_suite(df:pd.DataFrame # `run_suite`'s table
                                    *df[(df.workload == w) & df.metric.str.startswith(m)].unit}))
         rows = [(_bars(df, w, m, t4=not cpu), f'{w}: {m}')]
         if cpu: rows = [(_bars(df.iloc[:0], w, m), f"{w}: {m}\nthe guide's T4, K80, RTX 3060"),
-                        (_bars(df, w, m, guide=False, t4=False), f'{w}: {m}\nthis CPU, small shapes')]
+                        (_bars(df, w, m, guide=False, t4=False),
+                         f'{w}: {m}\nthis CPU, small shapes')]
         for i, (bars, title) in enumerate(rows):
             _panel(grid[i][j], bars, title, units)
             drawn |= {b[2] for b in bars}
@@ -879,15 +952,16 @@ def plot_suite(df:pd.DataFrame # `run_suite`'s table
                loc='outside lower center', ncols=3, fontsize=8)
     card = ', '.join(df.card.unique()) if len(df) else 'nothing measured'
     small = ': CPU quick shapes, shown apart (not comparable with the guide)' if cpu else ''
-    fig.suptitle(f"{card} (torch {torch.__version__}){small}; grey: the guide's published figures (third-party claim)",
-                 fontsize=10)
+    fig.suptitle(f"{card} (torch {torch.__version__}){small}; "
+                 "grey: the guide's published figures (third-party claim)", fontsize=10)
     return fig
 
 # %% ../nbs/04_benchmarks.ipynb #6d59c73b
 def save_suite(df:pd.DataFrame, # `run_suite`'s table
                out:str|Path, # folder; created if missing
               )->dict:
-    "Write `df` as CSV and its comparison with the guide as PNG into `out`, never over an existing file; the paths."
+    ("Write `df` as CSV and its comparison with the guide as PNG into `out`, never over an "
+     "existing file; the paths.")
     df, folder = _table('df', df), writable_dir(out)
     csv, png = _free_path(folder, 'bench', 'csv'), _free_path(folder, 'bench', 'png')
     df.to_csv(csv, index=False)
@@ -896,13 +970,15 @@ def save_suite(df:pd.DataFrame, # `run_suite`'s table
 
 # %% ../nbs/04_benchmarks.ipynb #d645848b
 def _guarded(call:Callable, ctx:Context, label:str)->pd.DataFrame:
-    "`call()`'s rows, or one row saying it ran out of memory (its memory freed) instead of ending the suite."
+    ("`call()`'s rows, or one row saying it ran out of memory (its memory freed) instead of ending "
+     "the suite.")
     try: return call()
     except Exception as e:
         if (kind := oom_kind(e)) is None: raise
         free_memory(e)
     return ctx.rows([ctx.row('-', label.split()[0], f'{label}: out of memory', math.nan, '-',
-                             f'{kind} out of memory at its default size: run it alone with a smaller batch')])
+                             f'{kind} out of memory at its default size: '
+                             'run it alone with a smaller batch')])
 
 # %% ../nbs/04_benchmarks.ipynb #626f1097
 def run_suite(quick:bool=False, # speed, attention and embeddings only (no searches, no recipe)
@@ -911,18 +987,21 @@ def run_suite(quick:bool=False, # speed, attention and embeddings only (no searc
               device=None, # None: the GPU if there is one, else the CPU (small shapes)
               cap:str|None='T4', # memory cap of the searches; None: the whole card
               progress:bool=True, # show a progress bar
-              as_t4:bool=False, # run everything under `t4_rehearsal` (T4 memory, precision, attention)
+              as_t4:bool=False, # run under `t4_rehearsal` (T4 memory, precision, attention)
              )->pd.DataFrame:
-    "The benchmark table (`COLUMNS` + `T4_COLUMNS`) for `workloads` on this card, saved to `out` as CSV and PNG."
+    ("The benchmark table (`COLUMNS` + `T4_COLUMNS`) for `workloads` on this card, saved to `out` "
+     "as CSV and PNG.")
     _flags(quick=quick, progress=progress, as_t4=as_t4)
     names, cap = _check_workloads(workloads, 'workloads'), _check_cap(cap)
     ctx = context(device, quick, as_t4)
     folder = None if out is None else writable_dir(out)
-    if ctx.small: print('No CUDA GPU: running small CPU shapes (every row says "CPU quick shapes"); '
-                        'they say nothing about a GPU.', file=sys.stderr)
+    if ctx.small:
+        print('No CUDA GPU: running small CPU shapes (every row says "CPU quick shapes"); '
+              'they say nothing about a GPU.', file=sys.stderr)
     parts, stopped = [], None
     with t4_rehearsal(verbose=False) if as_t4 else nullcontext(), \
-         tqdm(_plan(names, ctx, quick, cap), desc='colab-t4 bench', disable=not progress, file=sys.stderr) as bar:
+         tqdm(_plan(names, ctx, quick, cap), desc='colab-t4 bench', disable=not progress,
+              file=sys.stderr) as bar:
         for label, call in bar:
             bar.set_postfix_str(label)
             try: parts.append(_guarded(call, ctx, label))
@@ -937,28 +1016,35 @@ def run_suite(quick:bool=False, # speed, attention and embeddings only (no searc
     df.attrs.update(card=ctx.card, torch=torch.__version__, quick=quick, workloads=labels,
                     as_t4=as_t4,
                     interrupted=stopped)
-    if folder is not None: df.attrs['files'] = {k: str(v) for k, v in save_suite(df, folder).items()}
+    if folder is not None:
+        df.attrs['files'] = {k: str(v) for k, v in save_suite(df, folder).items()}
     return df
 
 # %% ../nbs/04_benchmarks.ipynb #628267e0
 def _parser()->argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog='colab-t4 bench', description="Measure this card on the guide's UNet-512 and "
+    p = argparse.ArgumentParser(prog='colab-t4 bench',
+                                description="Measure this card on the guide's UNet-512 and "
                                 "BERT-512 workloads; print the table, write CSV and PNG.")
-    p.add_argument('--quick', action='store_true', help='speed, attention and embeddings only (no searches, no recipe)')
-    p.add_argument('--models', nargs='+', metavar='NAME', help=f'workloads (default: {" ".join(DEFAULT_WORKLOADS)}); '
+    p.add_argument('--quick', action='store_true',
+                   help='speed, attention and embeddings only (no searches, no recipe)')
+    p.add_argument('--models', nargs='+', metavar='NAME',
+                   help=f'workloads (default: {" ".join(DEFAULT_WORKLOADS)}); '
                    f'known: {", ".join(WORKLOADS)}')
-    p.add_argument('--out', default='colab-t4-bench', help='folder for bench.csv and bench.png (default: %(default)s)')
+    p.add_argument('--out', default='colab-t4-bench',
+                   help='folder for bench.csv and bench.png (default: %(default)s)')
     p.add_argument('--json', action='store_true', help='print the rows as JSON instead of a table')
-    p.add_argument('--as-t4', action='store_true', help='run under t4_rehearsal: T4 memory, fp16, no TF32, '
-                   'no flash attention')
+    p.add_argument('--as-t4', action='store_true',
+                   help='run under t4_rehearsal: T4 memory, fp16, no TF32, no flash attention')
     return p
 
-_SHOW = ['workload', 'precision', 'metric', 'value', 'unit', 't4_estimate', 't4_low', 't4_high', 'note']
+_SHOW = ['workload', 'precision', 'metric', 'value', 'unit', 't4_estimate', 't4_low', 't4_high',
+         'note']
 
 # %% ../nbs/04_benchmarks.ipynb #62b8c3b3
 def bench_command(argv:list|None=None # arguments after `bench`; None: sys.argv[1:]
                  )->int:
-    "`colab-t4 bench [--quick] [--models ...] [--out DIR] [--json] [--as-t4]`: print the table, write CSV and PNG."
+    ("`colab-t4 bench [--quick] [--models ...] [--out DIR] [--json] [--as-t4]`: print the table, "
+     "write CSV and PNG.")
     arg = lambda n, a: check_str(n, a, empty=True, err=BenchError)
     check_seq('argv', argv, arg, lo=0, none=True, err=BenchError)
     p = _parser()
@@ -977,8 +1063,8 @@ def bench_command(argv:list|None=None # arguments after `bench`; None: sys.argv[
         return 1 if 'out=' in str(e) else 2
     df = run_suite(a.quick, names, folder, as_t4=a.as_t4)
     if (stopped := df.attrs.get('interrupted')) and not len(df):
-        print(f'colab-t4 bench: stopped by Ctrl-C during {stopped}, before any measurement finished: nothing was '
-              'saved.', file=sys.stderr)
+        print(f'colab-t4 bench: stopped by Ctrl-C during {stopped}, before any measurement '
+              'finished: nothing was saved.', file=sys.stderr)
         return 130
     files = df.attrs['files']
     if a.json: print(json.dumps(json.loads(df.to_json(orient='records')), indent=1))
@@ -987,8 +1073,8 @@ def bench_command(argv:list|None=None # arguments after `bench`; None: sys.argv[
               + (', rehearsing a T4' if a.as_t4 else ''))
         print(df[_SHOW].to_string(index=False, float_format=lambda v: f'{v:.4g}'))
     if stopped:
-        print(f'colab-t4 bench: stopped by Ctrl-C during {stopped}: the {len(df)} row(s) measured before it are saved '
-              f'in {files["csv"]} and {files["png"]}.', file=sys.stderr)
+        print(f'colab-t4 bench: stopped by Ctrl-C during {stopped}: the {len(df)} row(s) measured '
+              f'before it are saved in {files["csv"]} and {files["png"]}.', file=sys.stderr)
         return 130
     print(f'wrote {files["csv"]} and {files["png"]}', file=sys.stderr if a.json else sys.stdout)
     return 0

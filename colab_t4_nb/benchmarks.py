@@ -124,6 +124,7 @@ def _installed(name:str)->bool: return find_spec(name) is not None
 COLUMNS = ['card', 'torch', 'precision', 'workload', 'metric', 'value', 'unit', 'note']
 T4_COLUMNS = ['t4_estimate', 't4_low', 't4_high', 't4_method']
 
+# %% ../nbs/04_benchmarks.ipynb #08ff37b2
 @dataclass
 class Context:
     "Where benchmarks run and how their rows are labelled."

@@ -18,9 +18,8 @@ from fastcore.basics import patch
 from tqdm.auto import tqdm
 
 from .allocation import NoGPUError, spec_for
-from .core import ColabT4Error
-from .core import (check_callable, check_choice, check_flag, check_int, check_num, check_path,
-                              check_seq, check_str, check_type)
+from .core import (ColabT4Error, check_callable, check_choice, check_flag, check_int,
+                              check_num, check_path, check_seq, check_str, check_type)
 from .amp import AmpStep, amp_choice, dtype_name, no_tf32, parse_dtype, plain_amp_step
 from .memory import cap_memory, find_batch_size, free_memory, synthetic_step, try_batch
 from .models import Encoder, MissingPackage, UNet, resnet50, token_batch, token_loss

@@ -21,10 +21,9 @@ from fastcore.basics import patch, store_attr
 
 from .allocation import (GPU, GPUSpec, NoGPUError, SPECS, UnknownGPUError, native_bf16,
                                     spec_for)
-from .core import ColabT4Error
+from .core import (ColabT4Error, needs, record, check_callable, check_choice, check_int,
+                              check_num, check_str, check_type)
 from .timing import benchmark, cpu_timer
-from .core import needs, record
-from .core import check_callable, check_choice, check_int, check_num, check_str, check_type
 from .models import Encoder, token_batch, token_loss
 
 # %% auto #0

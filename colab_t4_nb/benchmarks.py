@@ -21,16 +21,16 @@ from torch.utils.flop_counter import FlopCounterMode
 from tqdm.auto import tqdm
 
 from .allocation import GPUSpec, NoGPUError, SPECS, spec_for
-from .core import ColabT4Error, oom_kind
+from .core import (ColabT4Error, oom_kind, check_callable, check_choice, check_flag,
+                              check_int, check_num, check_path, check_seq, check_str, check_type)
 from .amp import AmpStep, amp_choice, no_tf32, parse_dtype, plain_amp_step
-from .models import Encoder, token_batch, token_loss
+from .models import (Encoder, token_batch, token_loss, UNet, cls_batch, hf_bert,
+                                resnet50, seg_batch, seq_cls_loss)
 from .memory import (NothingFits, cap_memory, find_max_size, free_memory, peak_memory,
                                 try_batch)
-from .models import UNet, cls_batch, hf_bert, resnet50, seg_batch, seq_cls_loss
 from .t4 import T4Estimate, estimate_t4, t4_rehearsal
 from .timing import benchmark
-from .core import (check_callable, check_choice, check_flag, check_int, check_num,
-                              check_path, check_seq, check_str, check_type)
+
 
 # %% auto #0
 __all__ = ['LIMITS', 'COLUMNS', 'T4_COLUMNS', 'WORKLOADS', 'GUIDE', 'DEFAULT_WORKLOADS', 'BenchError', 'Context', 'context',

@@ -13,13 +13,13 @@ import numpy as np
 import torch
 from fastcore.basics import patch
 
-from .core import runtime
+from .core import runtime, ColabT4Error, check_flag, check_int, check_num, check_path
 from .amp import AmpChoice, amp_choice, keras_amp
-from .core import ColabT4Error, check_flag, check_int, check_num, check_path
 from .memory import find_batch_size
 from .monitoring import FIELDS, GPUMonitor
-from .persistence import CheckpointManager, SessionClock, drive_checkpoints
-from .persistence import rng_state, set_rng_state
+from .persistence import (CheckpointManager, SessionClock, drive_checkpoints, rng_state,
+                                     set_rng_state)
+
 
 # %% auto #0
 __all__ = ['HFCallback', 'hf_precision', 'batch_plan', 'hf_settings', 'ResumableLoader', 'LightningCallback',

@@ -11,9 +11,9 @@ from pathlib import Path
 import torch
 from fastcore.basics import patch
 
-from .core import atomic_write
-from .core import (ColabT4Error, check_choice, check_flag, check_int, check_num,
-                              check_path, check_stateful, check_str, check_type)
+from .core import (atomic_write, ColabT4Error, check_choice, check_flag, check_int,
+                              check_num, check_path, check_stateful, check_str, check_type)
+
 
 # %% auto #0
 __all__ = ['CHECKSUMS', 'CheckpointError', 'CheckpointCorrupt', 'NoCheckpoint', 'CheckpointMismatch', 'CheckpointWriteError',

@@ -14,11 +14,10 @@ import pandas as pd
 import pynvml
 
 from .allocation import GPU, GPUSpec, gpu_info, parse_smi_table, spec_for
-from .core import ColabT4Error
+from .core import (ColabT4Error, needs, check_callable, check_choice, check_flag,
+                              check_int, check_num, check_seq, check_str, check_type)
 from .timing import benchmark
-from .core import needs
-from .core import (check_callable, check_choice, check_flag, check_int, check_num,
-                              check_seq, check_str, check_type)
+
 
 # %% auto #0
 __all__ = ['ARCHS', 'TORCH_CUDA_BUILDS', 'CLOCK_REASONS', 'POWER_REASONS', 'THERMAL_REASONS', 'KernelError', 'Arch', 'arch',

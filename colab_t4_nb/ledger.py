@@ -13,9 +13,9 @@ from typing import Callable
 import pandas as pd
 from fastcore.basics import patch
 
-from .core import ColabT4Error, append_line, atomic_write, open_locked, runtime, state_dir
-from .core import (check_callable, check_choice, check_int, check_num, check_path,
-                              check_seq, check_str, check_type)
+from .core import (ColabT4Error, append_line, atomic_write, open_locked, runtime,
+                              state_dir, check_callable, check_choice, check_int, check_num,
+                              check_path, check_seq, check_str, check_type)
 
 
 # %% auto #0

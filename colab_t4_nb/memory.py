@@ -17,10 +17,11 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from .allocation import NoGPUError, UnknownGPUError, nvml_gpus, spec_for
-from .core import ColabT4Error, cuda_sync, oom_kind
+from .core import (ColabT4Error, cuda_sync, oom_kind, ArgumentTypeError, check_callable,
+                              check_choice, check_flag, check_int, check_num, check_seq, check_str,
+                              check_type)
 from .timing import benchmark
-from .core import (ArgumentTypeError, check_callable, check_choice, check_flag, check_int,
-                              check_num, check_seq, check_str, check_type)
+
 
 # %% auto #0
 __all__ = ['REPORTED_MIB', 'BatchSizeError', 'NothingFits', 'SplitError', 'MemoryGrowthError', 'DeviceError', 'StepError',

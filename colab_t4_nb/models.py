@@ -11,9 +11,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from .allocation import NoGPUError
-from .core import ColabT4Error
-from .core import (ArgumentError, ArgumentTypeError, check_choice, check_int, check_num, check_str,
-                              check_type)
+from .core import (ColabT4Error, ArgumentError, ArgumentTypeError, check_choice,
+                              check_int, check_num, check_str, check_type)
+
 
 # %% auto #0
 __all__ = ['MissingPackage', 'DoubleConv', 'UNet', 'seg_batch', 'hf_bert', 'cls_batch', 'seq_cls_loss', 'resnet50', 'Encoder',

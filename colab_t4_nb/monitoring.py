@@ -19,10 +19,9 @@ import pynvml
 from fastcore.basics import patch
 
 from .allocation import NoGPUError, parse_smi_csv
-from .core import ColabT4Error, state_dir
+from .core import (ColabT4Error, state_dir, check_callable, check_choice, check_flag,
+                              check_int, check_num, check_path, check_seq, check_type)
 from .ledger import LedgerError, UsageLedger
-from .core import (check_callable, check_choice, check_flag, check_int, check_num,
-                              check_path, check_seq, check_type)
 from .timing import benchmark
 
 # %% auto #0

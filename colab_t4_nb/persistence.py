@@ -17,10 +17,12 @@ import numpy as np
 import torch
 from fastcore.basics import patch, store_attr
 
-from .core import COLAB_DRIVE, ColabT4Error, atomic_write, oom_kind, runtime, state_dir
+from .core import (COLAB_DRIVE, ColabT4Error, atomic_write, oom_kind, runtime,
+                              state_dir, check_callable, check_choice, check_flag, check_int,
+                              check_num, check_path, check_seq, check_stateful, check_str,
+                              check_type)
 from .checkpoint_format import *
-from .core import (check_callable, check_choice, check_flag, check_int, check_num,
-                              check_path, check_seq, check_stateful, check_str, check_type)
+
 
 # %% auto #0
 __all__ = ['OWNER_STALE_S', 'DEFAULT_EVERY_MINUTES', 'rng_state', 'set_rng_state', 'training_state', 'CheckpointDir',

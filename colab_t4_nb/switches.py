@@ -12,9 +12,8 @@ from typing import Callable
 import pandas as pd
 
 from .allocation import NoGPUError, native_bf16
-from .core import ColabT4Error
-from .core import (
-    check_callable, check_choice, check_int, check_num, check_seq, check_flag)
+from .core import (ColabT4Error, check_callable, check_choice, check_int, check_num,
+                              check_seq, check_flag)
 from .timing import benchmark
 
 # %% auto #0

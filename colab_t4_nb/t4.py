@@ -17,9 +17,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
 from .allocation import SPECS
-from .core import ColabT4Error
-from .core import (ArgumentError, check_callable, check_choice, check_flag, check_int, check_num,
-                              check_seq, check_str, check_type)
+from .core import (ColabT4Error, ArgumentError, check_callable, check_choice,
+                              check_flag, check_int, check_num, check_seq, check_str, check_type)
 from .amp import AmpError, decide_as, no_tf32, parse_dtype
 from .models import Encoder
 from .memory import cap_memory

@@ -1,7 +1,7 @@
 """colab_t4_nb.amp from outside a notebook: a fresh import starts nothing, and where TensorFlow is
 absent (a torch-only runtime, as many GPU servers are) the Keras parts skip or fail clearly."""
 import json, shutil, subprocess, sys, textwrap
-from conftest import ROOT, NBS
+from conftest import ROOT, NBS, python
 
 HIDE_TF = textwrap.dedent('''
     import importlib.abc, importlib.util, sys
@@ -19,20 +19,17 @@ def _no_tf_env(tmp_path, env):
     (site/'sitecustomize.py').write_text(HIDE_TF)
     return {**env, 'PYTHONPATH': f'{site}:{ROOT}'}
 
-def _py(code, env, cwd):
-    return subprocess.run([sys.executable, '-c', textwrap.dedent(code)], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
-
 def test_import_starts_nothing(tmp_path, cpu_env):
-    r = _py('''
+    r = python('''
         import sys, torch
         import colab_t4_nb.amp
         assert 'tensorflow' not in sys.modules, 'TensorFlow imported at import time'
         assert not torch.cuda.is_initialized(), 'CUDA started at import time'
-        print('ok')''', {**cpu_env, 'PYTHONPATH': str(ROOT)}, tmp_path)
+        print('ok')''', cpu_env, cwd=tmp_path)
     assert r.returncode == 0 and r.stdout.strip() == 'ok', r.stderr
 
 def test_keras_parts_without_tensorflow(tmp_path, cpu_env):
-    r = _py('''
+    r = python('''
         from importlib.util import find_spec
         assert find_spec('tensorflow') is None
         from colab_t4_nb.amp import keras_amp, AmpError
@@ -40,7 +37,7 @@ def test_keras_parts_without_tensorflow(tmp_path, cpu_env):
         assert needs('a Keras fit', package='tensorflow') is False
         try:
             with keras_amp(): pass
-        except AmpError as e: print('error:', e)''', _no_tf_env(tmp_path, cpu_env), tmp_path)
+        except AmpError as e: print('error:', e)''', _no_tf_env(tmp_path, cpu_env), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == ['Skipped on this runtime (tensorflow is not installed: pip install tensorflow): a Keras fit.',
                                      'error: TensorFlow is not installed: `pip install tensorflow` (Colab has it).'], r.stdout

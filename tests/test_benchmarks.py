@@ -1,7 +1,7 @@
 """`colab-t4 bench` end to end through `bench_command`, in a fresh process as a user runs it."""
-import json, subprocess, sys
+import json
 import pandas as pd
-from conftest import ROOT
+from conftest import python
 
 COLUMNS = ['card', 'torch', 'precision', 'workload', 'metric', 'value', 'unit', 'note',
            't4_estimate', 't4_low', 't4_high', 't4_method']
@@ -9,8 +9,7 @@ COLUMNS = ['card', 'torch', 'precision', 'workload', 'metric', 'value', 'unit', 
 def bench(args, env, timeout=300):
     code = ('from colab_t4_nb.benchmarks import bench_command; '
             f'raise SystemExit(bench_command({list(map(str, args))!r}))')
-    env = {**env, 'PYTHONPATH': str(ROOT)}
-    return subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env=env, timeout=timeout)
+    return python(code, env, timeout=timeout)
 
 def test_quick_writes_table_csv_and_png(cpu_env, tmp_path):
     out = tmp_path/'results'
@@ -68,8 +67,7 @@ def test_ctrl_c_keeps_and_saves_the_finished_measurements(cpu_env, tmp_path):
             'def interrupted(*a, **k): raise KeyboardInterrupt\n'
             'B.attention_speedup = interrupted\n'
             f"raise SystemExit(B.bench_command(['--quick', '--models', 'bert', '--out', {str(tmp_path)!r}]))")
-    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=300,
-                       env={**cpu_env, 'PYTHONPATH': str(ROOT)})
+    r = python(code, cpu_env)
     assert r.returncode == 130 and 'Traceback' not in r.stderr, r.stderr[-3000:]
     df = pd.read_csv(tmp_path/'bench.csv')
     assert set(df.workload) == {'bert'} and 'iterations/s' in set(df.metric), df

@@ -2,7 +2,7 @@
 same call ends with the weights of an uninterrupted run (Trainer, Lightning, Keras); saves before a
 session's end; GPU figures in the logs; nothing of the user's deleted; the module imports without
 the frameworks, and its page runs without Lightning and TensorFlow."""
-import os, re, shutil, subprocess, sys, warnings
+import os, re, shutil, warnings
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from colab_t4_nb import callbacks as C
-from conftest import ROOT
+from conftest import ROOT, python
 from colab_t4_nb.persistence import CheckpointManager, SessionClock, SessionEnding
 from colab_t4_nb.testing import fake_colab, fake_nvml, h200_reading
 
@@ -295,8 +295,7 @@ def test_module_imports_without_the_frameworks():
             "    else: raise SystemExit(f'{cls.__name__} made without {pkg}')\n"
             "print('ok')\n")
     env = {**os.environ, 'CUDA_VISIBLE_DEVICES': ''}
-    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env=env,
-                       timeout=120)
+    r = python(code, env, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == 'ok', r.stderr[-3000:]
 
 def test_page_runs_without_lightning_and_tensorflow(tmp_path):
@@ -308,6 +307,5 @@ def test_page_runs_without_lightning_and_tensorflow(tmp_path):
             f"sys.argv = ['run_nbs', '--test', '--skip', 'cuda slow', {str(page)!r}]\n"
             f"runpy.run_path({str(ROOT/'tools'/'run_nbs.py')!r}, run_name='__main__')\n")
     env = {**os.environ, 'CUDA_VISIBLE_DEVICES': ''}
-    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env=env,
-                       timeout=300, cwd=tmp_path)
+    r = python(code, env, cwd=tmp_path)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]

@@ -1,18 +1,12 @@
 """`colab-t4 monitor`, end to end, as a user runs it: without a GPU, and with NVML missing but a
 stand-in `nvidia-smi` on the PATH that prints the recorded H200 query CSV."""
-import json, os, shutil, subprocess, sys
+import json, os, shutil
 from pathlib import Path
 import pytest
-from conftest import ROOT, nvml_works
+from conftest import colab_t4, nvml_works
 from colab_t4_nb.allocation import reading
 
-EXE = shutil.which('colab-t4')
 no_real_gpu = pytest.mark.skipif(nvml_works(), reason='a real GPU answers here')
-
-def run(args, env, timeout=120):
-    assert EXE, 'colab-t4 is not on the PATH: pip install -e .'
-    env = {**env, 'PYTHONPATH': str(ROOT), 'MPLBACKEND': 'Agg'}
-    return subprocess.run([EXE, *args], capture_output=True, text=True, env=env, timeout=timeout)
 
 @pytest.fixture
 def smi_env(cpu_env, tmp_path):
@@ -27,7 +21,7 @@ def smi_env(cpu_env, tmp_path):
 
 @no_real_gpu
 def test_monitor_on_cpu_says_no_gpu(cpu_env, tmp_path):
-    r = run(['monitor', '--interval', '0.2', '--duration', '1', '--csv', str(tmp_path/'gpu.csv'), '--plot', str(tmp_path/'gpu.png')], cpu_env)
+    r = colab_t4(['monitor', '--interval', '0.2', '--duration', '1', '--csv', str(tmp_path/'gpu.csv'), '--plot', str(tmp_path/'gpu.png')], cpu_env, timeout=120)
     assert r.returncode == 1, r.stdout + r.stderr
     assert r.stdout == '' and r.stderr.count('\n') == 1, r.stdout + r.stderr  # one line, on stderr
     assert r.stderr.startswith('colab-t4 monitor: No NVIDIA GPU found (nvml: NVML Shared Library Not Found; '
@@ -38,7 +32,7 @@ def test_monitor_on_cpu_says_no_gpu(cpu_env, tmp_path):
 def test_monitor_falls_back_to_nvidia_smi(smi_env, tmp_path):
     from colab_t4_nb.monitoring import read_csv
     csv, png = tmp_path/'out'/'gpu.csv', tmp_path/'gpu.png'
-    r = run(['monitor', '--interval', '0.2', '--duration', '1.5', '--every', '0.5', '--csv', str(csv), '--plot', str(png)], smi_env)
+    r = colab_t4(['monitor', '--interval', '0.2', '--duration', '1.5', '--every', '0.5', '--csv', str(csv), '--plot', str(png)], smi_env, timeout=120)
     assert r.returncode == 0 and 'Traceback' not in r.stderr, r.stdout + r.stderr
     out = r.stdout.splitlines()
     assert out[0] == 'Monitoring NVIDIA H200 every 0.2 s through nvidia-smi for 1.5 s.', r.stdout
@@ -53,7 +47,7 @@ def test_monitor_falls_back_to_nvidia_smi(smi_env, tmp_path):
 def test_monitor_appends_and_keeps_the_ledger(smi_env, tmp_path):
     csv, ledger = tmp_path/'gpu.csv', tmp_path/'drive'/'ledger.jsonl'
     for _ in range(2):
-        r = run(['monitor', '--interval', '0.2', '--duration', '0.6', '--csv', str(csv), '--ledger', str(ledger)], smi_env)
+        r = colab_t4(['monitor', '--interval', '0.2', '--duration', '0.6', '--csv', str(csv), '--ledger', str(ledger)], smi_env, timeout=120)
         assert r.returncode == 0, r.stdout + r.stderr
     lines = csv.read_text().splitlines()
     assert sum(l.startswith('time,gpu,name,') for l in lines) == 1 and len(lines) >= 5, lines
@@ -68,7 +62,7 @@ def test_monitor_refuses_bad_input(smi_env, tmp_path):
                       (['--duration', '-1'], 'colab-t4 monitor: duration must be a number > 0'),
                       (['--csv', str(tmp_path/'file'/'gpu.csv')], f"colab-t4 monitor: Cannot write the monitor CSV {tmp_path/'file'/'gpu.csv'}"),
                       (['--plot', str(tmp_path/'nowhere'/'gpu.png')], 'colab-t4 monitor: Cannot save the plot to')]:
-        r = run(['monitor', '--duration', '5', *args], smi_env)
+        r = colab_t4(['monitor', '--duration', '5', *args], smi_env, timeout=120)
         assert r.returncode == 1 and r.stderr.startswith(msg), (args, r.stdout, r.stderr)
         assert 'Traceback' not in r.stderr
 
@@ -81,12 +75,12 @@ def test_monitor_refuses_bad_input(smi_env, tmp_path):
     (['--every', '-1'], 'colab-t4 monitor: every must be a number >= 0')])
 def test_bad_outputs_refused_before_looking_for_a_gpu(cpu_env, tmp_path, args, msg):
     "On a machine without a GPU too: bad settings are an error (status 1), not 'No NVIDIA GPU found' and status 0."
-    r = run(['monitor', '--duration', '5', *args], cpu_env)
+    r = colab_t4(['monitor', '--duration', '5', *args], cpu_env, timeout=120)
     assert r.returncode == 1 and r.stderr.startswith(msg) and r.stdout == '', (r.stdout, r.stderr)
 
 @no_real_gpu
 def test_negative_every_prints_nothing(smi_env):
-    r = run(['monitor', '--interval', '0.2', '--duration', '1', '--every', '-1'], smi_env)
+    r = colab_t4(['monitor', '--interval', '0.2', '--duration', '1', '--every', '-1'], smi_env, timeout=120)
     assert r.returncode == 1 and r.stdout == '' and 'every=-1.0' in r.stderr, (r.stdout, r.stderr)
 
 @no_real_gpu
@@ -94,10 +88,8 @@ def test_samples_saved_elsewhere_when_the_plot_cannot_be_written(smi_env, tmp_pa
     "The plot's folder disappears while sampling: the samples are saved in the state folder, the message says where."
     import time
     out = tmp_path/'out'; out.mkdir()
-    env = {**smi_env, 'PYTHONPATH': str(ROOT), 'MPLBACKEND': 'Agg'}
     args = ['monitor', '--interval', '0.2', '--duration', '3', '--every', '0', '--plot', str(out/'gpu.png')]
-    p = subprocess.Popen([EXE, *args],
-                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = colab_t4(args, smi_env, popen=True)
     assert p.stdout.readline().startswith('Monitoring NVIDIA H200'), p.stderr.read()
     shutil.rmtree(out)
     stdout, stderr = p.communicate(timeout=120)
@@ -112,9 +104,8 @@ def test_csv_removed_mid_run_is_written_again(smi_env, tmp_path):
     "The CSV's folder is removed while sampling: the file is made again with every sample, and the message says so."
     out = tmp_path/'out'; out.mkdir()
     csv = out/'gpu.csv'
-    env = {**smi_env, 'PYTHONPATH': str(ROOT), 'MPLBACKEND': 'Agg'}
     args = ['monitor', '--interval', '0.2', '--duration', '2', '--every', '0', '--csv', str(csv)]
-    p = subprocess.Popen([EXE, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = colab_t4(args, smi_env, popen=True)
     assert p.stdout.readline().startswith('Monitoring NVIDIA H200'), p.stderr.read()
     shutil.rmtree(out)
     stdout, stderr = p.communicate(timeout=120)
@@ -130,9 +121,8 @@ def test_signal_stops_like_ctrl_c(smi_env, tmp_path, sig):
     "`timeout` (SIGTERM) or a closed terminal (SIGHUP): every sample kept, the summary printed, the ledger written."
     import signal, time
     csv, ledger = tmp_path/'gpu.csv', tmp_path/'ledger.jsonl'
-    env = {**smi_env, 'PYTHONPATH': str(ROOT), 'MPLBACKEND': 'Agg'}
     args = ['monitor', '--interval', '0.2', '--every', '0', '--csv', str(csv), '--ledger', str(ledger)]
-    p = subprocess.Popen([EXE, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = colab_t4(args, smi_env, popen=True)
     assert p.stdout.readline().startswith('Monitoring NVIDIA H200'), p.stderr.read()
     time.sleep(1.5)
     p.send_signal(getattr(signal, sig))
@@ -144,5 +134,5 @@ def test_signal_stops_like_ctrl_c(smi_env, tmp_path, sig):
     assert ledger.read_text().strip(), 'no ledger record'
 
 def test_help_lists_monitor(cpu_env):
-    r = run(['monitor', '--help'], cpu_env)
+    r = colab_t4(['monitor', '--help'], cpu_env, timeout=120)
     assert r.returncode == 0 and all(o in r.stdout for o in ['--interval', '--duration', '--csv', '--plot', '--ledger'])

@@ -5,10 +5,10 @@ Colab's client library is the stand-in `colab_t4_nb.testing.fake_colab` (it beha
 service is unreachable; `drive.mount(mountpoint)` makes `mountpoint/MyDrive` appear). The card handed out
 is a recorded Colab K80 or T4 replayed through the NVML stand-in, and Drive is mounted in a temporary
 folder (`allocation.COLAB_DRIVE` points there), so nothing is written outside the test's folder."""
-import json, subprocess, sys, textwrap
+import json
 from pathlib import Path
 import pytest
-from conftest import ROOT
+from conftest import python
 
 PRELUDE = '''
 import json, sys
@@ -29,9 +29,8 @@ def attempt(**kw):
 '''
 
 def run(tmp_path, card, body, env):
-    code = PRELUDE + textwrap.dedent(body)
-    r = subprocess.run([sys.executable, '-c', code, str(tmp_path), card], capture_output=True, text=True, timeout=300,
-                       env={**env, 'PYTHONPATH': str(ROOT), 'HOME': str(tmp_path/'home')})
+    "PRELUDE then `body` in a fresh interpreter with `card` handed out: the lines it printed, after a clean exit."
+    r = python(PRELUDE + body, {**env, 'HOME': str(tmp_path/'home')}, [tmp_path, card])
     assert r.returncode == 0 and 'Traceback' not in r.stderr, r.stdout + r.stderr
     return r.stdout.splitlines()
 

@@ -2,21 +2,16 @@
 the occupancy calculator's invariants on random inputs for every architecture, switches reaching a
 child process, `cuda_compat` in a process without a driver, and the Triton kernel under Triton's
 CPU interpreter where Triton is installed."""
-import os, subprocess, sys, textwrap
+import os, sys
 import pytest
 from hypothesis import given, settings, strategies as st
-from conftest import ROOT
+from conftest import python
 
 from colab_t4_nb.kernels import ARCHS, KernelError, best_block_size, candidates, launch_config, occupancy
 
-def _py(code, env, **kw):
-    path = os.pathsep.join([str(ROOT)] + [p for p in env.get('PYTHONPATH', '').split(os.pathsep) if p])
-    return subprocess.run([sys.executable, '-c', textwrap.dedent(code)], env={**env, 'PYTHONPATH': path},
-                          capture_output=True, text=True, timeout=300, **kw)
-
 def test_import_starts_nothing(cpu_env):
     "Importing the modules (as `colab-t4 info` does) imports neither torch nor Triton."
-    r = _py('''
+    r = python('''
         import sys
         import colab_t4_nb.kernels, colab_t4_nb.switches
         assert 'torch' not in sys.modules and 'triton' not in sys.modules, [m for m in ('torch', 'triton') if m in sys.modules]
@@ -26,7 +21,7 @@ def test_import_starts_nothing(cpu_env):
 def test_cuda_compat_without_driver(cpu_env):
     "No NVML and no nvidia-smi: a plain answer, printed, never an exception."
     env = {**cpu_env, 'PATH': os.path.dirname(sys.executable)}
-    r = _py('''
+    r = python('''
         from colab_t4_nb.testing import missing_nvml
         from colab_t4_nb.kernels import cuda_compat
         with missing_nvml(): c = cuda_compat()
@@ -36,7 +31,7 @@ def test_cuda_compat_without_driver(cpu_env):
 
 def test_switch_reaches_child_and_is_restored(cpu_env):
     "A switch set in the block is inherited by a child process started there, and is gone after."
-    r = _py('''
+    r = python('''
         import os, subprocess, sys
         from colab_t4_nb.switches import env_switches
         probe = [sys.executable, '-c', 'import os; print(os.environ.get("CUDA_LAUNCH_BLOCKING"))']
@@ -89,7 +84,7 @@ def test_bad_input_is_refused():
 def test_bias_gelu_under_the_triton_interpreter(tmp_path, cpu_env):
     "The Triton kernel computes the tanh GELU of x + bias on every element (Triton's CPU interpreter)."
     pytest.importorskip('triton')
-    r = _py('''
+    r = python('''
         import torch
         from colab_t4_nb.kernels import triton_kernels
         k = triton_kernels()

@@ -1,11 +1,11 @@
 """What the memory notebook's cells cannot test in-process: DDP in real processes (spawned and forked),
 and TensorFlow's own behaviour (its out-of-memory error, its refusal to switch memory growth late)."""
-import subprocess, sys, textwrap
 import pytest
 import torch
 from torch import nn
 from colab_t4_nb.memory import launch_ddp, allreduce_check
 from colab_t4_nb.core import ColabT4Error
+from conftest import python
 
 def ddp_grads(rank, world_size):
     "Same model on every rank (same seed), different data per rank: the DDP gradient of the summed output."
@@ -44,7 +44,7 @@ def test_a_failing_rank_stops_the_launch_with_its_error():
 @pytest.mark.skipif(torch.cuda.is_available(), reason='forking after CUDA or autograd started on a GPU machine is refused by PyTorch')
 def test_fork_runs_a_function_defined_in_main():
     "A function from a script's __main__ (as in a notebook) runs when the processes are forked, after the parent used autograd on the CPU."
-    code = textwrap.dedent('''
+    r = python('''
         import torch
         from torch import nn
         from colab_t4_nb.memory import launch_ddp
@@ -59,15 +59,13 @@ def test_fork_runs_a_function_defined_in_main():
             assert torch.equal(g0, g1) and torch.equal(g0, torch.full((1, 4), 3.0)), (g0, g1)
             print('ok')
     ''')
-    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and r.stdout.strip() == 'ok', r.stdout + r.stderr
 
 def test_nccl_needs_a_gpu_per_process():
     with pytest.raises(ColabT4Error, match='NCCL needs one GPU per process'): launch_ddp(allreduce_check, nprocs=99, backend='nccl')
 
 def run_tf(code, env):
-    env = {**env, 'TF_CPP_MIN_LOG_LEVEL': '3'}
-    r = subprocess.run([sys.executable, '-c', textwrap.dedent(code)], capture_output=True, text=True, timeout=300, env=env)
+    r = python(code, {**env, 'TF_CPP_MIN_LOG_LEVEL': '3'})
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
     return r.stdout
 

@@ -1,17 +1,13 @@
 """GPUMonitor and UsageLedger where a notebook cell cannot look: interpreter exit with the
 thread still running, kill -9 in the middle of a run, several processes writing one ledger."""
-import json, os, signal, subprocess, sys, textwrap, time
+import json, signal, time
 from pathlib import Path
 import pytest
-from conftest import ROOT
-
-def py(code, env, **kw):
-    return subprocess.Popen([sys.executable, '-c', textwrap.dedent(code)], env={**env, 'PYTHONPATH': str(ROOT)},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+from conftest import ROOT, python
 
 def test_running_monitor_never_blocks_exit(cpu_env, tmp_path):
     "A monitor left running at exit: the process ends at once and the atexit hook writes the pending rows."
-    p = py(f'''
+    p = python(f'''
         import time
         from colab_t4_nb.monitoring import GPUMonitor
         from colab_t4_nb.testing import fake_nvml, h200_reading
@@ -19,7 +15,7 @@ def test_running_monitor_never_blocks_exit(cpu_env, tmp_path):
             GPUMonitor(interval=0.05, csv={str(tmp_path/'gpu.csv')!r}, every={{'flush': 3600}}).start()
             time.sleep(0.5)
         print('leaving')
-        ''', cpu_env)
+        ''', cpu_env, popen=True)
     out, err = p.communicate(timeout=120)
     assert p.returncode == 0 and out == 'leaving\n' and 'Traceback' not in err, err
     from colab_t4_nb.monitoring import read_csv
@@ -27,7 +23,7 @@ def test_running_monitor_never_blocks_exit(cpu_env, tmp_path):
 
 def test_stuck_nvml_call_does_not_hold_exit(cpu_env):
     "Even a thread stuck inside an NVML call does not keep the interpreter alive: stop() gives up after its timeout."
-    p = py('''
+    p = python('''
         import time
         from colab_t4_nb.monitoring import GPUMonitor
         from colab_t4_nb.testing import fake_nvml, h200_reading
@@ -36,7 +32,7 @@ def test_stuck_nvml_call_does_not_hold_exit(cpu_env):
             mon = GPUMonitor(interval=0.05).start()
             time.sleep(0.3)
         print('leaving')
-        ''', cpu_env)
+        ''', cpu_env, popen=True)
     t = time.monotonic()
     out, err = p.communicate(timeout=60)
     assert p.returncode == 0 and out == 'leaving\n', err
@@ -53,14 +49,14 @@ def test_csv_survives_kill_9(cpu_env, tmp_path):
             GPUMonitor(interval=0.02, csv={str(csv)!r}, every={{'flush': 0.1}}).start()
             print('started', flush=True); time.sleep(600)
         '''
-    p = py(code, cpu_env)
+    p = python(code, cpu_env, popen=True)
     assert p.stdout.readline() == 'started\n'
     time.sleep(1.5)
     p.send_signal(signal.SIGKILL); p.wait(timeout=60)
     from colab_t4_nb.monitoring import read_csv, CSV_COLUMNS
     n = len(read_csv(csv))
     assert n >= 10, n
-    p = py(code, cpu_env); assert p.stdout.readline() == 'started\n'; time.sleep(1.0)
+    p = python(code, cpu_env, popen=True); assert p.stdout.readline() == 'started\n'; time.sleep(1.0)
     p.send_signal(signal.SIGKILL); p.wait(timeout=60)
     lines = csv.read_text().splitlines()
     assert lines.count(','.join(CSV_COLUMNS)) == 1 and len(read_csv(csv)) > n
@@ -68,11 +64,11 @@ def test_csv_survives_kill_9(cpu_env, tmp_path):
 def test_ledger_concurrent_processes(cpu_env, tmp_path):
     "Four processes appending to one ledger at once: every record is there and every line is whole."
     path = tmp_path/'ledger.jsonl'
-    procs = [py(f'''
+    procs = [python(f'''
         from colab_t4_nb.ledger import UsageLedger
         led = UsageLedger({str(path)!r})
         for j in range(50): led.add(1.8e9, 1.8e9 + 60 * j, 'Tesla T4', 0.01 * j, session='p{k}')
-        ''', cpu_env) for k in range(4)]
+        ''', cpu_env, popen=True) for k in range(4)]
     for p in procs:
         out, err = p.communicate(timeout=120)
         assert p.returncode == 0, err

@@ -1,6 +1,6 @@
 """Nothing the user saved is lost: loads are all or nothing, save's report matches the disk, a folder
 belongs to one run, the user's own files in it are left alone, rotation on Drive frees the bytes."""
-import errno, json, os, socket, subprocess, sys, threading, time, warnings
+import errno, json, os, socket, threading, time, warnings
 from pathlib import Path
 
 import pytest
@@ -9,6 +9,7 @@ from torch import nn
 
 from colab_t4_nb import checkpoint_format as F, persistence as P
 from colab_t4_nb.testing import failing, fake_colab, patched, small_run, train_step
+from conftest import python
 
 def states(*objs)->list:
     "Deep copies of the state dicts of `objs`, to compare before and after."
@@ -146,7 +147,7 @@ time.sleep(120)
 '''
 
 def test_a_folder_held_by_a_live_process_is_refused_and_taken_over_once_it_died(tmp_path, cpu_env):
-    p = subprocess.Popen([sys.executable, '-c', HOLD, str(tmp_path)], stdout=subprocess.PIPE, text=True, env=cpu_env)
+    p = python(HOLD, cpu_env, [tmp_path], popen=True, stderr=None)
     try:
         run = p.stdout.readline().strip()
         assert run, 'the holding process did not start'

@@ -8,12 +8,12 @@ import contextlib, io, math, os
 from pathlib import Path
 import pandas as pd
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import given, settings, strategies as st
 
 from colab_t4_nb.allocation import (GPU, SPECS, SOURCES, Budget, compare, ensure_gpu, gpu_search,
                                     native_bf16, parse_smi_csv, parse_smi_table, parse_tf_devices,
                                     reading, readings, spec_for, wanted_specs)
-from colab_t4_nb.core import ColabT4Error, oom_kind, runtime, state_dir
+from colab_t4_nb.core import oom_kind, runtime, state_dir
 from colab_t4_nb.timing import benchmark
 from colab_t4_nb.core import record
 from colab_t4_nb.monitoring import (FIELDS, GPUMonitor, check_outputs, decode_reasons, read_csv, samples_df, smi_values,
@@ -21,6 +21,7 @@ from colab_t4_nb.monitoring import (FIELDS, GPUMonitor, check_outputs, decode_re
 from colab_t4_nb.ledger import UsageLedger, advice
 from colab_t4_nb.testing import missing_nvml
 from colab_t4_nb.cli import main
+from conftest import PROPS, answers
 
 @pytest.fixture(autouse=True, scope='module')
 def state_home(tmp_path_factory):
@@ -31,75 +32,62 @@ def state_home(tmp_path_factory):
     if old is None: os.environ.pop('COLAB_T4_HOME', None)
     else: os.environ['COLAB_T4_HOME'] = old
 
-FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-FORBIDDEN = (IndexError, StopIteration, AttributeError, KeyError)
-
-def answers(f, *named):
-    "Call `f`; an exception must be a clear one whose message contains one of `named` (argument names or values)."
-    try: return f()
-    except Exception as e:
-        assert isinstance(e, (ColabT4Error, ValueError, TypeError)), f'{type(e).__name__}: {e}'
-        assert isinstance(e, ColabT4Error) or not isinstance(e, FORBIDDEN), f'{type(e).__name__}: {e}'
-        msg = str(e)
-        assert any(str(n) in msg for n in named), f'{type(e).__name__} names none of {named}: {msg}'
-        return e
-
 anything = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=12),
                      st.lists(st.text(max_size=6), max_size=3), st.tuples(st.integers(), st.integers()))
 card_names = st.one_of(st.sampled_from([*SPECS, 'A100', 'V100', 'Tesla T4', 'NVIDIA H200', 'Tesla K80']),
                        st.text(max_size=12))
 
-@FAST
+@PROPS
 @given(card_names)
 def test_spec_for(name): answers(lambda: spec_for(name), repr(name))
 
-@FAST
+@PROPS
 @given(anything)
 def test_native_bf16(cc): answers(lambda: native_bf16(cc), 'cc=')
 
-@FAST
+@PROPS
 @given(st.one_of(anything, st.lists(card_names, max_size=3)))
 def test_wanted_specs(want):
     answers(lambda: wanted_specs(want), 'want=', repr(want) if isinstance(want, str) else 'is not in')
 
-@FAST
+@PROPS
 @given(card_names, card_names)
 def test_compare(a, b): answers(lambda: compare(a, b), repr(a), repr(b))
 
-@FAST
+@PROPS
 @given(st.one_of(anything, st.lists(st.sampled_from([*SOURCES, 'bogus', '']), max_size=3)))
 def test_gpu_info_sources(sources):
     with missing_nvml(): answers(lambda: gpu_search(sources), 'sources=')
 
-@FAST
+@PROPS
 @given(st.text(max_size=300), st.one_of(st.none(), st.lists(st.text(max_size=8), max_size=4)))
 def test_parsers(text, columns):
     assert isinstance(parse_smi_csv(text, columns), list)
     for g in parse_smi_table(text) + parse_tf_devices(text): assert isinstance(g, GPU)
 
-@FAST
+@PROPS
 @given(st.text(max_size=60))
 def test_oom_kind(msg):
     for e in (RuntimeError(msg), ValueError(msg), MemoryError(msg)):
         assert oom_kind(e) in (None, 'cuda', 'cudnn', 'cublas', 'cpu', 'mps', 'tf')
 
-@FAST
+@PROPS
 @given(st.dictionaries(st.sampled_from(['COLAB_RELEASE_TAG', 'KAGGLE_KERNEL_RUN_TYPE', 'COLAB_T4_HOME', 'X']),
                        st.text(max_size=8)))
 def test_runtime_and_state_dir(env):
     assert runtime(env, {}) in ('colab', 'kaggle', 'local')
     answers(lambda: state_dir(env, create=False), 'COLAB_T4_HOME')
 
-@FAST
+@PROPS
 @given(st.one_of(st.text(max_size=20), st.sampled_from(readings())))
 def test_reading(name): answers(lambda: reading(name), repr(name))
 
-@FAST
+@PROPS
 @given(st.one_of(st.integers(-3, 10), anything))
 def test_budget(per_day):
     answers(lambda: Budget('budget.json', per_day=per_day), 'per_day')
 
-@FAST
+@PROPS
 @given(st.one_of(st.none(), st.sampled_from(['T4', 'A100']), st.lists(card_names, max_size=2), anything),
        st.one_of(st.integers(-2, 6), anything),
        st.lists(st.sampled_from(['Tesla T4', 'Tesla K80', 'NVIDIA H200', 'Mystery GPU']), max_size=2))
@@ -109,7 +97,7 @@ def test_ensure_gpu_outside_colab(want, budget, names):
                 'want=', 'budget=', 'Wanted', 'is not in')
     if not isinstance(r, Exception): assert r == gpus
 
-@FAST
+@PROPS
 @given(st.one_of(st.dictionaries(st.text(max_size=4), st.just(lambda: None), max_size=3), anything),
        st.one_of(st.integers(-1, 3), anything), st.one_of(st.integers(-1, 2), anything),
        st.one_of(st.sampled_from(['cpu', 'auto']), anything))
@@ -118,17 +106,17 @@ def test_benchmark(variants, repeats, warmup, device):
     answers(lambda: benchmark(variants, repeats=repeats, warmup=warmup, device=device),
             'variants', 'repeats', 'warmup', 'device')
 
-@FAST
+@PROPS
 @given(st.text(max_size=12), st.floats())
 def test_record(name, v):
     os.environ.pop('COLAB_T4_BENCH_OUT', None)
     assert record(name, v=v) == {'v': v} or math.isnan(v)
 
-@FAST
+@PROPS
 @given(st.one_of(st.integers(-5, 2**70), st.floats(), st.text(max_size=20), st.none()))
 def test_decode_reasons(mask): answers(lambda: decode_reasons(mask), 'mask=')
 
-@FAST
+@PROPS
 @given(st.dictionaries(st.sampled_from(['index', 'name', 'utilization.gpu', 'memory.used', 'power.draw',
                                         'clocks_event_reasons.active']),
                        st.text(max_size=20)))
@@ -139,7 +127,7 @@ sample = st.builds(lambda t, g, vals, thr: (t, g, *vals[:9], thr, *vals[9:]),
                    st.floats(1.7e9, 1.9e9), st.integers(0, 3),
                    st.lists(field, min_size=11, max_size=11), st.one_of(st.integers(0, 2**40), st.just(float('nan'))))
 
-@FAST
+@PROPS
 @given(st.lists(sample, max_size=6))
 def test_samples_tables(rows):
     df = samples_df(rows, {0: 'NVIDIA H200'})
@@ -147,30 +135,30 @@ def test_samples_tables(rows):
     summarize(df); throttle_shares(df)
     assert len(status_text(rows).splitlines()) == len(rows)
 
-@FAST
+@PROPS
 @given(st.text(max_size=200))
 def test_read_csv_of_anything(tmp_path, text):
     p = tmp_path/'x.csv'; p.write_text(text)
     answers(lambda: read_csv(p), str(p))
 
-@FAST
+@PROPS
 @given(st.one_of(st.floats(), anything), st.one_of(st.integers(-2, 5), anything))
 def test_monitor_settings(interval, max_rows):
     answers(lambda: GPUMonitor(interval=interval, max_rows=max_rows), 'interval', 'max_rows')
 
-@FAST
+@PROPS
 @given(st.one_of(st.floats(), st.integers(-5, 5)), st.one_of(st.floats(), st.integers(-5, 5)),
        st.one_of(st.floats(), anything))
 def test_ledger_add(tmp_path, start, end, busy):
     led = UsageLedger(tmp_path/'l.jsonl')
     answers(lambda: led.add(start, end, 'Tesla T4', busy), 'start=', 'end=', 'busy_h=')
 
-@FAST
+@PROPS
 @given(anything)
 def test_ledger_path(path):
     answers(lambda: UsageLedger(path if path is not None else 'l.jsonl'), 'path=', 'Cannot write')
 
-@FAST
+@PROPS
 @given(st.one_of(anything, st.dictionaries(st.sampled_from(['streak_h', 'pause_h', 'session_cap_h', 'nope']), anything,
                                            max_size=2)),
        st.one_of(st.none(), st.floats()))
@@ -181,7 +169,7 @@ def test_advice_limits(tmp_path, limits, now):
 
 paths = st.text(st.sampled_from('ab./\x00 '), max_size=8)
 
-@FAST
+@PROPS
 @given(st.one_of(st.none(), paths), st.one_of(st.none(), paths.map(lambda p: p + '.png'), paths),
        st.one_of(st.none(), paths))
 def test_check_outputs(tmp_path, csv, plot, ledger):
@@ -192,7 +180,7 @@ def test_check_outputs(tmp_path, csv, plot, ledger):
 
 number = st.one_of(st.floats(), st.integers(-3, 3)).map(str) | st.sampled_from(['', 'x', '1e400', 'nan'])
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(PROPS, max_examples=30)
 @given(st.lists(st.tuples(st.sampled_from(['--interval', '--duration', '--every', '--plot', '--csv']), number),
                 max_size=3))
 def test_cli_monitor_arguments(tmp_path, opts):
@@ -214,7 +202,7 @@ def test_cli_monitor_arguments(tmp_path, opts):
     if rc == 2: assert 'usage: colab-t4 monitor' in err.getvalue()
     assert out.getvalue() == '', out.getvalue()
 
-@settings(max_examples=25, deadline=None)
+@settings(PROPS, max_examples=25)
 @given(st.lists(card_names, min_size=1, max_size=3), st.one_of(st.integers(-2, 6).map(str), st.text(max_size=4)))
 def test_cli_ensure_arguments(want, budget):
     err = io.StringIO()

@@ -8,13 +8,10 @@ from unittest import mock
 
 import pytest
 import torch
-from hypothesis import HealthCheck, Phase, given, settings, strategies as st
+from hypothesis import given, settings, strategies as st
 
 from colab_t4_nb import persistence as P
-from colab_t4_nb.core import ColabT4Error
-
-FAST = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True,
-                phases=[Phase.explicit, Phase.reuse, Phase.generate])  # a failure is reported as found, not shrunk
+from conftest import PROPS, PROPS_FILES, answers
 
 # ---------------------------------------------------------------- arbitrary values
 names = st.text(alphabet='abcXYZ019_.-', min_size=1, max_size=8).filter(lambda s: s not in ('.', '..'))
@@ -40,38 +37,31 @@ def sandbox():
             try: yield Path(tmp)
             finally: os.chdir(old)
 
-BANNED = (IndexError, StopIteration, AttributeError, KeyError)
-
 def works_or_names(fn, arg:str, value, *aliases):
     "Call `fn()`; an error must be the package's or a ValueError/TypeError, and name `arg` (or an alias, or the value)."
-    try: return fn()
-    except (ColabT4Error, ValueError, TypeError) as e:
-        msg = str(e)
-        said = [arg, *aliases] + ([str(value), repr(value)] if isinstance(value, (str, Path)) and str(value) else [])
-        assert any(s in msg for s in said), f'{type(e).__name__} for {arg}={value!r} does not name it: {msg}'
-        if isinstance(e, BANNED): assert isinstance(e, ColabT4Error), f'bare {type(e).__name__}: {msg}'
-        return e
+    shown = [str(value), repr(value)] if isinstance(value, (str, Path)) and str(value) else []
+    return answers(fn, arg, *aliases, *shown, what=f' for {arg}={value!r}')
 
 def model(): return torch.nn.Linear(3, 2)
 
 # ---------------------------------------------------------------- checksums and files
-@FAST
+@PROPS_FILES
 @given(junk)
 def test_new_hash(v): works_or_names(lambda: P.new_hash(v), 'algo', v)
 
-@FAST
+@PROPS_FILES
 @given(st.sampled_from(['crc1', 'crc2', 'len2']), st.one_of(junk, st.integers(0, 2**33)))
 def test_crc32_combine(arg, v):
     kw = {'crc1': 1, 'crc2': 2, 'len2': 3, arg: v}
     r = works_or_names(lambda: P.crc32_combine(**kw), arg, v)
     if not isinstance(r, Exception): assert 0 <= r < 2**32
 
-@FAST
+@PROPS_FILES
 @given(junk)
 def test_read_trailer(v):
     with sandbox(): works_or_names(lambda: P.read_trailer(v), 'path', v)
 
-@FAST
+@PROPS_FILES
 @given(st.sampled_from(['path', 'step', 'seq', 'size', 'checksum']), junk)
 def test_checkpoint_and_verify_file(arg, v):
     with sandbox() as tmp:
@@ -82,7 +72,7 @@ def test_checkpoint_and_verify_file(arg, v):
         works_or_names(lambda: P.verify_file(v), 'c', v)
         works_or_names(lambda: P.verify_file(good, chunk=v), 'chunk', v)
 
-@FAST
+@PROPS_FILES
 @given(st.sampled_from(['path', 'obj', 'step', 'seq', 'checksum', 'writeback']), junk)
 def test_write_checkpoint(arg, v):
     with sandbox():
@@ -92,21 +82,21 @@ def test_write_checkpoint(arg, v):
         if isinstance(c, P.Checkpoint): assert P.verify_file(c) is None
 
 # ---------------------------------------------------------------- training state
-@FAST
+@PROPS_FILES
 @given(junk)
 def test_set_rng_state(v):
     before = P.rng_state()
     try: works_or_names(lambda: P.set_rng_state(v), 'st', v)
     finally: P.set_rng_state(before)
 
-@FAST
+@PROPS_FILES
 @given(st.sampled_from(['step', 'model', 'optimizer', 'scaler', 'scheduler', 'extras']), junk)
 def test_training_state(arg, v):
     kw = {'step': 0, 'model': model(), arg: v}
     works_or_names(lambda: P.training_state(**kw), arg, v)
 
 # ---------------------------------------------------------------- folders and managers
-@FAST
+@PROPS_FILES
 @given(st.sampled_from(['path', 'keep', 'checksum']), junk)
 def test_checkpoint_dir(arg, v):
     with sandbox():
@@ -117,7 +107,7 @@ def test_checkpoint_dir(arg, v):
             d.settle()
             assert [c.step for c in d.checkpoints()][:1] == [3] and d.latest().step == 3
 
-@FAST
+@PROPS_FILES
 @given(st.sampled_from(['obj', 'step', 'seq']), junk)
 def test_checkpoint_dir_save(arg, v):
     with sandbox():
@@ -127,7 +117,7 @@ def test_checkpoint_dir_save(arg, v):
         works_or_names(lambda: d.file_for(v), 'step', v)
         works_or_names(lambda: d.verify(v), 'c', v)
 
-@FAST
+@PROPS_FILES
 @given(st.sampled_from(['path', 'keep', 'mirror', 'checksum', 'name']), junk)
 def test_checkpoint_manager(arg, v):
     with sandbox():
@@ -137,7 +127,7 @@ def test_checkpoint_manager(arg, v):
             m.save(1, model=model()); m.save_async(2, model=model())
             assert m.wait().step == 2 and m.load(model=model()).step == 2
 
-@FAST
+@PROPS_FILES
 @given(st.sampled_from(['step', 'model', 'optimizer', 'scaler', 'scheduler', 'note']), junk, st.booleans())
 def test_manager_save(arg, v, background):
     with sandbox():
@@ -148,7 +138,7 @@ def test_manager_save(arg, v, background):
 
 LOAD_ARGS = ['model', 'optimizer', 'scaler', 'scheduler', 'checkpoint', 'strict', 'restore_rng', 'weights_only']
 
-@FAST
+@PROPS_FILES
 @given(st.sampled_from(LOAD_ARGS), junk)
 def test_manager_load(arg, v):
     with sandbox():
@@ -159,7 +149,7 @@ def test_manager_load(arg, v):
         r = works_or_names(lambda: m.load(**kw), arg, v)
         if isinstance(r, P.Resumed): assert r.step == 3
 
-@FAST
+@PROPS_FILES
 @given(st.sampled_from(['name', 'keep', 'mountpoint', 'folder', 'local']), junk)
 def test_drive_checkpoints_and_flush(arg, v):
     with sandbox():
@@ -168,7 +158,7 @@ def test_drive_checkpoints_and_flush(arg, v):
         with contextlib.redirect_stdout(None): works_or_names(lambda: P.flush_drive(v), 'mountpoint', v)
 
 # ---------------------------------------------------------------- the session clock and the loops
-@FAST
+@PROPS_FILES
 @given(st.sampled_from(['session_h', 'idle_min', 'warn_min', 'margin_min', 'used_min', 'clock']),
        st.one_of(junk, st.lists(junk, max_size=3)))
 def test_session_clock(arg, v):
@@ -183,7 +173,7 @@ def test_session_clock(arg, v):
 RUN_ARGS = ['step_fn', 'ckpt', 'steps', 'every_steps', 'steps_per_epoch', 'every_minutes', 'session', 'max_oom',
             'on_oom', 'background', 'clock', 'model', 'optimizer']
 
-@FAST
+@PROPS_FILES
 @given(st.sampled_from(RUN_ARGS), st.one_of(junk, st.integers(-3, 6)))
 def test_run_resumable(arg, v):
     with sandbox():
@@ -193,14 +183,14 @@ def test_run_resumable(arg, v):
         r = works_or_names(lambda: P.run_resumable(**kw), arg, v)
         if isinstance(r, P.RunReport): assert r.stop == kw['steps']
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+@settings(PROPS, max_examples=15, derandomize=True)
 @given(st.sampled_from(['cmd', 'max_restarts', 'env', 'cwd', 'echo', 'tail']), junk)
 def test_run_with_restarts(arg, v):
     with sandbox():
         kw = {'cmd': ['true'], 'max_restarts': 0, 'echo': False, arg: v}
         with contextlib.redirect_stdout(None): works_or_names(lambda: P.run_with_restarts(**kw), arg, v)
 
-@FAST
+@PROPS_FILES
 @given(junk)
 def test_error_predicates(v):
     assert P.is_oom(v) in (True, False) and P.is_context_lost(v) in (True, False)

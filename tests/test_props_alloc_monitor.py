@@ -4,7 +4,8 @@ arguments, answer any input either with a result or with a clear error.
 A clear error is one of the package's (`ColabT4Error`) or a `ValueError` / `TypeError`, and its message
 names the argument or the value given; never a bare `IndexError`, `StopIteration`, `AttributeError` or
 `KeyError` from inside. No GPU is needed: NVML is made to fail as on a machine without a driver."""
-import contextlib, io, math, os
+import contextlib, io, json, math, os, tempfile
+from unittest import mock
 from pathlib import Path
 import pandas as pd
 import pytest
@@ -109,8 +110,15 @@ def test_benchmark(variants, repeats, warmup, device):
 @PROPS
 @given(st.text(max_size=12), st.floats())
 def test_record(name, v):
-    os.environ.pop('COLAB_T4_BENCH_OUT', None)
-    assert record(name, v=v) == {'v': v} or math.isnan(v)
+    "A blank name is refused by name; otherwise the figures read back as written (NaN as NaN)."
+    with tempfile.TemporaryDirectory() as tmp, mock.patch.dict(os.environ):
+        out = os.environ['COLAB_T4_BENCH_OUT'] = f'{tmp}/bench.jsonl'
+        if not name.strip():
+            with pytest.raises(ValueError, match='name='): record(name, v=v)
+            return
+        assert record(name, v=v) == out
+        back = json.loads(Path(out).read_text())
+    assert back['name'] == name and (back['v'] == v or math.isnan(v) and math.isnan(back['v']))
 
 @PROPS
 @given(st.one_of(st.integers(-5, 2**70), st.floats(), st.text(max_size=20), st.none()))

@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st
 
 from colab_t4_nb.allocation import SPECS
 from colab_t4_nb.core import ColabT4Error
-from colab_t4_nb import amp, memory
+from colab_t4_nb import amp, memory, models
 from conftest import PROPS, PROPS_TINY, assert_clear
 
 INTS = st.integers(-3, 40)
@@ -82,7 +82,7 @@ def test_plain_amp_step(model, loss_fn, dtype, device_type, scaler):
 @PROPS_TINY
 @given(d=INTS, h=INTS, multiple=st.one_of(INTS, JUNK))
 def test_mlp_and_lint_dims(d, h, multiple):
-    m = call(amp.mlp, d=d, h=h)
+    m = call(models.mlp, d=d, h=h)
     if m is None: return
     df = call(amp.lint_dims, model=m, multiple=multiple)
     if df is not None: assert all(r.pad_to % multiple == 0 and r.pad_to > r.size for r in df.itertuples())
@@ -91,14 +91,14 @@ def test_mlp_and_lint_dims(d, h, multiple):
 @PROPS_TINY
 @given(batch=st.one_of(INTS, JUNK), seq=st.one_of(INTS, JUNK), vocab=st.one_of(INTS, JUNK))
 def test_token_batch(batch, seq, vocab):
-    r = call(amp.token_batch, batch=batch, seq=seq, vocab=vocab)
+    r = call(models.token_batch, batch=batch, seq=seq, vocab=vocab)
     if r is not None: assert r[0].shape == (batch, seq) and int(r[0].max()) < vocab
 
 @settings(PROPS, max_examples=25)
 @given(vocab=st.integers(-1, 30), hidden=st.integers(-1, 16), layers=st.integers(-1, 3), heads=st.integers(-1, 4),
        ffn=st.integers(-1, 16), max_len=st.integers(-1, 16))
 def test_encoder(vocab, hidden, layers, heads, ffn, max_len):
-    call(amp.Encoder, vocab=vocab, hidden=hidden, layers=layers, heads=heads, ffn=ffn, max_len=max_len)
+    call(models.Encoder, vocab=vocab, hidden=hidden, layers=layers, heads=heads, ffn=ffn, max_len=max_len)
 
 @PROPS_TINY
 @given(report=st.sampled_from(['ok', 'no ms', 3]), gflop=st.one_of(JUNK, st.floats(0, 1e3)), spec=DEVICES)

@@ -12,8 +12,8 @@ from types import SimpleNamespace
 
 import pynvml
 
-from .core import (ArgumentError, ArgumentTypeError, check_callable, check_int, check_num,
-                              check_seq, check_str, check_type)
+from .core import (ArgumentError, ArgumentTypeError, check_callable, check_int,
+                              check_num, check_seq, check_str, check_type)
 
 # %% auto #0
 __all__ = ['H200_NVML_JSON', 'h200_reading', 't4_reading', 'FakeNVML', 'fake_nvml', 'missing_nvml', 'fake_smi', 'FakeColab',
@@ -36,8 +36,9 @@ def h200_reading()->dict:
 def t4_reading()->dict:
     "A Colab Tesla T4 as its 2023 `nvidia-smi` table shows it (idle), in the same layout."
     mib = 2**20
-    return {'driver': '525.85.12', 'cuda_driver': 12000, 'name': 'Tesla T4', 'uuid': 'GPU-t4-stand-in',
-            'cc': [7, 5], 'memory': {'total': 15360 * mib, 'free': 15360 * mib, 'used': 0},
+    return {'driver': '525.85.12', 'cuda_driver': 12000, 'name': 'Tesla T4',
+            'uuid': 'GPU-t4-stand-in', 'cc': [7, 5],
+            'memory': {'total': 15360 * mib, 'free': 15360 * mib, 'used': 0},
             'utilization': {'gpu': 0, 'memory': 0}, 'temperature': 61, 'power_mw': 31000,
             'power_limit_mw': 70000, 'clock_sm': 1590, 'clock_mem': 5000, 'max_clock_sm': 1590,
             'max_clock_mem': 5001, 'throttle': 0, 'event_reasons': 0, 'pstate': 0,
@@ -47,31 +48,37 @@ def t4_reading()->dict:
 class FakeNVML(types.ModuleType):
     "A stand-in for the `pynvml` module, answering from recorded readings."
     def __init__(self, readings:list[dict], # one reading per GPU, in `h200_reading()`'s layout
-                 init_error:int|None=None, # error code `nvmlInit` raises, e.g. `pynvml.NVML_ERROR_LIBRARY_NOT_FOUND`
+                 init_error:int|None=None, # raised by `nvmlInit`: e.g. NVML_ERROR_LIBRARY_NOT_FOUND
                 ):
-        readings = check_seq('readings', readings, lambda n, r: check_type(n, r, dict, 'a reading dict'), lo=0)
+        readings = check_seq('readings', readings,
+                             lambda n, r: check_type(n, r, dict, 'a reading dict'), lo=0)
         init_error = check_int('init_error', init_error, none=True)
         super().__init__('pynvml')
         for k in dir(pynvml):  # constants and error classes are the real ones
-            if k.startswith(('NVML_', 'NVMLError', 'nvmlClocks')): setattr(self, k, getattr(pynvml, k))
+            if k.startswith(('NVML_', 'NVMLError', 'nvmlClocks')):
+                setattr(self, k, getattr(pynvml, k))
         self.readings, self.init_error = [copy.deepcopy(r) for r in readings], init_error
         self.refcount, self.calls, self._fail = 0, [], {}
 
     def fail(self, name:str, times:int=1, code:int=pynvml.NVML_ERROR_UNKNOWN):
         "Make the next `times` calls of `name` raise NVMLError(`code`)."
-        self._fail[check_str('name', name)] = [check_int('times', times, hi=10**6), check_int('code', code)]
+        self._fail[check_str('name', name)] = [check_int('times', times, hi=10**6),
+                                               check_int('code', code)]
 
     def _call(self, name, *args):
         self.calls.append(name)
-        if name != 'nvmlInit' and self.refcount <= 0: raise pynvml.NVMLError(pynvml.NVML_ERROR_UNINITIALIZED)
+        if name != 'nvmlInit' and self.refcount <= 0:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_UNINITIALIZED)
         f = self._fail.get(name)
         if f and f[0] > 0:
             f[0] -= 1
             raise pynvml.NVMLError(f[1])
 
     def _get(self, h, key):
-        v = self.readings[h][key] if not isinstance(key, tuple) else self.readings[h][key[0]][key[1]]
-        if isinstance(v, str) and v.startswith('ERROR'): raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        v = (self.readings[h][key] if not isinstance(key, tuple)
+             else self.readings[h][key[0]][key[1]])
+        if isinstance(v, str) and v.startswith('ERROR'):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return v
 
 # %% ../nbs/00c_testing.ipynb #1ff9f89a
@@ -86,13 +93,18 @@ def _f(name, body):
 def _init(self):
     if self.init_error is not None: raise pynvml.NVMLError(self.init_error)
     self.refcount += 1
+
+# %% ../nbs/00c_testing.ipynb #1fc04924
 def _handle(self, i):
     if not 0 <= i < len(self.readings): raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
     return i
+
+# %% ../nbs/00c_testing.ipynb #6c5f4904
 _f('nvmlInit', _init)
 _f('nvmlShutdown', lambda self: setattr(self, 'refcount', self.refcount - 1))
 _f('nvmlSystemGetDriverVersion', lambda self: self.readings[0]['driver'] if self.readings else '0')
-_f('nvmlSystemGetCudaDriverVersion', lambda self: self.readings[0]['cuda_driver'] if self.readings else 0)
+_f('nvmlSystemGetCudaDriverVersion',
+   lambda self: self.readings[0]['cuda_driver'] if self.readings else 0)
 _f('nvmlDeviceGetCount', lambda self: len(self.readings))
 _f('nvmlDeviceGetHandleByIndex', _handle)
 
@@ -107,8 +119,11 @@ _f('nvmlDeviceGetTemperature', lambda self, h, sensor=0: self._get(h, 'temperatu
 _f('nvmlDeviceGetPowerUsage', lambda self, h: self._get(h, 'power_mw'))
 _f('nvmlDeviceGetEnforcedPowerLimit', lambda self, h: self._get(h, 'power_limit_mw'))
 _f('nvmlDeviceGetPowerManagementLimit', lambda self, h: self._get(h, 'power_limit_mw'))
+
+# %% ../nbs/00c_testing.ipynb #240f573d
 _f('nvmlDeviceGetClockInfo', lambda self, h, t: self._get(h, {
-    pynvml.NVML_CLOCK_SM: 'clock_sm', pynvml.NVML_CLOCK_GRAPHICS: 'clock_sm', pynvml.NVML_CLOCK_MEM: 'clock_mem'}[t]))
+    pynvml.NVML_CLOCK_SM: 'clock_sm', pynvml.NVML_CLOCK_GRAPHICS: 'clock_sm',
+    pynvml.NVML_CLOCK_MEM: 'clock_mem'}[t]))
 _f('nvmlDeviceGetMaxClockInfo', lambda self, h, t: self._get(h, {
     pynvml.NVML_CLOCK_SM: 'max_clock_sm', pynvml.NVML_CLOCK_GRAPHICS: 'max_clock_sm',
     pynvml.NVML_CLOCK_MEM: 'max_clock_mem'}[t]))
@@ -117,7 +132,7 @@ _f('nvmlDeviceGetCurrentClocksThrottleReasons', lambda self, h: self._get(h, 'th
 _f('nvmlDeviceGetPerformanceState', lambda self, h: self._get(h, 'pstate'))
 _f('nvmlDeviceGetFanSpeed', lambda self, h: self._get(h, 'fan'))
 
-# %% ../nbs/00c_testing.ipynb #5baedb51
+# %% ../nbs/00c_testing.ipynb #dab5852b
 @contextmanager
 def _module(name, mod):
     old = sys.modules.get(name)
@@ -127,6 +142,7 @@ def _module(name, mod):
         if old is None: sys.modules.pop(name, None)
         else: sys.modules[name] = old
 
+# %% ../nbs/00c_testing.ipynb #5baedb51
 def fake_nvml(readings:list[dict], # one reading per GPU, in `h200_reading()`'s layout
               **kwargs, # passed on to `FakeNVML`
              ):
@@ -178,13 +194,15 @@ class FakeColab:
         self.drive = types.ModuleType('google.colab.drive')
         self.drive.mount, self.drive.flush_and_unmount = self._mount, self._flush_and_unmount
         self.colab = types.ModuleType('google.colab')
-        self.colab.runtime, self.colab.drive, self.colab.errors = self.runtime, self.drive, self.errors
+        self.colab.runtime, self.colab.drive = self.runtime, self.drive
+        self.colab.errors = self.errors
 
     def _unassign(self):
         if not os.environ.get('TBE_RUNTIME_ADDR'):
             raise self.errors.RuntimeManagementError('Unable to find runtime address.')
         if self.unassign_status != 200:
-            raise self.errors.RuntimeManagementError(f'Unassign request failed with status {self.unassign_status}.')
+            raise self.errors.RuntimeManagementError(
+                f'Unassign request failed with status {self.unassign_status}.')
         self.calls.append(('runtime.unassign',))
 
     def _mount(self, mountpoint, force_remount=False, timeout_ms=120000, readonly=False):
@@ -205,9 +223,11 @@ def fake_colab(unassign_status:int=200, # HTTP status the runtime service answer
     env = check_type('env', env, Mapping, 'a dict of environment variables', none=True)
     for k, v in (env or {}).items():
         if not isinstance(k, str) or not (v is None or isinstance(v, str)):
-            raise ArgumentTypeError(f'env must map names to strings (or None to unset), got {k!r}: {v!r}.')
+            raise ArgumentTypeError(f'env must map names to strings (or None to unset), '
+                                    f'got {k!r}: {v!r}.')
     fake = FakeColab(unassign_status, mount_error)
-    env = {'COLAB_RELEASE_TAG': 'release-colab-stand-in', 'TBE_RUNTIME_ADDR': '172.28.0.1:8080', **(env or {})}
+    env = {'COLAB_RELEASE_TAG': 'release-colab-stand-in', 'TBE_RUNTIME_ADDR': '172.28.0.1:8080',
+           **(env or {})}
     saved_env = {k: os.environ.get(k) for k in env}
     names = {'google.colab': fake.colab, 'google.colab.runtime': fake.runtime,
              'google.colab.drive': fake.drive, 'google.colab.errors': fake.errors}
@@ -232,7 +252,7 @@ def fake_colab(unassign_status:int=200, # HTTP status the runtime service answer
         if had_attr: google.colab = old_attr
         elif hasattr(google, 'colab'): del google.colab
 
-# %% ../nbs/00c_testing.ipynb #7035a8bf
+# %% ../nbs/00c_testing.ipynb #4ec3f226
 def _attribute(obj, name:str):
     "`obj.name`, or an error naming both when `obj` has no such attribute."
     name = check_str('name', name)
@@ -241,6 +261,7 @@ def _attribute(obj, name:str):
         raise ArgumentError(f'obj has no attribute name={name!r} to replace, '
                             f'got obj={obj!r} ({type(obj).__name__}).') from None
 
+# %% ../nbs/00c_testing.ipynb #7035a8bf
 @contextmanager
 def patched(obj, # a module, class or object
             name:str, # the attribute to replace
@@ -260,8 +281,10 @@ def failing(obj, # a module, class or object
            ):
     "Inside the block, `obj.name` raises `exc` once it has been called `after` times."
     _attribute(obj, name)
-    if not (isinstance(exc, BaseException) or (isinstance(exc, type) and issubclass(exc, BaseException))):
-        raise ArgumentTypeError(f'exc must be an exception to raise, got exc={exc!r} ({type(exc).__name__}).')
+    if not (isinstance(exc, BaseException)
+            or (isinstance(exc, type) and issubclass(exc, BaseException))):
+        raise ArgumentTypeError(f'exc must be an exception to raise, '
+                                f'got exc={exc!r} ({type(exc).__name__}).')
     after, calls = check_int('after', after), [0]
     def fn(orig, *a, **k):
         calls[0] += 1
@@ -276,14 +299,15 @@ def wait_for(cond, # called with no arguments until it returns something true
             ):
     "Poll `cond` until it is true or `timeout` seconds have passed; return its last value."
     check_callable('cond', cond)
-    timeout, every = check_num('timeout', timeout, hi=3600, eq=True), check_num('every', every, hi=60)
+    timeout = check_num('timeout', timeout, hi=3600, eq=True)
+    every = check_num('every', every, hi=60)
     t = time.monotonic()
     while not (v := cond()) and time.monotonic() - t < timeout: time.sleep(every)
     return v
 
 # %% ../nbs/00c_testing.ipynb #5b5bbc14
 def small_run(seed:int=0):
-    "A small model with dropout, Adam, a StepLR schedule and a GradScaler (on the CPU); all generators seeded."
+    "A small CPU model: dropout, Adam, a StepLR schedule, a GradScaler; all generators seeded."
     import numpy as np, torch
     from torch import nn
     seed = check_int('seed', seed, hi=2**32 - 1)
@@ -297,13 +321,14 @@ def small_run(seed:int=0):
 def train_step(o:dict, # what `small_run` returns
                step:int, # the step's number: it alone decides the data
               ):
-    "One step whose data depends only on `step`; dropout and a noise term draw from the global generators."
+    "One step whose data depends only on `step`; dropout and noise use the global generators."
     import numpy as np, torch
     if not isinstance(o, dict) or not {'model', 'optimizer', 'scheduler', 'scaler'} <= set(o):
         raise TypeError(f'o must be what small_run() returns, got o={o!r}.'[:200])
     step = check_int('step', step, hi=2**62)
     g = torch.Generator().manual_seed(1000 + step)
     x, y = torch.randn(16, 8, generator=g), torch.randn(16, 1, generator=g)
-    loss = torch.nn.functional.mse_loss(o['model'](x) + random.random() * float(np.random.rand()), y)
+    loss = torch.nn.functional.mse_loss(
+        o['model'](x) + random.random() * float(np.random.rand()), y)
     o['optimizer'].zero_grad(); o['scaler'].scale(loss).backward()
     o['scaler'].step(o['optimizer']); o['scaler'].update(); o['scheduler'].step()

@@ -10,10 +10,46 @@ from typing import Callable
 
 import pandas as pd
 
-from .core import ArgumentError, check_callable, check_choice, check_int, cuda_ready, cuda_sync
+from .core import (ArgumentError, check_callable, check_choice, check_int, cuda_ready,
+                              cuda_sync)
 
 # %% auto #0
-__all__ = ['cpu_timer', 'cuda_timer', 'Timings', 'benchmark']
+__all__ = ['Timings', 'cpu_timer', 'cuda_timer', 'benchmark']
+
+# %% ../nbs/00b_timing.ipynb #406932dc
+def _q(v, q): return float(pd.Series(v).quantile(q))
+
+# %% ../nbs/00b_timing.ipynb #cd8cce84
+@dataclass
+class Timings:
+    "Samples (ms) per variant from `benchmark`, with medians and ratios."
+    samples:dict = field(default_factory=dict)
+    device:str = 'cpu'
+
+    def median(self, name:str)->float:
+        "Median time (ms) of the variant `name`."
+        return self._median('name', name)
+
+    def _median(self, arg:str, name)->float:
+        try: known = name in self.samples
+        except TypeError: known = False  # an unhashable name
+        if not known:
+            raise ArgumentError(f'No variant {arg}={name!r}: '
+                                f'the variants are {", ".join(map(str, self.samples))}.')
+        return statistics.median(self.samples[name])
+
+    def ratio(self, a:str, b:str)->float:
+        "Median time of `a` over median time of `b` (above 1: `a` is slower)."
+        ma, mb = self._median('a', a), self._median('b', b)
+        if mb <= 0:
+            raise ArgumentError(f'b={b!r} has a median of {mb} ms: a ratio to it means nothing.')
+        return ma / mb
+
+    @property
+    def df(self)->pd.DataFrame:
+        rows = {k: {'median_ms': statistics.median(v), 'p25_ms': _q(v, .25), 'p75_ms': _q(v, .75),
+                    'min_ms': min(v), 'n': len(v)} for k, v in self.samples.items()}
+        return pd.DataFrame(rows).T.astype({'n': int})
 
 # %% ../nbs/00b_timing.ipynb #482e269e
 def cpu_timer(fn:Callable, # called once, with no arguments
@@ -32,42 +68,11 @@ def cuda_timer(fn:Callable # called once, with no arguments; queues work on the 
     try: start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     except (RuntimeError, AssertionError) as e:  # a CPU-only build or runtime
         from colab_t4_nb.allocation import NoGPUError
-        raise NoGPUError(f'cuda_timer needs a CUDA GPU ({e}): time on the CPU with cpu_timer(fn).') from None
+        raise NoGPUError(f'cuda_timer needs a CUDA GPU ({e}): '
+                         'time on the CPU with cpu_timer(fn).') from None
     start.record(); fn(); end.record()
     end.synchronize()
     return start.elapsed_time(end)
-
-# %% ../nbs/00b_timing.ipynb #cd8cce84
-@dataclass
-class Timings:
-    "Samples (ms) per variant from `benchmark`, with medians and ratios."
-    samples:dict = field(default_factory=dict)
-    device:str = 'cpu'
-
-    def median(self, name:str)->float:
-        "Median time (ms) of the variant `name`."
-        return self._median('name', name)
-
-    def _median(self, arg:str, name)->float:
-        try: known = name in self.samples
-        except TypeError: known = False  # an unhashable name
-        if not known:
-            raise ArgumentError(f'No variant {arg}={name!r}: the variants are {", ".join(map(str, self.samples))}.')
-        return statistics.median(self.samples[name])
-
-    def ratio(self, a:str, b:str)->float:
-        "Median time of `a` over median time of `b` (above 1: `a` is slower)."
-        ma, mb = self._median('a', a), self._median('b', b)
-        if mb <= 0: raise ArgumentError(f'b={b!r} has a median of {mb} ms: a ratio to it means nothing.')
-        return ma / mb
-
-    @property
-    def df(self)->pd.DataFrame:
-        rows = {k: {'median_ms': statistics.median(v), 'p25_ms': _q(v, .25), 'p75_ms': _q(v, .75),
-                    'min_ms': min(v), 'n': len(v)} for k, v in self.samples.items()}
-        return pd.DataFrame(rows).T.astype({'n': int})
-
-def _q(v, q): return float(pd.Series(v).quantile(q))
 
 # %% ../nbs/00b_timing.ipynb #535d559b
 def benchmark(variants:dict[str, Callable], # name -> callable doing one unit of work
@@ -77,11 +82,14 @@ def benchmark(variants:dict[str, Callable], # name -> callable doing one unit of
               clock:Callable=time.perf_counter, # the CPU clock
              )->Timings:
     "Time `variants` in interleaved rounds after warming each up."
-    if not isinstance(variants, dict) or not variants or not all(callable(f) for f in variants.values()):
-        raise ArgumentError('variants must be a non-empty dict of name -> function of no arguments, '
-                            f'got variants={variants!r}')
-    repeats, warmup = check_int('repeats', repeats, lo=1, hi=10**5), check_int('warmup', warmup, hi=10**4)
-    device, clock = check_choice('device', device, ('auto', 'cuda', 'cpu')), check_callable('clock', clock)
+    if (not isinstance(variants, dict) or not variants
+            or not all(callable(f) for f in variants.values())):
+        raise ArgumentError('variants must be a non-empty dict of name -> function of no '
+                            f'arguments, got variants={variants!r}')
+    repeats = check_int('repeats', repeats, lo=1, hi=10**5)
+    warmup = check_int('warmup', warmup, hi=10**4)
+    device = check_choice('device', device, ('auto', 'cuda', 'cpu'))
+    clock = check_callable('clock', clock)
     if device == 'auto': device = 'cuda' if cuda_ready() else 'cpu'
     timer = cuda_timer if device == 'cuda' else (lambda fn: cpu_timer(fn, clock))
     names = list(variants)
@@ -90,5 +98,6 @@ def benchmark(variants:dict[str, Callable], # name -> callable doing one unit of
     if device == 'cuda': cuda_sync()
     res = Timings({n: [] for n in names}, device)
     for r in range(repeats):
-        for n in names[r % len(names):] + names[:r % len(names)]: res.samples[n].append(timer(variants[n]))
+        for n in names[r % len(names):] + names[:r % len(names)]:
+            res.samples[n].append(timer(variants[n]))
     return res

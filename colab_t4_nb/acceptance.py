@@ -23,7 +23,8 @@ from .core import (ColabT4Error, check_callable, check_choice, check_flag, check
 from .amp import AmpStep, amp_choice, dtype_name, no_tf32, parse_dtype, plain_amp_step
 from .memory import cap_memory, find_batch_size, free_memory, synthetic_step, try_batch
 from .models import Encoder, MissingPackage, UNet, resnet50, token_batch, token_loss
-from .monitoring import MIN_INTERVAL, GPUMonitor, MonitorError, NVMLSource, SmiSource
+from .monitoring import (MIN_INTERVAL, GPUMonitor, MonitorError, NVMLSource, SmiSource,
+                                    _reasons_call)
 from .persistence import CheckpointManager, training_state
 from .timing import Timings, benchmark, cpu_timer
 from . import core
@@ -39,9 +40,10 @@ __all__ = ['LIMITS', 'SECONDS', 'CHECKS', 'AcceptanceError', 'target', 'Check', 
 class AcceptanceError(ColabT4Error, ValueError):
     "A check asked for something that cannot be measured here, or with arguments that cannot work."
 
-# %% ../nbs/06c_acceptance.ipynb #d96580ce
+# %% ../nbs/06c_acceptance.ipynb #e3d4dfc9
 _OPS = {'<=': operator.le, '>=': operator.ge, '<': operator.lt, '>': operator.gt, '==': operator.eq}
 
+# %% ../nbs/06c_acceptance.ipynb #d96580ce
 def target(what:str, # the figure, in words
            measured:float|bool, # its value in this run
            op:str, # '<=', '>=', '<', '>' or '=='
@@ -52,7 +54,8 @@ def target(what:str, # the figure, in words
     for k, v in (('measured', measured), ('bound', bound)):
         check_type(k, v, (numbers.Real, bool), 'a number or True/False', err=AcceptanceError)
     check_choice('op', op, list(_OPS), err=AcceptanceError)
-    return {'target': what, 'measured': measured, 'op': op, 'bound': bound, 'passed': bool(_OPS[op](measured, bound))}
+    return {'target': what, 'measured': measured, 'op': op, 'bound': bound,
+            'passed': bool(_OPS[op](measured, bound))}
 
 # %% ../nbs/06c_acceptance.ipynb #19a37b14
 @dataclass
@@ -78,7 +81,8 @@ class Check:
                 f"{self.targets.to_string(index=False)}\n\n{self.df.to_string()}")
 
     def _repr_html_(self):
-        head = f"<p><b>{self.name}</b> on {self.card}: {'passed' if self.passed else '<b>FAILED</b>'}</p>"
+        head = (f"<p><b>{self.name}</b> on {self.card}: "
+                f"{'passed' if self.passed else '<b>FAILED</b>'}</p>")
         return head + self.targets.to_html(index=False) + self.df.to_html()
 
 # %% ../nbs/06c_acceptance.ipynb #ef38a057
@@ -88,14 +92,17 @@ def check(name:str, # the benchmark
           *targets:dict, # rows made by `target`
          )->Check:
     "A `Check` of `df` against `targets`."
-    return Check(name, card, df, pd.DataFrame(list(targets), columns=['target', 'measured', 'op', 'bound', 'passed']))
+    return Check(name, card, df, pd.DataFrame(list(targets), columns=['target', 'measured', 'op',
+                                                                      'bound', 'passed']))
 
 # %% ../nbs/06c_acceptance.ipynb #41550dae
 @patch
 def record(self:Check, **extra)->str|None:
-    "Append the check (targets and rows, NaN as null) to `$COLAB_T4_BENCH_OUT` as one JSON line; the path or None."
-    return core.record(f'acceptance.{self.name}', rows=self.df, torch=torch.__version__, card=self.card,
-                       passed=self.passed, targets=self.targets.to_dict('records'), **extra)
+    ("Append the check (targets and rows, NaN as null) to `$COLAB_T4_BENCH_OUT` as one JSON line; "
+     "the path or None.")
+    return core.record(f'acceptance.{self.name}', rows=self.df, torch=torch.__version__,
+                       card=self.card, passed=self.passed,
+                       targets=self.targets.to_dict('records'), **extra)
 
 # %% ../nbs/06c_acceptance.ipynb #521e9194
 # Bounds of the counts and sizes the checks accept, [least, most]: far above any full-size run
@@ -106,6 +113,8 @@ LIMITS = {'batch': (1, 2**20), 'seq': (1, 2**17), 'size': (16, 2**14), 'start': 
           'n': (1, 10**4), 'factor': (2, 1024), 'inner': (1, 10**6), 'pairs': (1, 10**4),
           'gpu': (0, 1023), 'layers': (1, 128), 'd': (1, 2**14), 'heads': (1, 2**10),
           'ff': (1, 2**16), 'vocab': (1, 2**20), 'width': (1, 2**15), 'depth': (1, 1000)}
+
+# %% ../nbs/06c_acceptance.ipynb #f10c01a7
 # Seconds, [least, most]: a monitor samples at most every MIN_INTERVAL; an hour is above any block.
 SECONDS = {'interval': (MIN_INTERVAL, 3600), 'block_s': (0.001, 3600), 'warmup_s': (0, 3600)}
 
@@ -124,6 +133,7 @@ def _device(device)->torch.device:
                          "pass device='cpu' for a toy-size run, or pick a GPU runtime.")
     return dev
 
+# %% ../nbs/06c_acceptance.ipynb #4598ada9
 def _cap(cap):
     "`cap` as `cap_memory` takes it: a card of the spec table, a number of bytes, or None."
     if cap is None: return None
@@ -141,6 +151,7 @@ _TYPES = {'model': (nn.Module, 'a torch nn.Module'),
           'ckpt': (CheckpointManager, 'a CheckpointManager'),
           'monitor': (GPUMonitor, 'a GPUMonitor')}
 
+# %% ../nbs/06c_acceptance.ipynb #23e5538d
 def _arg(k:str, v):
     "Argument `k` checked by its name."
     E = AcceptanceError
@@ -156,6 +167,7 @@ def _arg(k:str, v):
     if k == 'accelerate': return check_flag(k, v, err=E)
     raise TypeError(f'_args has no check for an argument named {k!r}')
 
+# %% ../nbs/06c_acceptance.ipynb #8c871bd4
 def _args(none:tuple=(), # names that may also be None (finder, sync, cap, amp and smi always may)
           **kw)->list:
     "Each of `kw` checked by its name, in order: counts within `LIMITS`, seconds within `SECONDS`."
@@ -164,7 +176,8 @@ def _args(none:tuple=(), # names that may also be None (finder, sync, cap, amp a
 
 # %% ../nbs/06c_acceptance.ipynb #ee475253
 def _peak_bytes(fn:Callable, dev:torch.device)->float:
-    "Peak memory allocated on `dev` during one call of `fn`; NaN on the CPU, where it is not tracked."
+    ("Peak memory allocated on `dev` during one call of `fn`; "
+     "NaN on the CPU, where it is not tracked.")
     if dev.type != 'cuda': return float('nan')
     torch.cuda.synchronize(dev)
     torch.cuda.reset_peak_memory_stats(dev)
@@ -179,7 +192,8 @@ def _encoder_steps(model, opt, cmp:torch.dtype, dev:torch.device)->dict:
     steps = {'fp32': AmpStep(model, opt, token_loss, 'fp32'),
              f'AmpStep {n}': AmpStep(model, opt, token_loss, cmp),
              f'textbook {n}': plain_amp_step(model, opt, token_loss, cmp, dev.type)}
-    if default.dtype != cmp: steps[f'AmpStep default {default.name}'] = AmpStep(model, opt, token_loss)
+    if default.dtype != cmp:
+        steps[f'AmpStep default {default.name}'] = AmpStep(model, opt, token_loss)
     return steps
 
 # %% ../nbs/06c_acceptance.ipynb #bc1c5a66
@@ -189,7 +203,8 @@ def bench_encoder(batch:int=16, seq:int=512, # sequences per step, tokens per se
                   repeats:int=20, warmup:int=5, # rounds of `benchmark`
                   **model_kw, # `Encoder` sizes (vocab, hidden, layers, heads, ffn)
                  )->pd.DataFrame:
-    "Interleaved training steps of a BERT-shaped encoder: fp32, `AmpStep` and the textbook AMP step."
+    ("Interleaved training steps of a BERT-shaped encoder: "
+     "fp32, `AmpStep` and the textbook AMP step.")
     batch, seq, dev, repeats, warmup = _args(batch=batch, seq=seq, device=device, repeats=repeats,
                                              warmup=warmup)
     torch.manual_seed(0)
@@ -216,7 +231,8 @@ def bench_encoder(batch:int=16, seq:int=512, # sequences per step, tokens per se
 def encoder_race(batch:int=16, seq:int=512, # sequences per step, tokens per sequence
                  device=None, # torch device; None: the GPU if there is one
                  repeats:int=20, warmup:int=5, # rounds of `benchmark`
-                 **model_kw, # `Encoder` sizes (vocab, hidden, layers, heads, ffn); default BERT-base
+                 # `Encoder` sizes (vocab, hidden, layers, heads, ffn); default BERT-base
+                 **model_kw,
                 )->Check:
     "`AmpStep` within 5% of the textbook AMP step, and faster than fp32, on a BERT-shaped encoder."
     batch, seq, device = _args(batch=batch, seq=seq, device=device)
@@ -224,16 +240,19 @@ def encoder_race(batch:int=16, seq:int=512, # sequences per step, tokens per seq
     df = bench_encoder(batch, seq, device=device, repeats=repeats, warmup=warmup, **model_kw)
     amp = next(i for i in df.index if i.startswith('AmpStep ') and 'default' not in i)
     return check('encoder_race', df.attrs['device'], df,
-                 target(f'{amp} step time / textbook step time', float(df.vs_textbook[amp]), '<=', 1.05),
+                 target(f'{amp} step time / textbook step time',
+                        float(df.vs_textbook[amp]), '<=', 1.05),
                  target(f'{amp} speed-up over fp32', float(df.speedup[amp]), '>', 1))
 
 # %% ../nbs/06c_acceptance.ipynb #64de64cf
 def accelerate_search(step:Callable, # `step(batch_size)`: one training step
                       start:int=1024, # accelerate's `starting_batch_size`
                       steps:int=3, # steps per trial, as `find_batch_size` runs them
-                      finder:Callable|None=None, # default: `accelerate.utils.find_executable_batch_size`
+                      # default: `accelerate.utils.find_executable_batch_size`
+                      finder:Callable|None=None,
                      )->tuple:
-    "accelerate's `find_executable_batch_size` on `steps` steps of `step`: (size chosen, sizes tried)."
+    ("accelerate's `find_executable_batch_size` on `steps` steps of `step`: "
+     "(size chosen, sizes tried).")
     step, start, steps, finder = _args(step=step, start=start, steps=steps, finder=finder)
     if finder is None:
         if find_spec('accelerate') is None:
@@ -254,7 +273,8 @@ def measure_search(search:Callable, # no arguments; returns (size chosen, sizes 
     "Wall time of `search()` and the memory it left behind on `device` (NaN on the CPU)."
     search, device = _args(search=search, device=device)
     cuda = device.type == 'cuda'
-    mem = lambda: (torch.cuda.memory_allocated(), torch.cuda.memory_reserved()) if cuda else (float('nan'),) * 2
+    mem = lambda: ((torch.cuda.memory_allocated(), torch.cuda.memory_reserved()) if cuda
+                   else (float('nan'),) * 2)
     free_memory()
     a0, r0 = mem()
     t0 = time.perf_counter()
@@ -262,12 +282,14 @@ def measure_search(search:Callable, # no arguments; returns (size chosen, sizes 
     if cuda: torch.cuda.synchronize()
     secs = time.perf_counter() - t0
     a1, r1 = mem()
-    return {'chosen': chosen, 'trials': len(tried), 'seconds': secs, 'left_allocated_mib': (a1 - a0) / 2**20,
+    return {'chosen': chosen, 'trials': len(tried), 'seconds': secs,
+            'left_allocated_mib': (a1 - a0) / 2**20,
             'reserved_before_mib': r0 / 2**20, 'reserved_after_mib': r1 / 2**20, 'sizes': tried}
 
 # %% ../nbs/06c_acceptance.ipynb #29f5a4e3
 def _ours(step, out:dict):
-    "`find_batch_size` on `step`, shaped as `accelerate_search`'s answer; the full result goes into `out`."
+    ("`find_batch_size` on `step`, shaped as `accelerate_search`'s answer; "
+     "the full result goes into `out`.")
     r = out['result'] = find_batch_size(step)
     return r.batch_size, r.sizes
 
@@ -280,9 +302,11 @@ def _true_largest(step, r)->tuple:
 
 # %% ../nbs/06c_acceptance.ipynb #1991ef02
 def finder_race(step:Callable, # `step(batch_size)`: one training step, on `device`
-                cap:str|int|None='T4', # `cap_memory` card (or bytes) to search under; None: the whole card
+                # `cap_memory` card (or bytes) to search under; None: the whole card
+                cap:str|int|None='T4',
                 start:int=1024, # accelerate's starting size
-                rounds:int=2, # rounds of accelerate, ours, ours, accelerate after one warm-up run of each
+                # rounds of accelerate, ours, ours, accelerate after one warm-up run of each
+                rounds:int=2,
                 finder:Callable|None=None, # accelerate's finder (default) or a stand-in
                 device='cuda', # where `step` runs
                )->Check:
@@ -295,22 +319,29 @@ def finder_race(step:Callable, # `step(batch_size)`: one training step, on `devi
     runs = {k: [] for k in searches}
     with cap_memory(cap) if cap is not None else contextlib.nullcontext():
         try_batch(step, 8)  # momentum buffers, cuDNN and cuBLAS handles
-        for k in list(searches) + ['accelerate', 'find_batch_size', 'find_batch_size', 'accelerate'] * rounds:
+        for k in list(searches) + ['accelerate', 'find_batch_size', 'find_batch_size',
+                                   'accelerate'] * rounds:
             runs[k].append(measure_search(searches[k], device))  # the first of each is its warm-up
         true, boundary = _true_largest(step, found['result'])
     df = pd.DataFrame({k: {**v[0], 'seconds': statistics.median(r['seconds'] for r in v[1:]),
-                           'seconds_each': [round(r['seconds'], 4) for r in v]} for k, v in runs.items()}).T
-    df = df.drop(columns='sizes').assign(of_true_max=lambda d: d.chosen / true, true_max=true, first_oom=boundary)
+                           'seconds_each': [round(r['seconds'], 4) for r in v]}
+                       for k, v in runs.items()}).T
+    df = df.drop(columns='sizes').assign(of_true_max=lambda d: d.chosen / true, true_max=true,
+                                         first_oom=boundary)
     ours, acc = df.loc['find_batch_size'], df.loc['accelerate']
-    ts = [target('find_batch_size: size chosen / true largest', float(ours.of_true_max), '>=', 0.95),
-          target('find_batch_size: size chosen / true largest', float(ours.of_true_max), '<=', 1),
-          target('find_batch_size seconds / accelerate seconds (medians)', ours.seconds / acc.seconds, '<', 1)]
+    ts = [target('find_batch_size: size chosen / true largest', float(ours.of_true_max),
+                 '>=', 0.95),
+          target('find_batch_size: size chosen / true largest', float(ours.of_true_max),
+                 '<=', 1),
+          target('find_batch_size seconds / accelerate seconds (medians)',
+                 ours.seconds / acc.seconds, '<', 1)]
     if device.type == 'cuda':
         mine = runs['find_batch_size']
-        ts += [target('find_batch_size: MiB left allocated (worst run)', max(r['left_allocated_mib'] for r in mine),
-                      '<=', 0),
+        ts += [target('find_batch_size: MiB left allocated (worst run)',
+                      max(r['left_allocated_mib'] for r in mine), '<=', 0),
                target('find_batch_size: MiB reserved after minus before (worst run)',
-                      max(r['reserved_after_mib'] - r['reserved_before_mib'] for r in mine), '<=', 2)]
+                      max(r['reserved_after_mib'] - r['reserved_before_mib'] for r in mine),
+                      '<=', 2)]
     name = torch.cuda.get_device_name(device) if device.type == 'cuda' else str(device)
     return check('finder_race', name, df, *ts)
 
@@ -320,12 +351,13 @@ def resnet50_step(amp:str|None='fp16', # autocast dtype, or None for fp32
     "`step(batch_size)`: a training step of torchvision's ResNet-50 at 224x224, SGD with momentum."
     amp, = _args(amp=amp)
     if find_spec('torchvision') is None:  # said first, on a GPU runtime or not
-        raise MissingPackage('resnet50_step needs torchvision: `pip install torchvision` (Colab has it).')
+        raise MissingPackage('resnet50_step needs torchvision: '
+                             '`pip install torchvision` (Colab has it).')
     device, = _args(device=device)
     torch.manual_seed(0)
     model = resnet50().to(device)
-    return synthetic_step(model, torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9), (3, 224, 224), 1000,
-                          amp=amp)
+    return synthetic_step(model, torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9),
+                          (3, 224, 224), 1000, amp=amp)
 
 # %% ../nbs/06c_acceptance.ipynb #da99853e
 def oom_storm(step:Callable, # `step(batch_size)`: one training step
@@ -335,7 +367,8 @@ def oom_storm(step:Callable, # `step(batch_size)`: one training step
               cap:str|int|None='T4', # `cap_memory` card (or bytes); None: the whole card
               device='cuda', # where `step` runs
              )->Check:
-    "`n` real out-of-memory errors in a row, then training at `batch`: it trains, and nothing is left allocated."
+    ("`n` real out-of-memory errors in a row, then training at `batch`: "
+     "it trains, and nothing is left allocated.")
     step, batch, n, factor = _args(step=step, batch=batch, n=n, factor=factor)
     cap, device = _args(cap=cap, device=device)
     cuda = device.type == 'cuda'
@@ -347,9 +380,11 @@ def oom_storm(step:Callable, # `step(batch_size)`: one training step
         after = try_batch(step, batch)
         free_memory()
         left = alloc() - base
-    df = pd.DataFrame([{'size': t.size, 'ok': t.ok, 'error': t.error, 'seconds': t.seconds} for t in fails + [after]],
+    df = pd.DataFrame([{'size': t.size, 'ok': t.ok, 'error': t.error, 'seconds': t.seconds}
+                       for t in fails + [after]],
                       index=[f'oom {i + 1}' for i in range(n)] + ['train'])
-    ts = [target('failed with a CUDA out-of-memory error', int((df.error[:n] == 'cuda').sum()), '==', n),
+    ts = [target('failed with a CUDA out-of-memory error', int((df.error[:n] == 'cuda').sum()),
+                 '==', n),
           target(f'trains at batch {batch} afterwards', bool(after.ok), '==', True)]
     if cuda: ts.append(target('bytes left allocated', left, '==', 0))
     return check('oom_storm', torch.cuda.get_device_name() if cuda else str(device), df, *ts)
@@ -359,54 +394,64 @@ def unet_race(size:int=512, # image side
               cap:str|int|None='T4', # `cap_memory` card (or bytes); None: the whole card
               start:int=1024, # accelerate's starting size
              )->Check:
-    "Both finders on a UNet at `size`x`size`, fp16 autocast and fp32, beside the true largest batch of each."
+    ("Both finders on a UNet at `size`x`size`, fp16 autocast and fp32, "
+     "beside the true largest batch of each.")
     size, cap, start = _args(size=size, cap=cap, start=start)
     if size % 16: raise AcceptanceError(f'size={size}: the UNet needs a multiple of 16.')
     if not torch.cuda.is_available():
-        raise AcceptanceError('unet_race needs a CUDA GPU: on a CPU nothing runs out of memory to search for.')
+        raise AcceptanceError('unet_race needs a CUDA GPU: '
+                              'on a CPU nothing runs out of memory to search for.')
     rows = {}
     for amp in ('fp16', None):
         torch.manual_seed(0)
         net = UNet().cuda()
-        st = synthetic_step(net, torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9), (3, size, size), 2,
-                            (size, size), amp=amp)
+        st = synthetic_step(net, torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9),
+                            (3, size, size), 2, (size, size), amp=amp)
         found = {}
         with cap_memory(cap) if cap is not None else contextlib.nullcontext():
             try_batch(st, 1)
             acc = measure_search(lambda: accelerate_search(st, start), 'cuda')
             ours = measure_search(lambda: _ours(st, found), 'cuda')
             true, _ = _true_largest(st, found['result'])
-        rows[amp or 'fp32'] = {'true_max': true, 'ours_chosen': ours['chosen'], 'ours_trials': ours['trials'],
-                               'ours_seconds': ours['seconds'], 'ours_left_mib': ours['left_allocated_mib'],
+        rows[amp or 'fp32'] = {'true_max': true, 'ours_chosen': ours['chosen'],
+                               'ours_trials': ours['trials'], 'ours_seconds': ours['seconds'],
+                               'ours_left_mib': ours['left_allocated_mib'],
                                'acc_chosen': acc['chosen'], 'acc_trials': acc['trials'],
-                               'acc_seconds': acc['seconds'], 'acc_left_mib': acc['left_allocated_mib']}
+                               'acc_seconds': acc['seconds'],
+                               'acc_left_mib': acc['left_allocated_mib']}
         del net, st
         free_memory()
-    df = pd.DataFrame(rows).T.astype(float).assign(ours_of_true=lambda d: d.ours_chosen / d.true_max)
+    df = pd.DataFrame(rows).T.astype(float).assign(
+        ours_of_true=lambda d: d.ours_chosen / d.true_max)
     return check('unet_race', torch.cuda.get_device_name(), df,
                  *[target(f'{k}: size chosen / true largest', float(df.ours_of_true[k]), op, b)
                    for k in df.index for op, b in (('>=', 0.95), ('<=', 1))],
-                 target('true largest batch, fp16 / fp32', df.true_max['fp16'] / df.true_max['fp32'], '>', 1))
+                 target('true largest batch, fp16 / fp32',
+                        df.true_max['fp16'] / df.true_max['fp32'], '>', 1))
 
 # %% ../nbs/06c_acceptance.ipynb #a465c9bc
-def bert_like_model(layers:int=12, d:int=768, heads:int=12, ff:int=3072, vocab:int=30522)->nn.Module:
+def bert_like_model(layers:int=12, d:int=768, heads:int=12, ff:int=3072,
+                    vocab:int=30522)->nn.Module:
     "A BERT-base-shaped encoder: embeddings, `layers` transformer layers, pooler."
     layers, d, heads, ff, vocab = _args(layers=layers, d=d, heads=heads, ff=ff, vocab=vocab)
     if d % heads: raise AcceptanceError(f'd={d} must be a multiple of heads={heads}.')
     layer = nn.TransformerEncoderLayer(d, heads, ff, batch_first=True)
     enc = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
-    return nn.ModuleDict(dict(tok=nn.Embedding(vocab, d), pos=nn.Embedding(512, d), typ=nn.Embedding(2, d),
-                              norm=nn.LayerNorm(d), enc=enc, pool=nn.Linear(d, d)))
+    return nn.ModuleDict(dict(tok=nn.Embedding(vocab, d), pos=nn.Embedding(512, d),
+                              typ=nn.Embedding(2, d), norm=nn.LayerNorm(d), enc=enc,
+                              pool=nn.Linear(d, d)))
 
 # %% ../nbs/06c_acceptance.ipynb #2dc21988
 def bert_like(device='cpu', **sizes)->tuple:
-    "A `bert_like_model` with random weights on `device`, and an Adam optimizer holding one step of state."
+    ("A `bert_like_model` with random weights on `device`, "
+     "and an Adam optimizer holding one step of state.")
     device, = _args(device=device)
     torch.manual_seed(0)
     model = bert_like_model(**sizes).to(device)
     opt = torch.optim.Adam(model.parameters())
     for p in model.parameters(): p.grad = torch.randn_like(p)
-    opt.step(); opt.zero_grad(set_to_none=True)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
     return model, opt
 
 # %% ../nbs/06c_acceptance.ipynb #604b6cb7
@@ -429,10 +474,12 @@ def fsync_tree(folder:str|Path):
 
 # %% ../nbs/06c_acceptance.ipynb #ee7e2df8
 def accelerate_saver(model:nn.Module, opt:torch.optim.Optimizer, folder:str|Path)->Callable|None:
-    "A call saving `model` and `opt` with `Accelerator.save_state` in a new subfolder of `folder` (None: no accelerate)."
+    ("A call saving `model` and `opt` with `Accelerator.save_state` in a new subfolder of `folder` "
+     "(None: no accelerate).")
     model, opt, folder = _args(model=model, opt=opt, folder=folder)
     if find_spec('accelerate') is None: return None
-    acc = importlib.import_module('accelerate').Accelerator(device_placement=False)  # the tensors stay where they are
+    # the tensors stay where they are
+    acc = importlib.import_module('accelerate').Accelerator(device_placement=False)
     n = iter(range(1, 10**6))
     acc.prepare(model, opt)  # what save_state saves: the prepared models and optimizers
     def save():
@@ -443,11 +490,13 @@ def accelerate_saver(model:nn.Module, opt:torch.optim.Optimizer, folder:str|Path
 
 # %% ../nbs/06c_acceptance.ipynb #2ae60ac7
 def save_throughput(model:nn.Module, opt:torch.optim.Optimizer, # the state saved
-                    folder:str|Path, # the disk to measure: every variant writes in a private subfolder of it
+                    # the disk to measure: every variant writes in a private subfolder of it
+                    folder:str|Path,
                     repeats:int=4, warmup:int=1, # interleaved rounds
                     accelerate:bool=True, # add accelerate's `save_state`, when installed
                    )->pd.DataFrame:
-    "Median time and MiB/s of `torch.save` + fsync, `CheckpointManager.save` and accelerate's `save_state`."
+    ("Median time and MiB/s of `torch.save` + fsync, `CheckpointManager.save` "
+     "and accelerate's `save_state`.")
     model, opt, folder = _args(model=model, opt=opt, folder=folder)
     repeats, warmup, accelerate = _args(repeats=repeats, warmup=warmup, accelerate=accelerate)
     folder.mkdir(parents=True, exist_ok=True)
@@ -457,17 +506,21 @@ def save_throughput(model:nn.Module, opt:torch.optim.Optimizer, # the state save
     try:
         def plain():
             p = work/f'plain{next(n):06d}.pt'
-            torch.save(st, p); fsync_tree(p)
+            torch.save(st, p)
+            fsync_tree(p)
         def managed(): ckpt.save(next(n), model, opt)
-        def tidy():  # untimed: the manager's deletions finish, accelerate's files reach the disk, old files go
+        # untimed: the manager's deletions finish, accelerate's files reach the disk, old files go
+        def tidy():
             ckpt.local.settle()
             for p in sorted(work.glob('plain*.pt'))[:-1]: p.unlink()
             for p in sorted(work.glob('accelerate*')): fsync_tree(p)
             for p in sorted(work.glob('accelerate*'))[:-1]: shutil.rmtree(p)
         variants = {'torch.save + fsync': plain, 'CheckpointManager.save': managed}
         if accelerate and (acc := accelerate_saver(model, opt, work)):
-            variants['accelerate save_state'] = acc  # as a user calls it: the files may still be in the page cache
-            variants['accelerate save_state + fsync'] = lambda: fsync_tree(acc())  # on the disk, as the other two
+            # as a user calls it: the files may still be in the page cache
+            variants['accelerate save_state'] = acc
+            # on the disk, as the other two
+            variants['accelerate save_state + fsync'] = lambda: fsync_tree(acc())
         for f in variants.values():
             for _ in range(warmup): tidy(); f()
         t, names = Timings({k: [] for k in variants}), list(variants)
@@ -477,7 +530,8 @@ def save_throughput(model:nn.Module, opt:torch.optim.Optimizer, # the state save
         tidy()
         mib = max(work.glob('plain*.pt')).stat().st_size / 2**20
     finally: ckpt.wait(); shutil.rmtree(work, ignore_errors=True)
-    df = t.df[['median_ms', 'min_ms', 'n']].assign(MiB=round(mib), MiB_per_s=lambda d: mib / (d.median_ms / 1e3))
+    df = t.df[['median_ms', 'min_ms', 'n']].assign(MiB=round(mib),
+                                                   MiB_per_s=lambda d: mib / (d.median_ms / 1e3))
     return df.assign(vs_plain=lambda d: d.MiB_per_s / d.MiB_per_s['torch.save + fsync'])
 
 # %% ../nbs/06c_acceptance.ipynb #a7890f49
@@ -486,11 +540,13 @@ def save_race(device=None, # where the state lives; None: the GPU if there is on
               repeats:int=4, # interleaved rounds
               **sizes, # `bert_like_model` sizes; default BERT-base
              )->Check:
-    "`CheckpointManager.save` of a BERT-base + Adam state at >= 80% of `torch.save` + fsync on the same disk."
+    ("`CheckpointManager.save` of a BERT-base + Adam state at >= 80% of `torch.save` + fsync "
+     "on the same disk.")
     device, folder, repeats = _args(('folder',), device=device, folder=folder, repeats=repeats)
     if folder is not None: folder.mkdir(parents=True, exist_ok=True)
     model, opt = bert_like(device, **sizes)
-    with tempfile.TemporaryDirectory(dir=folder) as tmp: df = save_throughput(model, opt, tmp, repeats=repeats)
+    with tempfile.TemporaryDirectory(dir=folder) as tmp:
+        df = save_throughput(model, opt, tmp, repeats=repeats)
     mib = state_mib(model, opt)
     del model, opt
     card = torch.cuda.get_device_name(device) if device.type == 'cuda' else str(device)
@@ -501,23 +557,33 @@ def save_race(device=None, # where the state lives; None: the GPU if there is on
 
 # %% ../nbs/06c_acceptance.ipynb #46413301
 def measure_background_save(ckpt:CheckpointManager, model:nn.Module, opt:torch.optim.Optimizer,
-                            work:Callable, # one training step, run while the background save is in flight
+                            # one training step, run while the background save is in flight
+                            work:Callable,
                             rounds:int=3)->tuple:
-    "Per round: a sync save's time, the time `save_async` blocks, the background write's time, steps done meanwhile."
+    ("Per round: a sync save's time, the time `save_async` blocks, the background write's time, "
+     "steps done meanwhile.")
     ckpt, model, opt = _args(ckpt=ckpt, model=model, opt=opt)
     work, rounds = _args(work=work, rounds=rounds)
-    t0 = time.perf_counter(); ckpt.save_async(0, model, opt); first_block = time.perf_counter() - t0; ckpt.wait()
+    t0 = time.perf_counter()
+    ckpt.save_async(0, model, opt)
+    first_block = time.perf_counter() - t0
+    ckpt.wait()
     ckpt.save(0, model, opt)
     rows = []
     for r in range(rounds):
         row = {}
         for kind in (['sync', 'async'] if r % 2 == 0 else ['async', 'sync']):
             t0 = time.perf_counter()
-            if kind == 'sync': ckpt.save(2 * r + 1, model, opt); row['sync_s'] = time.perf_counter() - t0; continue
-            ckpt.save_async(2 * r + 2, model, opt); row['blocked_s'] = time.perf_counter() - t0
+            if kind == 'sync':
+                ckpt.save(2 * r + 1, model, opt)
+                row['sync_s'] = time.perf_counter() - t0
+                continue
+            ckpt.save_async(2 * r + 2, model, opt)
+            row['blocked_s'] = time.perf_counter() - t0
             steps = 0
             while ckpt.pending: work(); steps += 1
-            ckpt.wait(); row['background_s'], row['steps_meanwhile'] = time.perf_counter() - t0, steps
+            ckpt.wait()
+            row['background_s'], row['steps_meanwhile'] = time.perf_counter() - t0, steps
         rows.append(row)
     df = pd.DataFrame(rows)
     return df.assign(blocked_vs_sync=df.blocked_s / df.sync_s), first_block
@@ -528,7 +594,8 @@ def background_save_race(device=None, # where the state lives; None: the GPU if 
                          rounds:int=3, # sync and background saves, alternated
                          **sizes, # `bert_like_model` sizes; default BERT-base
                         )->Check:
-    "`save_async` of a BERT-base + Adam state blocks training for at most 10% of a synchronous save."
+    ("`save_async` of a BERT-base + Adam state blocks training "
+     "for at most 10% of a synchronous save.")
     device, folder, rounds = _args(('folder',), device=device, folder=folder, rounds=rounds)
     if folder is not None: folder.mkdir(parents=True, exist_ok=True)
     model, opt = bert_like(device, **sizes)
@@ -540,16 +607,17 @@ def background_save_race(device=None, # where the state lives; None: the GPU if 
     bg.attrs.update(first_blocked_s=first, state_mib=state_mib(model, opt))
     del model, opt, a
     return check('background_save_race', card, bg,
-                 target('save_async blocked / sync save (medians)', bg.blocked_s.median() / bg.sync_s.median(),
-                        '<=', 0.10))
+                 target('save_async blocked / sync save (medians)',
+                        bg.blocked_s.median() / bg.sync_s.median(), '<=', 0.10))
 
 # %% ../nbs/06c_acceptance.ipynb #197a7798
 def _raw_nvml(src:NVMLSource, i:int)->Callable:
     "The eight NVML calls of one reading of GPU `i`, made directly."
-    n, h, reasons = src.nvml, src.handles[i], src.reasons[i][1]
+    n, h, reasons = src.nvml, src.handles[i], _reasons_call(src.nvml, src.handles[i])[1]
     T, SM, MEM = n.NVML_TEMPERATURE_GPU, n.NVML_CLOCK_SM, n.NVML_CLOCK_MEM
     def raw():
-        n.nvmlDeviceGetUtilizationRates(h); n.nvmlDeviceGetMemoryInfo(h); n.nvmlDeviceGetTemperature(h, T)
+        n.nvmlDeviceGetUtilizationRates(h); n.nvmlDeviceGetMemoryInfo(h)
+        n.nvmlDeviceGetTemperature(h, T)
         n.nvmlDeviceGetPowerUsage(h); n.nvmlDeviceGetEnforcedPowerLimit(h)
         n.nvmlDeviceGetClockInfo(h, SM); n.nvmlDeviceGetClockInfo(h, MEM); reasons(h)
     return raw
@@ -558,18 +626,22 @@ def _raw_nvml(src:NVMLSource, i:int)->Callable:
 def sample_cost(monitor:GPUMonitor, # an NVML monitor; `gpus=[0]` for the cost of one GPU
                 inner:int=100, # calls per timed repeat for the in-process variants
                 repeats:int=15, # interleaved rounds
-                smi:str|None='nvidia-smi', # the program for the `nvidia-smi` variant; None: leave it out
+                # the program for the `nvidia-smi` variant; None: leave it out
+                smi:str|None='nvidia-smi',
                )->pd.DataFrame:
-    "Microseconds per sample: `sample_once`, the raw NVML calls, one `nvidia-smi` query; interleaved medians."
+    ("Microseconds per sample: `sample_once`, the raw NVML calls, one `nvidia-smi` query; "
+     "interleaved medians.")
     monitor, inner, repeats, smi = _args(monitor=monitor, inner=inner, repeats=repeats, smi=smi)
     monitor.open()
-    if not isinstance(monitor.source, NVMLSource): raise MonitorError('sample_cost needs a monitor that reads NVML.')
+    if not isinstance(monitor.source, NVMLSource):
+        raise MonitorError('sample_cost needs a monitor that reads NVML.')
     raw, once = _raw_nvml(monitor.source, monitor.source.gpus[0]), monitor.sample_once
     variants = {'sample_once': lambda: [once() for _ in range(inner)],
                 'raw NVML calls': lambda: [raw() for _ in range(inner)]}
     per = {'sample_once': inner, 'raw NVML calls': inner, 'nvidia-smi query': 1}
     if smi and shutil.which(smi):
-        variants['nvidia-smi query'] = SmiSource(shutil.which(smi), gpus=monitor.source.gpus[:1]).read
+        variants['nvidia-smi query'] = SmiSource(shutil.which(smi),
+                                                 gpus=monitor.source.gpus[:1]).read
     t = benchmark(variants, repeats=repeats, warmup=2, device='cpu')
     df = t.df[['median_ms', 'p25_ms', 'p75_ms']].mul(1e3).div(pd.Series(per), axis=0).dropna()
     df.columns = ['us', 'p25_us', 'p75_us']
@@ -626,24 +698,29 @@ class Overhead:
 def summary(self:Overhead)->pd.DataFrame:
     "Median and quartile step times, blocks and samples, with and without the monitor."
     g = self.blocks.groupby('monitor')
-    return pd.DataFrame({'median_ms': g.ms_per_step.median(), 'p25_ms': g.ms_per_step.quantile(.25),
-                         'p75_ms': g.ms_per_step.quantile(.75), 'blocks': g.size(), 'samples': g.samples.sum()})
+    return pd.DataFrame({'median_ms': g.ms_per_step.median(),
+                         'p25_ms': g.ms_per_step.quantile(.25),
+                         'p75_ms': g.ms_per_step.quantile(.75),
+                         'blocks': g.size(), 'samples': g.samples.sum()})
 
-# %% ../nbs/06c_acceptance.ipynb #a7349f9c
+# %% ../nbs/06c_acceptance.ipynb #95f48d12
 def _block(step, n, sync)->float:
     sync(); t = time.perf_counter()
     for _ in range(n): step()
     sync(); return (time.perf_counter() - t) * 1e3 / n
 
+# %% ../nbs/06c_acceptance.ipynb #a7349f9c
 def monitor_overhead(step:Callable, # one training step, no arguments
                      interval:float=0.1, # the monitor's interval
                      pairs:int=12, # blocks with and without the monitor
                      block_s:float=0.5, # seconds per block
                      sync:Callable|None=None, # waits for queued work, e.g. `torch.cuda.synchronize`
-                     warmup_s:float=1.0, # seconds of steps before anything is timed (clocks and caches settle)
+                     # seconds of steps before anything is timed (clocks and caches settle)
+                     warmup_s:float=1.0,
                      **kwargs, # more `GPUMonitor` arguments
                     )->Overhead:
-    "Step time with and without a monitor running, in alternating blocks of about `block_s` seconds."
+    ("Step time with and without a monitor running, "
+     "in alternating blocks of about `block_s` seconds.")
     step, sync, interval = _args(step=step, sync=sync, interval=interval)
     pairs, block_s, warmup_s = _args(pairs=pairs, block_s=block_s, warmup_s=warmup_s)
     GPUMonitor(interval, **kwargs)  # its arguments are checked before anything runs
@@ -664,7 +741,8 @@ def monitor_overhead(step:Callable, # one training step, no arguments
 
 # %% ../nbs/06c_acceptance.ipynb #7e2a1cd2
 def toy_step(device='cpu', width:int=64, depth:int=3, batch:int=32)->Callable:
-    "One training step of a `depth`-layer MLP of `width` on random data, as a function of no arguments."
+    ("One training step of a `depth`-layer MLP of `width` on random data, "
+     "as a function of no arguments.")
     device, width, depth, batch = _args(device=device, width=width, depth=depth, batch=batch)
     torch.manual_seed(0)
     layers = [m for _ in range(depth) for m in (nn.Linear(width, width), nn.ReLU())]
@@ -687,35 +765,41 @@ def overhead_race(interval:float=0.1, pairs:int=16, block_s:float=0.5, # as for 
     if not torch.cuda.is_available():
         raise AcceptanceError('overhead_race times a training loop on a GPU: none is usable here. '
                               'Call monitor_overhead(toy_step("cpu")) for the CPU.')
-    ov = monitor_overhead(toy_step('cuda', width, depth, batch), interval=interval, pairs=pairs, block_s=block_s,
-                          sync=torch.cuda.synchronize)
+    ov = monitor_overhead(toy_step('cuda', width, depth, batch), interval=interval, pairs=pairs,
+                          block_s=block_s, sync=torch.cuda.synchronize)
     df = ov.summary()
     df.attrs.update(ratios=ov.ratios.round(5).tolist(), spread_off=ov.spread, change=ov.change)
     return check('monitor_overhead', torch.cuda.get_device_name(), df,
                  target('samples in the emptiest block with the monitor',
                         int(ov.blocks.samples[ov.blocks.monitor == 'on'].min()), '>=', 3),
-                 target('|step time change| with the monitor (median of paired blocks)', abs(ov.change), '<', 0.01))
+                 target('|step time change| with the monitor (median of paired blocks)',
+                        abs(ov.change), '<', 0.01))
 
 # %% ../nbs/06c_acceptance.ipynb #bf3658fb
 CHECKS = {'encoder_race': encoder_race, 'finder_race': lambda: finder_race(resnet50_step()),
-          'unet_race': unet_race, 'save_race': save_race, 'background_save_race': background_save_race,
+          'unet_race': unet_race, 'save_race': save_race,
+          'background_save_race': background_save_race,
           'sample_cost': sample_cost_race, 'monitor_overhead': overhead_race}
 
 # %% ../nbs/06c_acceptance.ipynb #afe1a9f6
 def run_checks(names:list|None=None, # keys of `CHECKS`; None: all of them
                record_to:str|Path|None=None, # also append every check as a JSON line here
               )->pd.DataFrame:
-    "Run acceptance checks at full size on this GPU: one row per target, with the check's name and card."
+    ("Run acceptance checks at full size on this GPU: one row per target, "
+     "with the check's name and card.")
     known = lambda n, c: check_choice(n, c, list(CHECKS), err=AcceptanceError)
     names = check_seq('names', names, known, none=True, err=AcceptanceError)
-    names, record_to = list(CHECKS) if names is None else names, check_path('record_to', record_to, none=True)
+    names, record_to = (list(CHECKS) if names is None else names,
+                        check_path('record_to', record_to, none=True))
     if not torch.cuda.is_available():
-        raise AcceptanceError('run_checks measures at full size on a GPU and none is usable here: in Colab, '
-                              'Runtime > Change runtime type > T4 GPU. Each check runs at toy size on a CPU by hand.')
+        raise AcceptanceError('run_checks measures at full size on a GPU and none is usable here: '
+                              'in Colab, Runtime > Change runtime type > T4 GPU. '
+                              'Each check runs at toy size on a CPU by hand.')
     rows = []
     for n in tqdm(names, desc='acceptance checks'):
         c = CHECKS[n]()
         if record_to:
             with mock.patch.dict(os.environ, {'COLAB_T4_BENCH_OUT': str(record_to)}): c.record()
         rows.append(c.targets.assign(check=n, card=c.card))
-    return pd.concat(rows, ignore_index=True)[['check', 'card', 'target', 'measured', 'op', 'bound', 'passed']]
+    return pd.concat(rows, ignore_index=True)[['check', 'card', 'target', 'measured', 'op',
+                                               'bound', 'passed']]

@@ -14,14 +14,16 @@ from .core import check_choice
 # %% auto #0
 __all__ = ['runs', 'results_names', 'results']
 
-# %% ../nbs/04a_results.ipynb #f8030b60
+# %% ../nbs/04a_results.ipynb #8e2e1eaf
 def _results_dir(): return resources.files('colab_t4_nb')/'files'/'results'
 
+# %% ../nbs/04a_results.ipynb #f8030b60
 def runs()->pd.DataFrame:
-    "The recorded GPU runs: date, card, driver, CUDA, PyTorch, the command that ran, and how it ended."
+    ("The recorded GPU runs: date, card, driver, CUDA, PyTorch, the command that ran, "
+     "and how it ended.")
     return pd.DataFrame(json.loads((_results_dir()/'runs.json').read_text())).set_index('run')
 
-# %% ../nbs/04a_results.ipynb #dc9d20fc
+# %% ../nbs/04a_results.ipynb #d943f0c7
 def _records()->list[dict]:
     out = []
     for f in sorted(_results_dir().iterdir(), key=lambda f: f.name):
@@ -30,14 +32,17 @@ def _records()->list[dict]:
         out += [{'run': run, **json.loads(l)} for l in f.read_text().splitlines() if l.strip()]
     return out
 
+# %% ../nbs/04a_results.ipynb #dc9d20fc
 def results_names()->list[str]:
     "Names of the recorded benchmarks."
     return sorted({r['name'] for r in _records()})
 
 # %% ../nbs/04a_results.ipynb #4ac5893b
-def results(name:str # a benchmark's name, e.g. 'amp_tensor_core_check'; `results_names()` lists them
-           )->pd.DataFrame:
-    "Every recorded figure of benchmark `name`, one row per run, nested fields flattened to 'a/b' columns."
+def results(
+    name:str # a benchmark's name, e.g. 'amp_tensor_core_check'; `results_names()` lists them
+)->pd.DataFrame:
+    ("Every recorded figure of benchmark `name`, one row per run, "
+     "nested fields flattened to 'a/b' columns.")
     check_choice('name', name, results_names())
     recs = [r for r in _records() if r['name'] == name]
     df = pd.json_normalize(recs, sep='/').set_index('run').drop(columns='name')

@@ -25,9 +25,46 @@ from .memory import cap_memory
 from .timing import benchmark
 
 # %% auto #0
-__all__ = ['T4_CONSTANTS', 'T4_CLOCKS', 'T4_FP16_GEMM_SOURCE', 'T4_FP16_GEMM', 'PUBLISHED', 'Rehearsal', 't4_rehearsal',
+__all__ = ['T4_CONSTANTS', 'T4_CLOCKS', 'T4_FP16_GEMM_SOURCE', 'T4_FP16_GEMM', 'PUBLISHED', 't4_rehearsal', 'Rehearsal',
            'T4Constant', 'Op', 'WorkCounter', 'count_work', 'T4Estimate', 'estimate_t4', 'Bottleneck', 'resnet50_v15',
            'bert_qa', 'T4Measurement', 'validation_table']
+
+# %% ../nbs/03b_t4.ipynb #099229ea
+def _sdpa_t4():
+    "A context allowing only the attention kernels PyTorch runs on compute capability 7.5."
+    try: from torch.nn.attention import SDPBackend, sdpa_kernel
+    except ImportError:
+        return torch.backends.cuda.sdp_kernel(enable_flash=False, enable_math=True,
+                                              enable_mem_efficient=True)
+    return sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
+
+# %% ../nbs/03b_t4.ipynb #b92fd8af
+@contextmanager
+def t4_rehearsal(bf16:str='warn', # 'warn' (as `amp_choice` does for a T4) or 'error' (refuse it)
+                 memory:bool=True, # hold PyTorch to a T4's usable memory (on a GPU with more)
+                 verbose:bool=True, # print one line naming what was skipped
+                ):
+    "Make the card at hand behave for PyTorch as a T4 would; everything is restored on exit."
+    check_choice('bf16', bf16, ('warn', 'error'))
+    check_flag('memory', memory)
+    check_flag('verbose', verbose)
+    cuda = torch.cuda.is_available()
+    r = Rehearsal(f'cuda:{torch.cuda.current_device()}' if cuda else 'cpu')
+    with ExitStack() as stack:
+        stack.enter_context(decide_as('T4', refuse_bf16=bf16 == 'error'))
+        r.applied.append(f'amp_choice answers as for a T4: fp16 + GradScaler; bf16 {bf16}s')
+        stack.enter_context(no_tf32())
+        r.applied.append('TF32 off for matrix products and cuDNN')
+        stack.enter_context(_sdpa_t4())
+        r.applied.append('attention kernels: memory-efficient and math (no flash)')
+        if not cuda: r.skipped.append('memory cap (no CUDA GPU here)')
+        elif not memory: r.skipped.append('memory cap (memory=False)')
+        else:
+            try: r.applied.append(f'memory held to a T4: {stack.enter_context(cap_memory("T4"))}')
+            except ColabT4Error as e: r.skipped.append(f'memory cap ({e})')
+        if verbose and r.skipped:
+            print(f'T4 rehearsal on {r.device}; skipped: {"; ".join(r.skipped)}.')
+        yield r
 
 # %% ../nbs/03b_t4.ipynb #2e4be2bb
 @dataclass
@@ -41,82 +78,75 @@ class Rehearsal:
         lines = [f'**Rehearsing a T4 on {self.device}**'] + [f'- {a}' for a in self.applied]
         return '\n'.join(lines + [f'- skipped: {s}' for s in self.skipped])
 
-# %% ../nbs/03b_t4.ipynb #099229ea
-def _sdpa_t4():
-    "A context allowing only the attention kernels PyTorch runs on compute capability 7.5."
-    try: from torch.nn.attention import SDPBackend, sdpa_kernel
-    except ImportError:
-        return torch.backends.cuda.sdp_kernel(enable_flash=False, enable_math=True, enable_mem_efficient=True)
-    return sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
-
-# %% ../nbs/03b_t4.ipynb #b92fd8af
-@contextmanager
-def t4_rehearsal(bf16:str='warn', # 'warn' (as `amp_choice` does for a T4) or 'error' (refuse it)
-                 memory:bool=True, # hold PyTorch to a T4's usable memory (on a GPU with more)
-                 verbose:bool=True, # print one line naming what was skipped
-                ):
-    "Make the card at hand behave for PyTorch as a T4 would; everything is restored on exit."
-    check_choice('bf16', bf16, ('warn', 'error')); check_flag('memory', memory); check_flag('verbose', verbose)
-    cuda = torch.cuda.is_available()
-    r = Rehearsal(f'cuda:{torch.cuda.current_device()}' if cuda else 'cpu')
-    with ExitStack() as stack:
-        stack.enter_context(decide_as('T4', refuse_bf16=bf16 == 'error'))
-        r.applied.append(f'amp_choice answers as for a T4: fp16 + GradScaler; bf16 {bf16}s')
-        stack.enter_context(no_tf32()); r.applied.append('TF32 off for matrix products and cuDNN')
-        stack.enter_context(_sdpa_t4()); r.applied.append('attention kernels: memory-efficient and math (no flash)')
-        if not cuda: r.skipped.append('memory cap (no CUDA GPU here)')
-        elif not memory: r.skipped.append('memory cap (memory=False)')
-        else:
-            try: r.applied.append(f'memory held to a T4: {stack.enter_context(cap_memory("T4"))}')
-            except ColabT4Error as e: r.skipped.append(f'memory cap ({e})')
-        if verbose and r.skipped: print(f'T4 rehearsal on {r.device}; skipped: {"; ".join(r.skipped)}.')
-        yield r
-
 # %% ../nbs/03b_t4.ipynb #706b7fa9
 @dataclass(frozen=True)
 class T4Constant:
-    "One measured T4 ceiling: its published range, the central value used, and where the figures come from."
-    name:str; low:float; high:float; unit:str; source:str
+    ("One measured T4 ceiling: its published range, the central value used, "
+     "and where the figures come from.")
+    name:str     # what is measured
+    low:float    # the low end of the range
+    high:float   # the high end of the range
+    unit:str     # 'TFLOP/s', 'GB/s' or 'us'
+    source:str   # where the figures come from
 
+    # the geometric middle of the range
     @property
-    def value(self)->float: return math.sqrt(self.low * self.high)  # the geometric middle of the range
+    def value(self)->float: return math.sqrt(self.low * self.high)
+
+# %% ../nbs/03b_t4.ipynb #fdac050d
+_TORCH_PERF = ('github.com/zzc0721/torch-performance-test-data, database.md: three Tesla T4 rows '
+               '(Colab PyTorch 2.8: {0}; Kaggle PyTorch 2.6: {1} and {2}), '
+               'best of square products 1024-10240')
 
 # %% ../nbs/03b_t4.ipynb #0e3a94ba
-_TORCH_PERF = ('github.com/zzc0721/torch-performance-test-data, database.md: three Tesla T4 rows '
-               '(Colab PyTorch 2.8: {0}; Kaggle PyTorch 2.6: {1} and {2}), best of square products 1024-10240')
 T4_CONSTANTS = {c.name: c for c in [
-    T4Constant('fp16 matmul', 25.0, 42.7, 'TFLOP/s', _TORCH_PERF.format(41.91, 42.71, 41.93) + '; the low end, '
-               '25 TFLOP/s, is an assumed floor for a card held at its 70 W cap (no published measurement behind it)'),
+    T4Constant('fp16 matmul', 25.0, 42.7, 'TFLOP/s',
+               _TORCH_PERF.format(41.91, 42.71, 41.93) + '; the low end, 25 TFLOP/s, '
+               'is an assumed floor for a card held at its 70 W cap '
+               '(no published measurement behind it)'),
     T4Constant('fp32 matmul', 4.17, 4.43, 'TFLOP/s', _TORCH_PERF.format(4.17, 4.43, 4.35)),
-    T4Constant('bf16 matmul', 2.01, 2.46, 'TFLOP/s', _TORCH_PERF.format(2.46, 2.27, 2.01) + ' (emulated on a T4)'),
+    T4Constant('bf16 matmul', 2.01, 2.46, 'TFLOP/s',
+               _TORCH_PERF.format(2.46, 2.27, 2.01) + ' (emulated on a T4)'),
     T4Constant('copy bandwidth', 0.722 * 320, 0.832 * 320, 'GB/s',
-               "NVIDIA T4 datasheet: 320 GB/s GDDR6; times the share of the datasheet that CUDA's bandwidthTest "
-               'device-to-device copy reaches in public logs: GTX 1080 231.0 of 320 GB/s (72.2%), '
+               "NVIDIA T4 datasheet: 320 GB/s GDDR6; times the share of the datasheet that CUDA's "
+               'bandwidthTest device-to-device copy reaches in public logs: '
+               'GTX 1080 231.0 of 320 GB/s (72.2%), '
                'GTX 1650 SUPER (Turing, GDDR6) 159.8 of 192 GB/s (83.2%)'),
-    T4Constant('launch', 5.0, 25.0, 'us', 'host work per eager PyTorch op before its kernel runs, ~5-25 us: '
-               'jiahuanglin.xyz, "From PyTorch op to kernel launch" (gpu_kernel_serving lesson 18)'),
+    T4Constant('launch', 5.0, 25.0, 'us',
+               'host work per eager PyTorch op before its kernel runs, ~5-25 us: jiahuanglin.xyz, '
+               '"From PyTorch op to kernel launch" (gpu_kernel_serving lesson 18)'),
 ]}
-T4_CLOCKS = dict(base_mhz=585, boost_mhz=1590, power_w=70, fp16_peak_tflops=65.0)  # NVIDIA T4 datasheet
 
-# %% ../nbs/03b_t4.ipynb #0a3f0395
+# %% ../nbs/03b_t4.ipynb #cb18e67e
+# NVIDIA T4 datasheet
+T4_CLOCKS = dict(base_mhz=585, boost_mhz=1590, power_w=70, fp16_peak_tflops=65.0)
+
+# %% ../nbs/03b_t4.ipynb #95d9da1f
 T4_FP16_GEMM_SOURCE = ('github.com/NVIDIA/cutlass/issues/106 (2020): cuBLAS fp16 tensor-core GEMM '
                        'on a Tesla T4, ms per call for each m-n-k, the cuBLAS column')
-T4_FP16_GEMM = [(32, 1024, 2048, 0.056032), (64, 1024, 2048, 0.0653234), (128, 1024, 2048, 0.070236),
-                (256, 1024, 2048, 0.09387), (512, 1024, 2048, 0.149984), (1024, 1024, 2048, 0.274183),
-                (128, 128, 128, 0.01254), (256, 256, 256, 0.017251), (512, 512, 512, 0.04283),
-                (1024, 1024, 1024, 0.153455), (1024, 1024, 512, 0.141054), (1024, 1024, 256, 0.063555),
-                (1024, 512, 2048, 0.149918), (1024, 256, 2048, 0.107762)]  # (m, n, k, ms)
-_LARGE = 2 * 4096**3  # FLOPs from which the large-size fp16 rate holds
 
+# %% ../nbs/03b_t4.ipynb #0a3f0395
+T4_FP16_GEMM = [  # (m, n, k, ms)
+    (32, 1024, 2048, 0.056032), (64, 1024, 2048, 0.0653234), (128, 1024, 2048, 0.070236),
+    (256, 1024, 2048, 0.09387), (512, 1024, 2048, 0.149984), (1024, 1024, 2048, 0.274183),
+    (128, 128, 128, 0.01254), (256, 256, 256, 0.017251), (512, 512, 512, 0.04283),
+    (1024, 1024, 1024, 0.153455), (1024, 1024, 512, 0.141054), (1024, 1024, 256, 0.063555),
+    (1024, 512, 2048, 0.149918), (1024, 256, 2048, 0.107762)]
+
+# %% ../nbs/03b_t4.ipynb #c9eddd76
+_LARGE = 2 * 4096**3  # FLOPs from which the large-size fp16 rate holds
 
 # %% ../nbs/03b_t4.ipynb #734aca1f
 def _fp16_curve()->list:
-    "(FLOPs, TFLOP/s) of fp16 products on a T4: the published sweep, then the large-size rate at 4096³."
+    ("(FLOPs, TFLOP/s) of fp16 products on a T4: the published sweep, "
+     "then the large-size rate at 4096³.")
     by = {}
-    for m, n, k, ms in T4_FP16_GEMM: by.setdefault(2 * m * n * k, []).append(2 * m * n * k / ms / 1e9)
+    for m, n, k, ms in T4_FP16_GEMM:
+        by.setdefault(2 * m * n * k, []).append(2 * m * n * k / ms / 1e9)
     pts = [(f, math.exp(statistics.fmean(math.log(r) for r in rs))) for f, rs in sorted(by.items())]
     return pts + [(_LARGE, T4_CONSTANTS['fp16 matmul'].value)]
 
+# %% ../nbs/03b_t4.ipynb #deb60b43
 def _fp16_share(flops:float)->float:
     "Share of the large-size fp16 rate that a product of `flops` attains (1 from 4096³ up)."
     pts = _fp16_curve()
@@ -125,40 +155,44 @@ def _fp16_share(flops:float)->float:
     (f0, r0), (f1, r1) = next((a, b) for a, b in zip(pts, pts[1:]) if flops <= b[0])
     return (r0 + (r1 - r0) * math.log(flops / f0) / math.log(f1 / f0)) / pts[-1][1]
 
-
 # %% ../nbs/03b_t4.ipynb #8db30753
 def _rate(kind:str, dtype:str, end:str='value', flops:float|None=None)->float|None:
-    "FLOP/s a T4 attains for `kind` ('matmul', 'conv', 'attention') in `dtype`, at `end` of its range."
+    ("FLOP/s a T4 attains for `kind` ('matmul', 'conv', 'attention') in `dtype`, "
+     "at `end` of its range.")
     name = {'fp16': 'fp16 matmul', 'bf16': 'bf16 matmul'}.get(dtype, 'fp32 matmul')
     rate = getattr(T4_CONSTANTS[name], end) * 1e12
     return rate * _fp16_share(flops) if kind == 'matmul' and dtype == 'fp16' and flops else rate
 
-
 # %% ../nbs/03b_t4.ipynb #a030e93a
-_ATTENTION = ('_scaled_dot_product_flash_attention_for_cpu', '_scaled_dot_product_efficient_attention',
+_ATTENTION = ('_scaled_dot_product_flash_attention_for_cpu',
+              '_scaled_dot_product_efficient_attention',
               '_scaled_dot_product_flash_attention', '_scaled_dot_product_cudnn_attention')
 _MATMUL = ('mm', 'addmm', 'bmm', 'baddbmm', 'matmul', 'linear', '_addmm_activation')
 _CONV = ('convolution', 'convolution_backward', 'cudnn_convolution', '_convolution')
-_NO_KERNEL = ('empty', 'empty_strided', 'new_empty', 'new_empty_strided', 'empty_like', 'detach', 'lift_fresh',
-              'alias', '_unsafe_view', 'set_', 'resize_', 'record_stream')
+_NO_KERNEL = ('empty', 'empty_strided', 'new_empty', 'new_empty_strided', 'empty_like', 'detach',
+              'lift_fresh', 'alias', '_unsafe_view', 'set_', 'resize_', 'record_stream')
 
+# %% ../nbs/03b_t4.ipynb #be3c9b3a
 def _tensors(x)->list:
     if isinstance(x, torch.Tensor): return [x]
     if isinstance(x, (list, tuple)): return [t for v in x for t in _tensors(v)]
     if isinstance(x, dict): return [t for v in x.values() for t in _tensors(v)]
     return []
 
+# %% ../nbs/03b_t4.ipynb #dba5a575
 def _is_view(func)->bool:
     rets = func._schema.returns
     return bool(rets) and all(r.alias_info is not None and not r.alias_info.is_write for r in rets)
 
+# %% ../nbs/03b_t4.ipynb #d2e285fa
 def _dtype_name(ts:list)->str:
     fl = [t.dtype for t in ts if t.is_floating_point()]
     return {torch.float16: 'fp16', torch.bfloat16: 'bf16'}.get(fl[0], 'fp32') if fl else 'int'
 
 # %% ../nbs/03b_t4.ipynb #758b25e2
 def _attention_flops(name:str, args:tuple)->float:
-    "FLOPs of a fused attention call: two products forward; backward counted as 2.5x (with its recomputation)."
+    ("FLOPs of a fused attention call: two products forward; "
+     "backward counted as 2.5x (with its recomputation).")
     back = name.endswith('_backward')
     q, k = (args[1], args[2]) if back else (args[0], args[1])
     f = 4 * q.shape[0] * q.shape[-3] * q.shape[-2] * k.shape[-2] * q.shape[-1]
@@ -168,11 +202,19 @@ def _attention_flops(name:str, args:tuple)->float:
 @dataclass
 class Op:
     "One op as counted: what it is and the work it does."
-    name:str; kind:str; dtype:str; flops:float; nbytes:float
+    name:str      # the aten op, e.g. 'mm'
+    kind:str      # 'matmul', 'conv', 'attention' or 'other'
+    dtype:str     # 'fp16', 'bf16', 'fp32' or 'int'
+    flops:float   # floating-point operations
+    nbytes:float  # bytes read and written
 
+# %% ../nbs/03b_t4.ipynb #030814a5
 class WorkCounter(TorchDispatchMode):
-    "Counts each op that does device work: FLOPs (matmul, conv, attention), bytes read and written, launches."
-    def __init__(self): super().__init__(); self.ops = []
+    ("Counts each op that does device work: FLOPs (matmul, conv, attention), "
+     "bytes read and written, launches.")
+    def __init__(self):
+        super().__init__()
+        self.ops = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -193,29 +235,37 @@ class WorkCounter(TorchDispatchMode):
 # %% ../nbs/03b_t4.ipynb #082c2fa8
 @contextmanager
 def _fused_attention():
-    "Unmasked attention on the CPU (and meta) goes to PyTorch's fused CPU kernel: one op, as on a GPU."
+    ("Unmasked attention on the CPU (and meta) goes to PyTorch's fused CPU kernel: "
+     "one op, as on a GPU.")
     sdpa = F.scaled_dot_product_attention
-    def fused(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    def fused(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+              enable_gqa=False):
         if q.device.type not in ('cpu', 'meta') or attn_mask is not None or enable_gqa:
-            return sdpa(q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
-        # the fused CPU kernel has no dropout: the counted call runs without it (the work is the same)
-        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, is_causal, scale=scale)[0]
+            return sdpa(q, k, v, attn_mask, dropout_p, is_causal,
+                        scale=scale, enable_gqa=enable_gqa)
+        # the fused CPU kernel has no dropout: the counted call runs without it
+        # (the work is the same)
+        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            q, k, v, 0.0, is_causal, scale=scale)[0]
     F.scaled_dot_product_attention = fused
     try: yield
     finally: F.scaled_dot_product_attention = sdpa
 
 # %% ../nbs/03b_t4.ipynb #08f3b073
 def count_work(fn:Callable, *args, **kwargs)->list:
-    "The ops one call of `fn(*args, **kwargs)` runs, as `Op`s, with attention counted as the fused kernel a T4 runs."
+    ("The ops one call of `fn(*args, **kwargs)` runs, as `Op`s, "
+     "with attention counted as the fused kernel a T4 runs.")
     check_callable('fn', fn)
     with _sdpa_t4(), _fused_attention(), WorkCounter() as wc: fn(*args, **kwargs)
     return wc.ops
 
 # %% ../nbs/03b_t4.ipynb #75f3e570
 def _charge(ops:list, end:str='value')->pd.DataFrame:
-    "Per-op T4 times (ms): compute, memory, their max, launch; `end` picks the constants' 'low', 'value' or 'high'."
+    ("Per-op T4 times (ms): compute, memory, their max, launch; "
+     "`end` picks the constants' 'low', 'value' or 'high'.")
     slow = {'low': 'high', 'high': 'low', 'value': 'value'}[end]  # a low time needs high rates
-    bw, launch = getattr(T4_CONSTANTS['copy bandwidth'], slow) * 1e9, getattr(T4_CONSTANTS['launch'], end) * 1e-6
+    bw = getattr(T4_CONSTANTS['copy bandwidth'], slow) * 1e9
+    launch = getattr(T4_CONSTANTS['launch'], end) * 1e-6
     rows = []
     for o in ops:
         compute = o.flops / _rate(o.kind, o.dtype, slow, o.flops) if o.flops else 0.0
@@ -223,35 +273,8 @@ def _charge(ops:list, end:str='value')->pd.DataFrame:
         rows.append(dict(op=o.name, kind=o.kind, dtype=o.dtype, flops=o.flops, nbytes=o.nbytes,
                          compute_ms=compute * 1e3, memory_ms=memory * 1e3, launch_ms=launch * 1e3,
                          ms=(max(compute, memory) + launch) * 1e3))
-    return pd.DataFrame(rows, columns=['op', 'kind', 'dtype', 'flops', 'nbytes', 'compute_ms', 'memory_ms',
-                                       'launch_ms', 'ms'])
-
-# %% ../nbs/03b_t4.ipynb #e457a92b
-@dataclass
-class T4Estimate:
-    "The predicted time of one call on a T4, its range, what bounds it, and the time measured here."
-    ms:float; low_ms:float; high_ms:float   # predicted ms per call on a T4, and the range from the constants
-    bound:str                               # 'compute', 'memory' or 'launch': the largest share of `ms`
-    measured_ms:float|None                  # median ms per call measured here (None: not run)
-    measured_on:str                         # where `measured_ms` comes from
-    ops:pd.DataFrame                        # one row per op, as charged
-
-    @property
-    def table(self)->pd.DataFrame:
-        "Ops, GFLOP, MB and predicted ms, by op class (kind and dtype)."
-        d = self.ops.assign(cls=self.ops.kind + ' ' + self.ops.dtype)
-        g = d.groupby('cls').agg(ops=('op', 'size'), GFLOP=('flops', 'sum'), MB=('nbytes', 'sum'),
-                                 compute_ms=('compute_ms', 'sum'), memory_ms=('memory_ms', 'sum'), ms=('ms', 'sum'))
-        g['GFLOP'], g['MB'] = g.GFLOP / 1e9, g.MB / 1e6
-        return g.sort_values('ms', ascending=False)
-
-    @property
-    def launches(self)->int: return len(self.ops)
-
-    def _repr_markdown_(self):
-        here = f'{self.measured_ms:.4g} ms measured on {self.measured_on}' if self.measured_ms else self.measured_on
-        return (f'**T4: {self.ms:.4g} ms** per call (range {self.low_ms:.4g}-{self.high_ms:.4g} ms), '
-                f'{self.bound}-bound, {self.launches} launches; {here}')
+    return pd.DataFrame(rows, columns=['op', 'kind', 'dtype', 'flops', 'nbytes', 'compute_ms',
+                                       'memory_ms', 'launch_ms', 'ms'])
 
 # %% ../nbs/03b_t4.ipynb #91a66687
 def _bound(d:pd.DataFrame)->str:
@@ -262,58 +285,107 @@ def _bound(d:pd.DataFrame)->str:
 
 # %% ../nbs/03b_t4.ipynb #312b5493
 def _measure(fn, args, kwargs, repeats:int)->tuple:
-    "(median ms, label) of `fn` here with the project's timing helper; (None, why) where nothing can be timed."
+    ("(median ms, label) of `fn` here with the project's timing helper; "
+     "(None, why) where nothing can be timed.")
     devs = {t.device.type for t in _tensors(args) + _tensors(kwargs)}
     if 'meta' in devs: return None, 'meta tensors: counted, not run'
-    dev = 'cuda' if 'cuda' in devs or (not devs and torch.cuda.is_available()) else 'cpu'  # a closure: the GPU's
+    cuda = 'cuda' in devs or (not devs and torch.cuda.is_available())  # a closure: the GPU's
+    dev = 'cuda' if cuda else 'cpu'
     t = benchmark({'call': lambda: fn(*args, **kwargs)}, repeats=repeats, warmup=1, device=dev)
     where = torch.cuda.get_device_name() if dev == 'cuda' else 'the CPU (not a T4 figure)'
     return t.median('call'), where
 
+# %% ../nbs/03b_t4.ipynb #e457a92b
+@dataclass
+class T4Estimate:
+    "The predicted time of one call on a T4, its range, what bounds it, and the time measured here."
+    ms:float                # predicted ms per call on a T4
+    low_ms:float            # the low end of the range from the constants
+    high_ms:float           # the high end of the range from the constants
+    bound:str               # 'compute', 'memory' or 'launch': the largest share of `ms`
+    measured_ms:float|None  # median ms per call measured here (None: not run)
+    measured_on:str         # where `measured_ms` comes from
+    ops:pd.DataFrame        # one row per op, as charged
+
+    @property
+    def table(self)->pd.DataFrame:
+        "Ops, GFLOP, MB and predicted ms, by op class (kind and dtype)."
+        d = self.ops.assign(cls=self.ops.kind + ' ' + self.ops.dtype)
+        g = d.groupby('cls').agg(ops=('op', 'size'), GFLOP=('flops', 'sum'), MB=('nbytes', 'sum'),
+                                 compute_ms=('compute_ms', 'sum'), memory_ms=('memory_ms', 'sum'),
+                                 ms=('ms', 'sum'))
+        g['GFLOP'], g['MB'] = g.GFLOP / 1e9, g.MB / 1e6
+        return g.sort_values('ms', ascending=False)
+
+    @property
+    def launches(self)->int: return len(self.ops)
+
+    def _repr_markdown_(self):
+        here = (f'{self.measured_ms:.4g} ms measured on {self.measured_on}' if self.measured_ms
+                else self.measured_on)
+        return (f'**T4: {self.ms:.4g} ms** per call '
+                f'(range {self.low_ms:.4g}-{self.high_ms:.4g} ms), '
+                f'{self.bound}-bound, {self.launches} launches; {here}')
+
+# %% ../nbs/03b_t4.ipynb #37a99931
 def estimate_t4(fn:Callable, # the work to predict, e.g. a training step or a model's forward
                 *args, # passed to `fn`
                 repeats:int=3, # timed calls here after one warm-up (0: count only)
                 **kwargs)->T4Estimate:
     "Run `fn(*args, **kwargs)` here, count its work, and predict its time per call on a T4."
-    check_callable('fn', fn); repeats = check_int('repeats', repeats, hi=1000)  # each repeat is a whole call
+    check_callable('fn', fn)
+    repeats = check_int('repeats', repeats, hi=1000)  # each repeat is a whole call
     ops = count_work(fn, *args, **kwargs)
     d, lo, hi = _charge(ops), _charge(ops, 'low'), _charge(ops, 'high')
-    measured, where = _measure(fn, args, kwargs, repeats) if repeats else (None, 'not timed (repeats=0)')
-    return T4Estimate(float(d.ms.sum()), float(lo.ms.sum()), float(hi.ms.sum()), _bound(d), measured, where, d)
+    measured, where = (_measure(fn, args, kwargs, repeats) if repeats
+                       else (None, 'not timed (repeats=0)'))
+    return T4Estimate(float(d.ms.sum()), float(lo.ms.sum()), float(hi.ms.sum()), _bound(d),
+                      measured, where, d)
 
 # %% ../nbs/03b_t4.ipynb #efe2c4ef
 class Bottleneck(nn.Module):
     "ResNet v1.5 bottleneck (stride on the 3x3 convolution, as torchvision builds it)."
     def __init__(self, cin:int, width:int, stride:int=1):
-        cin, width = check_int('cin', cin, lo=1, hi=16384), check_int('width', width, lo=1, hi=4096)
+        cin = check_int('cin', cin, lo=1, hi=16384)
+        width = check_int('width', width, lo=1, hi=4096)
         stride = check_int('stride', stride, lo=1, hi=8)
         super().__init__()
         cout = width * 4
-        self.body = nn.Sequential(nn.Conv2d(cin, width, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(inplace=True),
-                                  nn.Conv2d(width, width, 3, stride, 1, bias=False), nn.BatchNorm2d(width),
-                                  nn.ReLU(inplace=True), nn.Conv2d(width, cout, 1, bias=False), nn.BatchNorm2d(cout))
-        self.down = (nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+        self.body = nn.Sequential(
+            nn.Conv2d(cin, width, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(inplace=True),
+            nn.Conv2d(width, width, 3, stride, 1, bias=False), nn.BatchNorm2d(width),
+            nn.ReLU(inplace=True),
+            nn.Conv2d(width, cout, 1, bias=False), nn.BatchNorm2d(cout))
+        self.down = (nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
+                                   nn.BatchNorm2d(cout))
                      if stride != 1 or cin != cout else nn.Identity())
 
     def forward(self, x):
         cin = self.body[0].in_channels
         check_type('x', x, torch.Tensor, 'a tensor (batch, channels, height, width)')
         if x.ndim != 4 or x.shape[1] != cin:
-            raise ArgumentError(f'x must be a 4-d tensor with {cin} channels, got shape {tuple(x.shape)}.')
+            raise ArgumentError(f'x must be a 4-d tensor with {cin} channels, '
+                                f'got shape {tuple(x.shape)}.')
         return F.relu(self.body(x) + self.down(x), inplace=True)
 
+# %% ../nbs/03b_t4.ipynb #922a248e
 def resnet50_v15(num_classes:int=1000)->nn.Sequential:
-    "ResNet-50 v1.5 (torchvision's layout) with random weights, from plain torch: no torchvision needed."
+    ("ResNet-50 v1.5 (torchvision's layout) with random weights, from plain torch: "
+     "no torchvision needed.")
     num_classes = check_int('num_classes', num_classes, lo=1, hi=100_000)  # ImageNet-21k has 21,841
     layers, cin = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(inplace=True),
                    nn.MaxPool2d(3, 2, 1)], 64
     for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
-        for i in range(blocks): layers.append(Bottleneck(cin, width, stride if i == 0 else 1)); cin = width * 4
-    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, num_classes))
+        for i in range(blocks):
+            layers.append(Bottleneck(cin, width, stride if i == 0 else 1))
+            cin = width * 4
+    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                         nn.Linear(cin, num_classes))
 
 # %% ../nbs/03b_t4.ipynb #2a966bfd
 def bert_qa(size:str='base')->nn.Module:
-    "BERT-base or BERT-large with a SQuAD head (start and end logits), from `Encoder`, random weights."
+    ("BERT-base or BERT-large with a SQuAD head (start and end logits), from `Encoder`, "
+     "random weights.")
     dims = dict(base=dict(hidden=768, layers=12, heads=12, ffn=3072),
                 large=dict(hidden=1024, layers=24, heads=16, ffn=4096))
     check_choice('size', size, ('base', 'large'))
@@ -323,19 +395,23 @@ def bert_qa(size:str='base')->nn.Module:
 
 # %% ../nbs/03b_t4.ipynb #f2f74a74
 def _inference(build:Callable, shape:tuple, dtype:str, ids:int|None=None)->Callable:
-    "build(device) -> (fn, args): `build()`'s forward in eval mode at `dtype`, on a random batch of `shape`."
+    ("build(device) -> (fn, args): `build()`'s forward in eval mode at `dtype`, "
+     "on a random batch of `shape`.")
     def make(device):
         dt = parse_dtype(dtype)
         with torch.device(device): model = build().to(dt).eval()
-        x = (torch.randint(ids, shape, device=device) if ids else torch.randn(shape, device=device, dtype=dt))
+        x = (torch.randint(ids, shape, device=device) if ids
+             else torch.randn(shape, device=device, dtype=dt))
         def forward(x):
             with torch.no_grad(), _no_fastpath(): return model(x)
         return forward, (x,)
     return make
 
+# %% ../nbs/03b_t4.ipynb #7156609f
 @contextmanager
 def _no_fastpath():
-    "PyTorch's fused fast path for `nn.TransformerEncoderLayer` off: each op stays visible to the counter."
+    ("PyTorch's fused fast path for `nn.TransformerEncoderLayer` off: "
+     "each op stays visible to the counter.")
     mha = getattr(torch.backends, 'mha', None)
     old = mha.get_fastpath_enabled() if mha else None
     if mha: mha.set_fastpath_enabled(False)
@@ -350,46 +426,65 @@ class T4Measurement:
     name:str     # what was measured
     source:str   # where it is published, and the figure as given there
     ms:float     # the published time per call (ms), read or computed from the source's figure
-    build:Callable  # build(device) -> (fn, args): the workload, rebuilt from code with random weights
+    build:Callable  # build(device) -> (fn, args): the workload, rebuilt with random weights
     run:str = ''    # the run behind the figure: framework, container, what the time covers
 
     def __post_init__(self):
-        check_str('name', self.name); check_str('source', self.source); check_num('ms', self.ms, hi=1e7)
-        check_callable('build', self.build); check_str('run', self.run, empty=True)
+        check_str('name', self.name)
+        check_str('source', self.source)
+        check_num('ms', self.ms, hi=1e7)
+        check_callable('build', self.build)
+        check_str('run', self.run, empty=True)
 
 # %% ../nbs/03b_t4.ipynb #53d07fc3
 _DLE = 'github.com/NVIDIA/DeepLearningExamples'
-_RN_PT = f'{_DLE}, PyTorch/Classification/ConvNets/resnet50v1.5/README.md, "Inference performance: NVIDIA T4"'
-_RN_TF = f'{_DLE}, TensorFlow/Classification/ConvNets/resnet50v1.5/README.md, "Inference performance: NVIDIA T4"'
-_BERT_TF2 = f'{_DLE}, TensorFlow2/LanguageModeling/BERT/README.md, SQuAD v1.1 inference on T4 (21.02 container)'
-_BERT_TF1 = f'{_DLE}, TensorFlow/LanguageModeling/BERT/README.md, SQuAD v1.1 inference on T4 (20.06 container)'
 
+# %% ../nbs/03b_t4.ipynb #695a98f2
+_RN_PT = (f'{_DLE}, PyTorch/Classification/ConvNets/resnet50v1.5/README.md, '
+          '"Inference performance: NVIDIA T4"')
+_RN_TF = (f'{_DLE}, TensorFlow/Classification/ConvNets/resnet50v1.5/README.md, '
+          '"Inference performance: NVIDIA T4"')
+
+# %% ../nbs/03b_t4.ipynb #12a933bc
 def _rn(b, p): return _inference(resnet50_v15, (b, 3, 224, 224), p)
+
+# %% ../nbs/03b_t4.ipynb #dfe95646
+_BERT_TF2 = (f'{_DLE}, TensorFlow2/LanguageModeling/BERT/README.md, '
+             'SQuAD v1.1 inference on T4 (21.02 container)')
+_BERT_TF1 = (f'{_DLE}, TensorFlow/LanguageModeling/BERT/README.md, '
+             'SQuAD v1.1 inference on T4 (20.06 container)')
+
+# %% ../nbs/03b_t4.ipynb #5431f165
 def _bert(size, b, s, p): return _inference(lambda: bert_qa(size), (b, s), p, ids=30522)
 
+# %% ../nbs/03b_t4.ipynb #5dcef5b7
 PUBLISHED = [
-    T4Measurement('ResNet-50 inference, fp32, batch 64', f'{_RN_PT}: 152.73 ms average latency', 152.73,
-                  _rn(64, 'fp32'), 'PyTorch, NGC container, NCHW'),
-    T4Measurement('ResNet-50 inference, fp32, batch 256', f'{_RN_PT}: 635.98 ms', 635.98, _rn(256, 'fp32'), 'PyTorch'),
-    T4Measurement('ResNet-50 inference, fp16, batch 64', f'{_RN_PT}: 57.41 ms', 57.41, _rn(64, 'fp16'), 'PyTorch, AMP'),
-    T4Measurement('ResNet-50 inference, fp16, batch 256', f'{_RN_PT}: 225.95 ms', 225.95, _rn(256, 'fp16'),
-                  'PyTorch, AMP'),
-    T4Measurement('ResNet-50 inference, fp32, batch 64 (TF)', f'{_RN_TF}: 150.82 ms', 150.82, _rn(64, 'fp32'),
-                  'TensorFlow 20.06'),
-    T4Measurement('ResNet-50 inference, fp16, batch 64 (TF)', f'{_RN_TF}: 64.56 ms', 64.56, _rn(64, 'fp16'),
-                  'TensorFlow 20.06, AMP'),
+    T4Measurement('ResNet-50 inference, fp32, batch 64', f'{_RN_PT}: 152.73 ms average latency',
+                  152.73, _rn(64, 'fp32'), 'PyTorch, NGC container, NCHW'),
+    T4Measurement('ResNet-50 inference, fp32, batch 256', f'{_RN_PT}: 635.98 ms', 635.98,
+                  _rn(256, 'fp32'), 'PyTorch'),
+    T4Measurement('ResNet-50 inference, fp16, batch 64', f'{_RN_PT}: 57.41 ms', 57.41,
+                  _rn(64, 'fp16'), 'PyTorch, AMP'),
+    T4Measurement('ResNet-50 inference, fp16, batch 256', f'{_RN_PT}: 225.95 ms', 225.95,
+                  _rn(256, 'fp16'), 'PyTorch, AMP'),
+    T4Measurement('ResNet-50 inference, fp32, batch 64 (TF)', f'{_RN_TF}: 150.82 ms', 150.82,
+                  _rn(64, 'fp32'), 'TensorFlow 20.06'),
+    T4Measurement('ResNet-50 inference, fp16, batch 64 (TF)', f'{_RN_TF}: 64.56 ms', 64.56,
+                  _rn(64, 'fp16'), 'TensorFlow 20.06, AMP'),
     T4Measurement('BERT-base SQuAD, fp16, seq 128, batch 8', f'{_BERT_TF2}: 15.02 ms', 15.02,
                   _bert('base', 8, 128, 'fp16'), 'TensorFlow 2'),
     T4Measurement('BERT-base SQuAD, fp16, seq 384, batch 8', f'{_BERT_TF2}: 41.53 ms', 41.53,
                   _bert('base', 8, 384, 'fp16'), 'TensorFlow 2'),
-    T4Measurement('BERT-base SQuAD, fp32, seq 128, batch 8 (TF1)', f'{_BERT_TF1}: 80.98 ms (median)', 80.98,
+    T4Measurement('BERT-base SQuAD, fp32, seq 128, batch 8 (TF1)',
+                  f'{_BERT_TF1}: 80.98 ms (median)', 80.98,
                   _bert('base', 8, 128, 'fp32'), 'TensorFlow 1'),
-    T4Measurement('BERT-base SQuAD, fp32, seq 384, batch 8 (TF1)', f'{_BERT_TF1}: 251.62 ms (median)', 251.62,
+    T4Measurement('BERT-base SQuAD, fp32, seq 384, batch 8 (TF1)',
+                  f'{_BERT_TF1}: 251.62 ms (median)', 251.62,
                   _bert('base', 8, 384, 'fp32'), 'TensorFlow 1'),
     T4Measurement('BERT-base SQuAD, fp32, seq 128, batch 8 (TF2)', f'{_BERT_TF2}: 45.86 ms', 45.86,
                   _bert('base', 8, 128, 'fp32'), 'TensorFlow 2'),
-    T4Measurement('BERT-base SQuAD, fp32, seq 384, batch 8 (TF2)', f'{_BERT_TF2}: 155.85 ms', 155.85,
-                  _bert('base', 8, 384, 'fp32'), 'TensorFlow 2'),
+    T4Measurement('BERT-base SQuAD, fp32, seq 384, batch 8 (TF2)', f'{_BERT_TF2}: 155.85 ms',
+                  155.85, _bert('base', 8, 384, 'fp32'), 'TensorFlow 2'),
     T4Measurement('BERT-large SQuAD, fp16, seq 384, batch 8', f'{_BERT_TF2}: 127 ms', 127.0,
                   _bert('large', 8, 384, 'fp16'), 'TensorFlow 2'),
     T4Measurement('BERT-large SQuAD, fp32, seq 384, batch 8', f'{_BERT_TF2}: 498.61 ms', 498.61,
@@ -398,21 +493,25 @@ PUBLISHED = [
 
 # %% ../nbs/03b_t4.ipynb #0b37e3cb
 def validation_table(measurements:list|None=None, # `T4Measurement`s; None: `PUBLISHED`
-                     device:str|None=None, # where the workloads are rebuilt: None: 'meta' (counted only)
+                     device:str|None=None, # where to rebuild the workloads; None: 'meta' (counted)
                     )->pd.DataFrame:
-    "Each published T4 figure beside `estimate_t4`'s prediction for the rebuilt workload, and the error."
+    ("Each published T4 figure beside `estimate_t4`'s prediction for the rebuilt workload, "
+     "and the error.")
     item = lambda n, m: check_type(n, m, T4Measurement)
     ms = PUBLISHED if measurements is None else check_seq('measurements', measurements, item)
     device = check_str('device', device, none=True) or 'meta'
     try: dev = torch.device(device)
-    except RuntimeError: raise ArgumentError(f"device must be a torch device such as 'meta', 'cpu' or 'cuda', "
-                                             f"got device={device!r}.") from None
+    except RuntimeError:
+        raise ArgumentError(f"device must be a torch device such as 'meta', 'cpu' or 'cuda', "
+                            f"got device={device!r}.") from None
     if dev.type == 'cuda' and not torch.cuda.is_available():
-        raise ArgumentError(f'device={device!r}, but no CUDA GPU is here: pass device=None (counted only).')
+        raise ArgumentError(f'device={device!r}, but no CUDA GPU is here: '
+                            'pass device=None (counted only).')
     rows = []
     for m in ms:
         fn, args = m.build(device)
         e = estimate_t4(fn, *args, repeats=0)
-        rows.append(dict(workload=m.name, published_ms=m.ms, predicted_ms=e.ms, low_ms=e.low_ms, high_ms=e.high_ms,
-                         error=e.ms / m.ms - 1, bound=e.bound, launches=e.launches, run=m.run, source=m.source))
+        rows.append(dict(workload=m.name, published_ms=m.ms, predicted_ms=e.ms, low_ms=e.low_ms,
+                         high_ms=e.high_ms, error=e.ms / m.ms - 1, bound=e.bound,
+                         launches=e.launches, run=m.run, source=m.source))
     return pd.DataFrame(rows).set_index('workload')

@@ -15,9 +15,10 @@ __all__ = ['info_dict', 'info_text', 'main']
 # %% ../nbs/07_cli.ipynb #44ce6001
 def info_dict(gpus:list|None=None, # `GPU`s; default: `gpu_search()`
               why:dict|None=None, # source -> why it found no GPU; default: from `gpu_search()`
-              compat=None, # a `CudaCompat`: PyTorch's CUDA build against the driver; default: `cuda_compat()`
+              compat=None, # a `CudaCompat` (PyTorch against the driver); default `cuda_compat()`
              )->dict:
-    "What `colab-t4 info --json` prints: the runtime, the GPUs, why each source passed over found none, the CUDA match."
+    ("What `colab-t4 info --json` prints: the runtime, the GPUs, "
+     "why each source passed over found none, the CUDA match.")
     from colab_t4_nb.allocation import GPU, gpu_search
     from colab_t4_nb.core import runtime
     from colab_t4_nb.kernels import CudaCompat, cuda_compat
@@ -53,7 +54,8 @@ def info_text(d:dict # an `info_dict`
                 f"  driver    {g['driver'] or '-'}, CUDA {g['cuda'] or '-'}"]
         s = g['spec']
         if s is None: out.append('  spec      not in the spec table')
-        else: out.append(f"  spec      {s['key']}: {s['arch']}, {s['sms']} SMs, {_fmt(s['mem_gb'])} GB "
+        else: out.append(f"  spec      {s['key']}: {s['arch']}, {s['sms']} SMs, "
+                         f"{_fmt(s['mem_gb'])} GB "
                          f"{s['mem_type']} at "
                          f"{_fmt(s['bandwidth_gbs'])} GB/s; TFLOP/s fp32 {_fmt(s['fp32_tflops'])}, "
                          f"fp16 {_fmt(s['fp16_tflops'])}, bf16 {_fmt(s['bf16_tflops'])}; "
@@ -65,33 +67,44 @@ def info_text(d:dict # an `info_dict`
 
 # %% ../nbs/07_cli.ipynb #7986281a
 def _parser()->argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog='colab-t4', description='Know the GPU you were handed and make the most of it.')
+    p = argparse.ArgumentParser(prog='colab-t4',
+                                description='Know the GPU you were handed and make the most of it.')
     p.add_argument('--version', action='version', version=f'%(prog)s {__version__}')
     sub = p.add_subparsers(dest='cmd', required=True)
     i = sub.add_parser('info', help='runtime, GPUs and their spec rows')
     i.add_argument('--json', action='store_true', help='print one JSON object')
-    e = sub.add_parser('ensure', help='make sure the wanted GPU is here (in Colab: ask for another runtime)')
-    e.add_argument('--want', nargs='+', default=['T4'], help='accepted cards: keys or families (default: T4)')
-    e.add_argument('--budget', type=int, default=5, help='runtime re-assignments allowed per day (default: 5)')
+    e = sub.add_parser('ensure',
+                       help='make sure the wanted GPU is here (in Colab: ask for another runtime)')
+    e.add_argument('--want', nargs='+', default=['T4'],
+                   help='accepted cards: keys or families (default: T4)')
+    e.add_argument('--budget', type=int, default=5,
+                   help='runtime re-assignments allowed per day (default: 5)')
     e.add_argument('--budget-path', default=None, help='budget file (default: in the state folder)')
-    sub.add_parser('bench', add_help=False, help='measure training speed, memory and the guide\'s table on this card '
+    sub.add_parser('bench', add_help=False,
+                   help='measure training speed, memory and the guide\'s table on this card '
                    '(colab-t4 bench --help for its options)')
-    m = sub.add_parser('monitor', help='sample the GPUs in the background: status lines, summary, CSV, plot')
-    m.add_argument('--interval', type=float, default=1.0, help='seconds between samples (default: 1)')
-    m.add_argument('--duration', type=float, default=None, help='seconds to run (default: until Ctrl-C)')
+    m = sub.add_parser('monitor',
+                       help='sample the GPUs in the background: status lines, summary, CSV, plot')
+    m.add_argument('--interval', type=float, default=1.0,
+                   help='seconds between samples (default: 1)')
+    m.add_argument('--duration', type=float, default=None,
+                   help='seconds to run (default: until Ctrl-C)')
     m.add_argument('--csv', default=None, help='append the samples to this CSV file')
     m.add_argument('--plot', default=None, help='save a plot here at the end (.png, .pdf, .svg)')
     m.add_argument('--every', type=float, default=10.0,
-                   help='print the latest sample every S seconds, at most once per sample; 0: never (default: 10)')
+                   help='print the latest sample every S seconds, at most once per sample; '
+                   '0: never (default: 10)')
     m.add_argument('--ledger', nargs='?', const='', default=None,
-                   help='record the session in the usage ledger (default file: in the state folder)')
+                   help='record the session in the usage ledger '
+                   '(default file: in the state folder)')
     return p
 
 # %% ../nbs/07_cli.ipynb #a20c9e1b
 def _shell_hint(e:Exception)->str:
     "The message of `e` with the Python way out replaced by the command's."
     have = getattr(e, 'have', None)
-    return str(e).replace(f'ensure_gpu(want={have!r})', f'colab-t4 ensure --want {have}') if have else str(e)
+    return (str(e).replace(f'ensure_gpu(want={have!r})', f'colab-t4 ensure --want {have}')
+            if have else str(e))
 
 # %% ../nbs/07_cli.ipynb #b7c1e2a4
 def _run(args:argparse.Namespace)->int:
@@ -113,12 +126,14 @@ def _run(args:argparse.Namespace)->int:
 def main(argv:list|None=None # arguments; default `sys.argv[1:]`
         )->int:
     "Run `colab-t4`; returns the exit status."
-    argv = sys.argv[1:] if argv is None else check_seq('argv', argv, lambda n, a: check_type(n, a, str), lo=0)
+    argv = sys.argv[1:] if argv is None else check_seq('argv', argv,
+                                                       lambda n, a: check_type(n, a, str), lo=0)
     if argv[:1] == ['bench']:
-        from colab_t4_nb.benchmarks import bench_command  # PyTorch: only the commands that use it import it
+        # PyTorch: only the commands that use it import it
+        from colab_t4_nb.benchmarks import bench_command
         return bench_command(argv[1:])
     try: args = _parser().parse_args(argv)
-    except SystemExit as e: return e.code  # argparse's: 0 after --help or --version, 2 for a usage error
+    except SystemExit as e: return e.code  # argparse's: 0 after --help or --version, 2 for misuse
     from colab_t4_nb.core import ColabT4Error
     try: return _run(args)
     except ColabT4Error as e:

@@ -28,37 +28,119 @@ from .models import Encoder, token_batch, token_loss
 
 # %% auto #0
 __all__ = ['DTYPES', 'MAX_ROUNDS', 'AmpError', 'SkippedStepsError', 'EmulatedBF16Warning', 'SlowAMPWarning', 'parse_dtype',
-           'dtype_name', 'AmpChoice', 'amp_choice', 'decide_as', 'amp_dtype', 'AmpStep', 'plain_amp_step', 'OpCounter',
+           'dtype_name', 'AmpChoice', 'amp_choice', 'amp_dtype', 'decide_as', 'AmpStep', 'plain_amp_step', 'OpCounter',
            'autocast_ops', 'in_fp32', 'softmax32', 'no_tf32', 'TensorCoreCheck', 'matmul_ms', 'tensor_core_check',
            'amp_report', 'step_anatomy', 'math_share', 'lint_dims', 'KerasAmp', 'keras_amp']
 
-# %% ../nbs/01_amp.ipynb #8bd5038a
+# %% ../nbs/01_amp.ipynb #560705ae
 class AmpError(ColabT4Error, ValueError):
-    "A precision, device or argument that cannot be used here; the message names it and the way out."
+    ("A precision, device or argument that cannot be used here; "
+     "the message names it and the way out.")
 
+# %% ../nbs/01_amp.ipynb #f4f53c02
 class SkippedStepsError(ColabT4Error, FloatingPointError):
     "Too many training steps in a row had inf/NaN gradients or loss; `.history` has the record."
-    def __init__(self, msg:str, history:pd.DataFrame|None=None): super().__init__(msg); store_attr('history')
+    def __init__(self, msg:str, history:pd.DataFrame|None=None):
+        super().__init__(msg)
+        store_attr('history')
 
-# %% ../nbs/01_amp.ipynb #7169be05
+# %% ../nbs/01_amp.ipynb #92ce0c98
 class EmulatedBF16Warning(UserWarning): "bf16 asked for on a card that only emulates it."
+
+# %% ../nbs/01_amp.ipynb #652c8f77
 class SlowAMPWarning(UserWarning): "AMP on a card that has no fast half-precision path."
 
-# %% ../nbs/01_amp.ipynb #c82c4a25
+# %% ../nbs/01_amp.ipynb #7c98485c
 DTYPES = {'fp16': torch.float16, 'bf16': torch.bfloat16, 'fp32': torch.float32}
-_ALIASES = {'float16': 'fp16', 'half': 'fp16', 'bfloat16': 'bf16', 'float32': 'fp32', 'float': 'fp32', 'single': 'fp32'}
+_ALIASES = {'float16': 'fp16', 'half': 'fp16', 'bfloat16': 'bf16',
+            'float32': 'fp32', 'float': 'fp32', 'single': 'fp32'}
 
+# %% ../nbs/01_amp.ipynb #c82c4a25
 def parse_dtype(dtype:str|torch.dtype # 'fp16', 'bf16', 'fp32', an alias, or a torch.dtype
                )->torch.dtype:
     "The torch dtype for a precision name; `AmpError` for anything else."
     if isinstance(dtype, torch.dtype) and dtype in DTYPES.values(): return dtype
     key = str(dtype).strip().lower()
     if _ALIASES.get(key, key) in DTYPES: return DTYPES[_ALIASES.get(key, key)]
-    raise AmpError(f"Unknown precision: dtype={dtype!r}. Choices: 'fp16' (float16, half), 'bf16' (bfloat16), "
-                   f"'fp32' (float32: AMP off), or the torch.dtype of one of them.")
+    raise AmpError(f"Unknown precision: dtype={dtype!r}. Choices: 'fp16' (float16, half), "
+                   "'bf16' (bfloat16), 'fp32' (float32: AMP off), "
+                   "or the torch.dtype of one of them.")
 
 # %% ../nbs/01_amp.ipynb #2742c49a
 def dtype_name(dtype:torch.dtype)->str: return {v: k for k, v in DTYPES.items()}[parse_dtype(dtype)]
+
+# %% ../nbs/01_amp.ipynb #8e31a4bd
+def _cc(cc:tuple)->tuple:
+    "A compute capability `(major, minor)`, checked."
+    if len(cc) != 2 or not all(isinstance(v, numbers.Integral) and not isinstance(v, bool)
+                               and v >= 0 for v in cc):
+        raise AmpError(f'A compute capability is (major, minor), e.g. (7, 5) for a T4; '
+                       f'got device={cc!r}')
+    return tuple(int(v) for v in cc)
+
+# %% ../nbs/01_amp.ipynb #f57149fd
+_TORCH_DEVICES = (r'(cpu|cuda|mps|xpu|xla|meta|hip|ipu|hpu|mtia|lazy|vulkan|mkldnn|opengl|opencl|'
+                  r'ideep|ve|fpga|maia|privateuseone)(:\d+)?')
+
+# %% ../nbs/01_amp.ipynb #51966a17
+def _torch_device(device)->torch.device|None:
+    ("`device` as a torch device when it names one ('cuda:0', 'cpu', 0, a torch.device); "
+     "None for a card's name.")
+    if isinstance(device, torch.device): return device
+    if isinstance(device, numbers.Integral) and not isinstance(device, bool):
+        if device < 0: raise AmpError(f'A CUDA device index is >= 0, got device={device!r}')
+        return torch.device('cuda', int(device))
+    if isinstance(device, str) and re.fullmatch(_TORCH_DEVICES, device.strip()):
+        return torch.device(device.strip())
+    if isinstance(device, str): return None
+    raise AmpError(f"device={device!r} is not a device: pass a torch device ('cuda:0', 'cpu'), "
+                   "a GPU or GPUSpec, a card's name ('Tesla T4'), a compute capability ((7, 5)), "
+                   "or None for the device here.")
+
+# %% ../nbs/01_amp.ipynb #7409a465
+def _cuda_props(device, dev:torch.device):
+    "The properties of CUDA device `dev`; `NoGPUError` naming `device` when it is not here."
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    idx = dev.index if dev.index is not None else (torch.cuda.current_device() if n else 0)
+    if idx >= n:
+        raise NoGPUError(f"device={device!r}: this runtime has {n} CUDA GPU(s). "
+                         "Pass 'cpu', None for the device here, "
+                         "or a card's name ('T4') or compute capability ((7, 5)) "
+                         "to decide for a card "
+                         'that is not here.')
+    return torch.cuda.get_device_properties(idx)
+
+# %% ../nbs/01_amp.ipynb #129ea694
+def _fast_fp16(cc, spec)->bool|None:
+    ("Does the card do fp16 matrix math faster than fp32? "
+     "From the spec row, else from the compute capability.")
+    if spec is not None: return spec.fp16_tflops is not None and spec.fp16_tflops > spec.fp32_tflops
+    if cc is None: return None
+    return tuple(cc) >= (7, 0) or tuple(cc) in {(5, 3), (6, 0), (6, 2)}
+
+# %% ../nbs/01_amp.ipynb #2fd05a2e
+def _card(device)->tuple:
+    "(device type, description, compute capability, spec row) for `device`."
+    if isinstance(device, GPUSpec): return 'cuda', device.key, device.cc, device
+    if isinstance(device, GPU):
+        spec = device.spec
+        return 'cuda', device.name, device.cc or (spec.cc if spec else None), spec
+    if isinstance(device, tuple): return 'cuda', 'a GPU', _cc(device), None
+    if device is None: device = 'cuda' if torch.cuda.is_available() else 'cpu'
+    dev = _torch_device(device)
+    if dev is None:
+        try: spec = spec_for(device)
+        except UnknownGPUError as e:
+            raise AmpError(f"device={device!r} is neither a torch device ('cpu', 'cuda:0') "
+                           f"nor a card: {e}") from None
+        return 'cuda', spec.key, spec.cc, spec
+    if dev.type == 'cpu': return 'cpu', 'the CPU', None, None
+    if dev.type != 'cuda':
+        raise AmpError(f"device={device!r}: only CUDA GPUs and the CPU are handled here; "
+                       f"autocast on {dev.type} is not. "
+                       "Pass a CUDA device, 'cpu', or a card's name to decide for that card.")
+    p = _cuda_props(device, dev)
+    return 'cuda', p.name, (p.major, p.minor), spec_for(p.name, strict=False)
 
 # %% ../nbs/01_amp.ipynb #4e185983
 @dataclass(frozen=True)
@@ -81,76 +163,16 @@ class AmpChoice:
         return torch.autocast(self.device_type, dtype=self.dtype, enabled=self.enabled)
 
     def _repr_markdown_(self):
-        return f'**{self.name}**{" + GradScaler" if self.scaler else ""} on {self.card}: {self.reason}'
-
-# %% ../nbs/01_amp.ipynb #8e31a4bd
-def _cc(cc:tuple)->tuple:
-    "A compute capability `(major, minor)`, checked."
-    if len(cc) != 2 or not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 0 for v in cc):
-        raise AmpError(f'A compute capability is (major, minor), e.g. (7, 5) for a T4; got device={cc!r}')
-    return tuple(int(v) for v in cc)
-
-# %% ../nbs/01_amp.ipynb #51966a17
-_TORCH_DEVICES = (r'(cpu|cuda|mps|xpu|xla|meta|hip|ipu|hpu|mtia|lazy|vulkan|mkldnn|opengl|opencl|ideep|ve|fpga|maia|'
-                  r'privateuseone)(:\d+)?')
-
-def _torch_device(device)->torch.device|None:
-    "`device` as a torch device when it names one ('cuda:0', 'cpu', 0, a torch.device); None for a card's name."
-    if isinstance(device, torch.device): return device
-    if isinstance(device, numbers.Integral) and not isinstance(device, bool):
-        if device < 0: raise AmpError(f'A CUDA device index is >= 0, got device={device!r}')
-        return torch.device('cuda', int(device))
-    if isinstance(device, str) and re.fullmatch(_TORCH_DEVICES, device.strip()): return torch.device(device.strip())
-    if isinstance(device, str): return None
-    raise AmpError(f"device={device!r} is not a device: pass a torch device ('cuda:0', 'cpu'), a GPU or GPUSpec, "
-                   "a card's name ('Tesla T4'), a compute capability ((7, 5)), or None for the device here.")
-
-# %% ../nbs/01_amp.ipynb #7409a465
-def _cuda_props(device, dev:torch.device):
-    "The properties of CUDA device `dev`; `NoGPUError` naming `device` when it is not here."
-    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    idx = dev.index if dev.index is not None else (torch.cuda.current_device() if n else 0)
-    if idx >= n:
-        raise NoGPUError(f"device={device!r}: this runtime has {n} CUDA GPU(s). Pass 'cpu', None for the device here, "
-                         "or a card's name ('T4') or compute capability ((7, 5)) to decide for a card "
-                         'that is not here.')
-    return torch.cuda.get_device_properties(idx)
-
-# %% ../nbs/01_amp.ipynb #129ea694
-def _fast_fp16(cc, spec)->bool|None:
-    "Does the card do fp16 matrix math faster than fp32? From the spec row, else from the compute capability."
-    if spec is not None: return spec.fp16_tflops is not None and spec.fp16_tflops > spec.fp32_tflops
-    if cc is None: return None
-    return tuple(cc) >= (7, 0) or tuple(cc) in {(5, 3), (6, 0), (6, 2)}
-
-# %% ../nbs/01_amp.ipynb #2fd05a2e
-def _card(device)->tuple:
-    "(device type, description, compute capability, spec row) for `device`."
-    if isinstance(device, GPUSpec): return 'cuda', device.key, device.cc, device
-    if isinstance(device, GPU):
-        spec = device.spec
-        return 'cuda', device.name, device.cc or (spec.cc if spec else None), spec
-    if isinstance(device, tuple): return 'cuda', 'a GPU', _cc(device), None
-    if device is None: device = 'cuda' if torch.cuda.is_available() else 'cpu'
-    dev = _torch_device(device)
-    if dev is None:
-        try: spec = spec_for(device)
-        except UnknownGPUError as e:
-            raise AmpError(f"device={device!r} is neither a torch device ('cpu', 'cuda:0') nor a card: {e}") from None
-        return 'cuda', spec.key, spec.cc, spec
-    if dev.type == 'cpu': return 'cpu', 'the CPU', None, None
-    if dev.type != 'cuda':
-        raise AmpError(f"device={device!r}: only CUDA GPUs and the CPU are handled here; "
-                       f"autocast on {dev.type} is not. "
-                       "Pass a CUDA device, 'cpu', or a card's name to decide for that card.")
-    p = _cuda_props(device, dev)
-    return 'cuda', p.name, (p.major, p.minor), spec_for(p.name, strict=False)
+        gs = " + GradScaler" if self.scaler else ""
+        return f'**{self.name}**{gs} on {self.card}: {self.reason}'
 
 # %% ../nbs/01_amp.ipynb #357d9890
-def amp_choice(device=None, # torch device, `GPU`, `GPUSpec`, driver name or compute capability; None: the one here
+def amp_choice(device=None, # torch device, `GPU`, `GPUSpec`, driver name or compute capability;
+                            # None: the one here
                dtype:str|torch.dtype|None=None, # force a precision; None: decide from the card
               )->AmpChoice:
-    "The precision to train in on `device`: bf16 where native, fp16 + GradScaler below cc 8.0, bf16 on the CPU."
+    ("The precision to train in on `device`: bf16 where native, "
+     "fp16 + GradScaler below cc 8.0, bf16 on the CPU.")
     want = None if dtype is None else parse_dtype(dtype)
     if (stand := _stand_in(device)) is not None: return _rehearsed_choice(*stand, want)
     kind, name, cc, spec = _card(device)
@@ -160,8 +182,8 @@ def amp_choice(device=None, # torch device, `GPU`, `GPUSpec`, driver name or com
                            "use dtype='bf16' (the CPU default) or 'fp32'.")
         dt = want or torch.bfloat16
         return AmpChoice('cpu', dt, False, None, 'the CPU',
-                         'CPU autocast uses bf16; it is faster only on CPUs with bf16 matrix units, '
-                         'elsewhere it saves memory.'
+                         'CPU autocast uses bf16; it is faster only on CPUs '
+                         'with bf16 matrix units, elsewhere it saves memory.'
                          if dt == torch.bfloat16 else 'AMP off: everything in fp32.')
     card = name if cc is None else f'{name} (cc {cc[0]}.{cc[1]})'
     return _gpu_choice(card, cc, spec, want)
@@ -170,50 +192,51 @@ def amp_choice(device=None, # torch device, `GPU`, `GPUSpec`, driver name or com
 def _gpu_choice(card, cc, spec, want)->AmpChoice:
     bf16, fp16 = native_bf16(cc), _fast_fp16(cc, spec)
     dt = want or (torch.bfloat16 if bf16 else torch.float16)
-    if dt == torch.float32: return AmpChoice('cuda', dt, False, False, card, 'AMP off: everything in fp32.')
+    if dt == torch.float32:
+        return AmpChoice('cuda', dt, False, False, card, 'AMP off: everything in fp32.')
     if dt == torch.bfloat16:
         if bf16:
-            return AmpChoice('cuda', dt, False, True, card, 'native bf16: fp32 range, so no loss scaling is needed.')
-        why = (f'bf16 on {card} is emulated: slower than fp32, and cuDNN has no bf16 convolutions on this card. '
+            return AmpChoice('cuda', dt, False, True, card,
+                             'native bf16: fp32 range, so no loss scaling is needed.')
+        why = (f'bf16 on {card} is emulated: slower than fp32, '
+               'and cuDNN has no bf16 convolutions on this card. '
                f"Use dtype='fp16' (the default here) with loss scaling.")
         warnings.warn(why, EmulatedBF16Warning, stacklevel=3)
         return AmpChoice('cuda', dt, False, False, card, why)
-    if fp16 is None: why = 'compute capability unknown; fp16 with loss scaling works on every CUDA card.'
-    elif fp16: why = ('fp16 on the tensor cores' if spec is None or spec.tensor_cores else 'fast packed fp16') + \
-                     (', with a GradScaler against underflow' + ('' if bf16 else '; bf16 is not native here') + '.')
+    if fp16 is None:
+        why = 'compute capability unknown; fp16 with loss scaling works on every CUDA card.'
+    elif fp16:
+        why = (('fp16 on the tensor cores' if spec is None or spec.tensor_cores
+                else 'fast packed fp16')
+               + (', with a GradScaler against underflow'
+                  + ('' if bf16 else '; bf16 is not native here') + '.'))
     else:
-        why = (f'{card} has no tensor cores and no fast fp16: AMP only halves the activation memory here '
-               'and will not be '
+        why = (f'{card} has no tensor cores and no fast fp16: '
+               'AMP only halves the activation memory here and will not be '
                f"faster. For speed, train in fp32 (dtype='fp32').")
         warnings.warn(why, SlowAMPWarning, stacklevel=3)
     return AmpChoice('cuda', dt, True, fp16, card, why)
 
-# %% ../nbs/01_amp.ipynb #09a84025
+# %% ../nbs/01_amp.ipynb #47e1266c
 _DECIDE_AS = contextvars.ContextVar('colab_t4_nb_decide_as', default=None)
 
-@contextmanager
-def decide_as(card:str|GPUSpec='T4', # the card `amp_choice` answers for
-              refuse_bf16:bool=False, # raise `AmpError` for bf16 where `card` only emulates it (else warn)
-             ):
-    "Inside the block, `amp_choice` asked about the device here decides as for `card` (a rehearsal)."
-    spec = card if isinstance(card, GPUSpec) else spec_for(card)
-    token = _DECIDE_AS.set((spec, refuse_bf16))
-    try: yield spec
-    finally: _DECIDE_AS.reset(token)
-
-# %% ../nbs/01_amp.ipynb #9e7e5a2e
+# %% ../nbs/01_amp.ipynb #051468cc
 def _stand_in(device)->tuple|None:
-    "(card spec, refuse bf16, device here) when `decide_as` is on and `device` means the device at hand; else None."
+    ("(card spec, refuse bf16, device here) when `decide_as` is on "
+     "and `device` means the device at hand; else None.")
     if (stand := _DECIDE_AS.get()) is None or isinstance(device, (GPU, GPUSpec, tuple)): return None
-    here = torch.device('cuda' if torch.cuda.is_available() else 'cpu') if device is None else _torch_device(device)
+    if device is None: here = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+    else: here = _torch_device(device)
     return None if here is None else (*stand, here)
 
+# %% ../nbs/01_amp.ipynb #ff78ecd0
 def _rehearsed_choice(spec:GPUSpec, refuse_bf16:bool, here:torch.device, want)->AmpChoice:
     "The choice for `spec`, to be run with autocast on `here`."
     if refuse_bf16 and want == torch.bfloat16 and not native_bf16(spec.cc):
         raise AmpError(f"bf16 was asked for while rehearsing a {spec.key}, which only emulates it: "
                        "use dtype='fp16' with a GradScaler, as on the real card.")
-    c = _gpu_choice(f'{spec.key} (cc {spec.cc[0]}.{spec.cc[1]}), rehearsed on {here}', spec.cc, spec, want)
+    card = f'{spec.key} (cc {spec.cc[0]}.{spec.cc[1]}), rehearsed on {here}'
+    c = _gpu_choice(card, spec.cc, spec, want)
     return dataclasses.replace(c, device_type=here.type)
 
 # %% ../nbs/01_amp.ipynb #db6eef60
@@ -223,35 +246,34 @@ def amp_dtype(device=None, # as for `amp_choice`
     "The autocast dtype for `device` (see `amp_choice`)."
     return amp_choice(device, dtype).dtype
 
-# %% ../nbs/01_amp.ipynb #bbcff70e
+# %% ../nbs/01_amp.ipynb #09a84025
+@contextmanager
+def decide_as(card:str|GPUSpec='T4', # the card `amp_choice` answers for
+              refuse_bf16:bool=False, # raise `AmpError` for bf16 where `card` only emulates it;
+                                      # False: warn
+             ):
+    ("Inside the block, `amp_choice` asked about the device here decides as for `card` "
+     "(a rehearsal).")
+    spec = card if isinstance(card, GPUSpec) else spec_for(card)
+    token = _DECIDE_AS.set((spec, refuse_bf16))
+    try: yield spec
+    finally: _DECIDE_AS.reset(token)
+
+# %% ../nbs/01_amp.ipynb #0a5ad242
 def _check_int(name:str, value, lo:int=1, hi:int|None=None)->int:
     "`check_int` raising the page's `AmpError`."
     return check_int(name, value, lo=lo, hi=hi, err=AmpError)
 
-MAX_ROUNDS = 10**4  # timed or untimed rounds of a measurement: far more than any median needs
-
-def _rounds(repeats, warmup)->tuple:
-    "`repeats` (>= 1) and `warmup` (>= 0) rounds of a measurement, each at most `MAX_ROUNDS`."
-    return _check_int('repeats', repeats, hi=MAX_ROUNDS), _check_int('warmup', warmup, 0, MAX_ROUNDS)
-
-def _here(device, what:str)->torch.device:
-    "`device` as a torch device of this runtime; None: the GPU if there is one, else the CPU."
-    if device is None: return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
-    if isinstance(device, numbers.Integral) and not isinstance(device, bool): _check_int('device', device, 0, 1023)
-    dev = _torch_device(device)
-    if dev is None:
-        raise AmpError(f"device={device!r}: {what} runs here, so it needs a torch device ('cuda', 'cpu').")
-    if dev.type == 'cuda': _cuda_props(device, dev)  # `NoGPUError` naming `device` when it is not here
-    elif dev.type != 'cpu': raise AmpError(f"device={device!r}: {what} runs on 'cpu' or a CUDA GPU.")
-    return dev
-
 # %% ../nbs/01_amp.ipynb #7114b556
 def _model_device(model:nn.Module)->torch.device:
     "The device of `model`'s first parameter; an `AmpError` for a model without any."
-    if not isinstance(model, nn.Module): raise AmpError(f'model must be a torch nn.Module, got model={model!r}')
+    if not isinstance(model, nn.Module):
+        raise AmpError(f'model must be a torch nn.Module, got model={model!r}')
     p = next(model.parameters(), None)
-    if p is None: raise AmpError(f'model={type(model).__name__} has no parameters, so there is nothing to train: '
-                                 'pass the model whose parameters the optimizer updates.')
+    if p is None:
+        raise AmpError(f'model={type(model).__name__} has no parameters, '
+                       'so there is nothing to train: '
+                       'pass the model whose parameters the optimizer updates.')
     return p.device
 
 # %% ../nbs/01_amp.ipynb #d7948a9f
@@ -260,19 +282,24 @@ def _check_step_args(opt, loss_fn, clip, scaler):
     check_type('opt', opt, torch.optim.Optimizer, 'a torch.optim optimizer', err=AmpError)
     check_callable('loss_fn', loss_fn, none=True, err=AmpError)
     check_num('clip', clip, none=True, err=AmpError)  # the largest gradient norm allowed
-    check_type('scaler', scaler, (bool, torch.amp.GradScaler), 'True, False or a torch.amp.GradScaler',
-               none=True, err=AmpError)
+    check_type('scaler', scaler, (bool, torch.amp.GradScaler),
+               'True, False or a torch.amp.GradScaler', none=True, err=AmpError)
 
 # %% ../nbs/01_amp.ipynb #d764029e
 class AmpStep:
-    "One training step: autocast, loss scaling where the precision needs it, clipping, a record of skipped steps."
+    ("One training step: autocast, loss scaling where the precision needs it, clipping, "
+     "a record of skipped steps.")
     def __init__(self, model:nn.Module, opt:torch.optim.Optimizer,
-                 loss_fn:Callable|None=None, # `loss_fn(model(*inputs), target)`; None: `model(*batch)` returns the loss
-                 dtype:str|torch.dtype|None=None, # precision; None: `amp_choice` for the model's device
+                 loss_fn:Callable|None=None, # `loss_fn(model(*inputs), target)`;
+                                             # None: `model(*batch)` returns the loss
+                 dtype:str|torch.dtype|None=None, # precision;
+                                                  # None: `amp_choice` for the model's device
                  clip:float|None=None, # max gradient norm; None: no clipping
-                 scaler:bool|torch.amp.GradScaler|None=None, # None: a GradScaler exactly when the precision is fp16
+                 scaler:bool|torch.amp.GradScaler|None=None, # None: a GradScaler exactly when
+                                                             # the precision is fp16
                  max_skips:int=20, # raise after this many bad steps in a row
-                 check_every:int|None=None, # steps between reads of the record; None: 1 on the CPU, 16 on a GPU
+                 check_every:int|None=None, # steps between reads of the record;
+                                            # None: 1 on the CPU, 16 on a GPU
                 ):
         dev = _model_device(model)
         _check_step_args(opt, loss_fn, clip, scaler)
@@ -281,7 +308,8 @@ class AmpStep:
         store_attr('model,opt,loss_fn,clip,max_skips')
         self.choice = amp_choice(dev, dtype)
         if scaler not in (None, False) and self.choice.dtype == torch.bfloat16:
-            raise AmpError('bf16 has the range of fp32 and needs no GradScaler: leave `scaler` out, or train in fp16.')
+            raise AmpError('bf16 has the range of fp32 and needs no GradScaler: '
+                           'leave `scaler` out, or train in fp16.')
         if scaler is None or scaler is True:
             scaler = torch.amp.GradScaler(dev.type, enabled=bool(scaler or self.choice.scaler))
         self.scaler = scaler if scaler and scaler.is_enabled() else None
@@ -291,12 +319,6 @@ class AmpStep:
         if self.scaler:
             sd = self.scaler.state_dict()
             self._scale, self._tracker = sd['scale'], sd['_growth_tracker']
-
-# %% ../nbs/01_amp.ipynb #9205edb2
-@patch
-def loss(self:AmpStep, *batch):
-    "The loss of `batch` (under whatever autocast is active)."
-    return self.model(*batch) if self.loss_fn is None else self.loss_fn(self.model(*batch[:-1]), batch[-1])
 
 # %% ../nbs/01_amp.ipynb #7aa50496
 @patch
@@ -319,17 +341,20 @@ def _next_scale(self:AmpStep, bad:bool):
 # %% ../nbs/01_amp.ipynb #cb7f0c1f
 @patch
 def _read(self:AmpStep, check:bool=True):
-    "Fetch the pending record in one transfer; raise `SkippedStepsError` after `max_skips` bad steps in a row."
+    ("Fetch the pending record in one transfer; "
+     "raise `SkippedStepsError` after `max_skips` bad steps in a row.")
     if not self._pending: return
     losses = [l.float().reshape(()) for l, _ in self._pending]
     flags = [(~torch.isfinite(l) if f is None else f.to(l.device)).float().reshape(())
              for l, (_, f) in zip(losses, self._pending)]
-    extra = [self.scaler._get_scale_async().float().reshape(()).to(losses[0].device)] if self.scaler else []
+    extra = ([self.scaler._get_scale_async().float().reshape(()).to(losses[0].device)]
+             if self.scaler else [])
     vals = torch.stack(losses + flags + extra).tolist()
     n = len(losses)
     for loss, flag in zip(vals[:n], vals[n:2*n]):
         bad = flag > 0
-        self.log.append({'step': len(self.log), 'loss': loss, 'scale': self._scale if self.scaler else None,
+        self.log.append({'step': len(self.log), 'loss': loss,
+                         'scale': self._scale if self.scaler else None,
                          'skipped': bad and self.scaler is not None, 'finite': math.isfinite(loss)})
         if self.scaler: self._next_scale(bad)
         self._bad = self._bad + 1 if bad else 0
@@ -337,12 +362,40 @@ def _read(self:AmpStep, check:bool=True):
     self._pending, self.reads = [], self.reads + 1
     if check and self._bad >= self.max_skips: raise self._error()
 
+# %% ../nbs/01_amp.ipynb #e9449a26
+@patch
+def _error(self:AmpStep)->SkippedStepsError:
+    h = pd.DataFrame(self.log).set_index('step')
+    last = h.iloc[-self._bad:]
+    if self.scaler:
+        what = ('were skipped by the loss scaler (inf/NaN gradients); the loss scale fell '
+                f'{last.scale.iloc[0]:g} -> {last.scale.iloc[-1]:g}')
+    else: what = 'had a non-finite loss (without a loss scaler nothing skips them)'
+    if math.isfinite(last.loss.iloc[-1]):
+        way = ('The loss is finite but its gradients overflow fp16 at every scale tried: '
+               'train in bf16 where the card has it '
+               'natively, or find the layer that overflows.')
+    else:
+        way = ('The loss itself is not finite: '
+               'check the batch for inf/NaN and lower the learning rate.')
+    return SkippedStepsError(f'{self._bad} training steps in a row {what}; '
+                             f'last loss {last.loss.iloc[-1]}. {way} '
+                             "The record is in this error's `.history`.", h)
+
+# %% ../nbs/01_amp.ipynb #9205edb2
+@patch
+def loss(self:AmpStep, *batch):
+    "The loss of `batch` (under whatever autocast is active)."
+    if self.loss_fn is None: return self.model(*batch)
+    return self.loss_fn(self.model(*batch[:-1]), batch[-1])
+
 # %% ../nbs/01_amp.ipynb #ffbd7378
 @patch(as_prop=True)
 def history(self:AmpStep)->pd.DataFrame:
     "One row per step: loss, loss scale (fp16 only), skipped, finite."
     self._read(check=False)
-    return pd.DataFrame(self.log, columns=['step', 'loss', 'scale', 'skipped', 'finite']).set_index('step')
+    cols = ['step', 'loss', 'scale', 'skipped', 'finite']
+    return pd.DataFrame(self.log, columns=cols).set_index('step')
 
 # %% ../nbs/01_amp.ipynb #d32e34e7
 @patch(as_prop=True)
@@ -350,22 +403,6 @@ def skipped(self:AmpStep)->int:
     "Optimizer steps the GradScaler skipped (inf/NaN gradients)."
     self._read(check=False)
     return sum(r['skipped'] for r in self.log)
-
-# %% ../nbs/01_amp.ipynb #e9449a26
-@patch
-def _error(self:AmpStep)->SkippedStepsError:
-    h = pd.DataFrame(self.log).set_index('step')
-    last = h.iloc[-self._bad:]
-    if self.scaler: what = ('were skipped by the loss scaler (inf/NaN gradients); the loss scale fell '
-                            f'{last.scale.iloc[0]:g} -> {last.scale.iloc[-1]:g}')
-    else: what = 'had a non-finite loss (without a loss scaler nothing skips them)'
-    if math.isfinite(last.loss.iloc[-1]):
-        way = ('The loss is finite but its gradients overflow fp16 at every scale tried: '
-               'train in bf16 where the card has it '
-               'natively, or find the layer that overflows.')
-    else: way = 'The loss itself is not finite: check the batch for inf/NaN and lower the learning rate.'
-    return SkippedStepsError(f'{self._bad} training steps in a row {what}; last loss {last.loss.iloc[-1]}. {way} '
-                             "The record is in this error's `.history`.", h)
 
 # %% ../nbs/01_amp.ipynb #8c990956
 @patch
@@ -406,7 +443,8 @@ def plain_amp_step(model:nn.Module, opt:torch.optim.Optimizer, loss_fn:Callable,
     check_callable('loss_fn', loss_fn, err=AmpError)  # loss_fn(model(x), y)
     check_choice('device_type', device_type, ('cuda', 'cpu'), err=AmpError)
     dtype = parse_dtype(dtype)
-    scaler = torch.amp.GradScaler(device_type, enabled=(dtype == torch.float16) if scaler is None else scaler)
+    enabled = (dtype == torch.float16) if scaler is None else scaler
+    scaler = torch.amp.GradScaler(device_type, enabled=enabled)
     def step(x, y):
         with torch.autocast(device_type, dtype=dtype, enabled=dtype != torch.float32):
             loss = loss_fn(model(x), y)
@@ -420,18 +458,44 @@ def plain_amp_step(model:nn.Module, opt:torch.optim.Optimizer, loss_fn:Callable,
 
 # %% ../nbs/01_amp.ipynb #07012b30
 class OpCounter(TorchDispatchMode):
-    "Counts the aten operations run inside the block, by name (views and profiler marks not counted)."
+    ("Counts the aten operations run inside the block, by name "
+     "(views and profiler marks not counted).")
     def __init__(self): super().__init__(); self.ops = Counter()
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = func.overloadpacket.__name__
         if not (func.is_view or name.startswith('_record_function')): self.ops[name] += 1
         return func(*args, **(kwargs or {}))
 
+# %% ../nbs/01_amp.ipynb #95b7cc0e
+MAX_ROUNDS = 10**4  # timed or untimed rounds of a measurement: far more than any median needs
+
+# %% ../nbs/01_amp.ipynb #759f0c7f
+def _rounds(repeats, warmup)->tuple:
+    "`repeats` (>= 1) and `warmup` (>= 0) rounds of a measurement, each at most `MAX_ROUNDS`."
+    return (_check_int('repeats', repeats, hi=MAX_ROUNDS),
+            _check_int('warmup', warmup, 0, MAX_ROUNDS))
+
+# %% ../nbs/01_amp.ipynb #f34392b4
+def _here(device, what:str)->torch.device:
+    "`device` as a torch device of this runtime; None: the GPU if there is one, else the CPU."
+    if device is None: return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+    if isinstance(device, numbers.Integral) and not isinstance(device, bool):
+        _check_int('device', device, 0, 1023)
+    dev = _torch_device(device)
+    if dev is None:
+        raise AmpError(f"device={device!r}: {what} runs here, "
+                       "so it needs a torch device ('cuda', 'cpu').")
+    if dev.type == 'cuda': _cuda_props(device, dev)  # `NoGPUError` naming `device` when not here
+    elif dev.type != 'cpu':
+        raise AmpError(f"device={device!r}: {what} runs on 'cpu' or a CUDA GPU.")
+    return dev
+
 # %% ../nbs/01_amp.ipynb #1182160d
 def _probes()->dict:
     w, t = torch.randn(16, 16), torch.arange(8) % 16
     return {'matmul': lambda x: x @ w.to(x), 'linear': lambda x: F.linear(x, w.to(x)),
-            'softmax': lambda x: torch.softmax(x, -1), 'log_softmax': lambda x: torch.log_softmax(x, -1),
+            'softmax': lambda x: torch.softmax(x, -1),
+            'log_softmax': lambda x: torch.log_softmax(x, -1),
             'cross_entropy': lambda x: F.cross_entropy(x, t.to(x.device)),
             'mse_loss': lambda x: F.mse_loss(x, x.detach() * 0),
             'layer_norm': lambda x: F.layer_norm(x, x.shape[-1:]), 'gelu': F.gelu, 'exp': torch.exp,
@@ -449,7 +513,8 @@ def autocast_ops(device='cpu', # where to run the probes
     rows = {}
     for name, f in _probes().items():
         with ch.autocast(): hi, lo = f(x).dtype, f(x.to(ch.dtype)).dtype
-        kind = 'cast down' if hi == ch.dtype else 'kept in fp32' if lo == torch.float32 else 'follows input'
+        kind = ('cast down' if hi == ch.dtype else
+                'kept in fp32' if lo == torch.float32 else 'follows input')
         rows[name] = {'fp32 in': dtype_name(hi), f'{ch.name} in': dtype_name(lo), 'autocast': kind}
     return pd.DataFrame(rows).T
 
@@ -461,15 +526,18 @@ def in_fp32(fn:Callable)->Callable:
     @functools.wraps(fn)
     def run(*args, **kwargs):
         dev = next((a.device.type for a in args if isinstance(a, torch.Tensor)), 'cpu')
-        with torch.autocast(dev, enabled=False): return fn(*map(up, args), **{k: up(v) for k, v in kwargs.items()})
+        with torch.autocast(dev, enabled=False):
+            return fn(*map(up, args), **{k: up(v) for k, v in kwargs.items()})
     return run
 
 # %% ../nbs/01_amp.ipynb #c0ecb50d
 def softmax32(x:torch.Tensor, dim:int=-1)->torch.Tensor:
     "Softmax computed and returned in fp32, also under autocast."
     if not isinstance(x, torch.Tensor): raise AmpError(f'x must be a tensor, got x={x!r}')
-    if isinstance(dim, bool) or not isinstance(dim, numbers.Integral) or not -max(x.dim(), 1) <= dim < max(x.dim(), 1):
-        raise AmpError(f'dim must be an integer in [-{max(x.dim(), 1)}, {max(x.dim(), 1)}) for x of shape '
+    if (isinstance(dim, bool) or not isinstance(dim, numbers.Integral)
+            or not -max(x.dim(), 1) <= dim < max(x.dim(), 1)):
+        raise AmpError(f'dim must be an integer in [-{max(x.dim(), 1)}, {max(x.dim(), 1)}) '
+                       f'for x of shape '
                        f'{tuple(x.shape)}, got dim={dim!r}')
     return in_fp32(torch.softmax)(x, dim)
 
@@ -485,7 +553,8 @@ def no_tf32():
 # %% ../nbs/01_amp.ipynb #1bfe0fe7
 @dataclass
 class TensorCoreCheck:
-    "Measured matrix-product rates in fp32 and in the AMP dtype, against the card's datasheet peaks."
+    ("Measured matrix-product rates in fp32 and in the AMP dtype, "
+     "against the card's datasheet peaks.")
     card:str; dtype:str; n:int
     fp32_tflops:float; amp_tflops:float           # measured
     fp32_peak:float|None=None; amp_peak:float|None=None  # spec table; None where it has no figure
@@ -497,14 +566,18 @@ class TensorCoreCheck:
     @property
     def fast(self)->bool: return self.speedup >= 1.5
     @property
-    def amp_fraction(self)->float|None: return self.amp_tflops / self.amp_peak if self.amp_peak else None
+    def amp_fraction(self)->float|None:
+        return self.amp_tflops / self.amp_peak if self.amp_peak else None
     @property
-    def fp32_fraction(self)->float|None: return self.fp32_tflops / self.fp32_peak if self.fp32_peak else None
+    def fp32_fraction(self)->float|None:
+        return self.fp32_tflops / self.fp32_peak if self.fp32_peak else None
 
     @property
     def df(self)->pd.DataFrame:
-        return pd.DataFrame({'TFLOP/s': [self.fp32_tflops, self.amp_tflops], 'peak': [self.fp32_peak, self.amp_peak],
-                             'of peak': [self.fp32_fraction, self.amp_fraction]}, index=['fp32 (TF32 off)', self.dtype])
+        return pd.DataFrame({'TFLOP/s': [self.fp32_tflops, self.amp_tflops],
+                             'peak': [self.fp32_peak, self.amp_peak],
+                             'of peak': [self.fp32_fraction, self.amp_fraction]},
+                            index=['fp32 (TF32 off)', self.dtype])
 
 # %% ../nbs/01_amp.ipynb #b295adf3
 @patch(as_prop=True)
@@ -516,8 +589,9 @@ def verdict(self:TensorCoreCheck)->str:
     v = f'The fast {self.dtype} path is in use on {self.card}: {rates}'
     if self.amp_fraction is None: return v + '.'
     v += f', {self.amp_fraction:.0%} of the {self.amp_peak:g} TFLOP/s datasheet peak.'
-    if self.amp_fraction < 0.3: v += (f' That is far below the peak: check the clocks and power cap (NVML), '
-                                      f'or use a larger n than {self.n}.')
+    if self.amp_fraction < 0.3:
+        v += (f' That is far below the peak: check the clocks and power cap (NVML), '
+              f'or use a larger n than {self.n}.')
     return v
 
 # %% ../nbs/01_amp.ipynb #8e137644
@@ -528,7 +602,8 @@ def _md_table(df:pd.DataFrame)->str:
         return f'{v:.3g}' if isinstance(v, float) else str(v)
     head = ['', *map(str, df.columns)]
     lines = ['| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
-    rows = ['| ' + ' | '.join([str(i), *map(f, r)]) + ' |' for i, r in zip(df.index, df.itertuples(index=False))]
+    rows = ['| ' + ' | '.join([str(i), *map(f, r)]) + ' |'
+            for i, r in zip(df.index, df.itertuples(index=False))]
     return '\n'.join(lines + rows)
 
 # %% ../nbs/01_amp.ipynb #21783d1d
@@ -537,7 +612,8 @@ def _repr_markdown_(self:TensorCoreCheck): return self.verdict + '\n\n' + _md_ta
 
 # %% ../nbs/01_amp.ipynb #3867c002
 def _gpu_warmup(fn:Callable, calls:int, least_ms:float):
-    "Run `fn` `calls` times, then more until at least `least_ms` of GPU time has passed, so the clocks settle."
+    ("Run `fn` `calls` times, then more until at least `least_ms` of GPU time has passed, "
+     "so the clocks settle.")
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     for _ in range(max(calls, 1)): fn()
@@ -555,7 +631,8 @@ def matmul_ms(a:torch.Tensor, b:torch.Tensor, # the operands, on one device
               warmup:int=10, # untimed products first (on a GPU, at least 100 ms of them)
               clock:Callable=time.perf_counter, # the CPU clock
              )->float:
-    "Median ms of one `a @ b` into a preallocated output, products issued back to back (CUDA events on a GPU)."
+    ("Median ms of one `a @ b` into a preallocated output, products issued back to back "
+     "(CUDA events on a GPU).")
     repeats, warmup = _rounds(repeats, warmup)
     clock = check_callable('clock', clock, err=AmpError)
     if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dim() == b.dim() == 2
@@ -569,7 +646,8 @@ def matmul_ms(a:torch.Tensor, b:torch.Tensor, # the operands, on one device
         return statistics.median(cpu_timer(mm, clock) for _ in range(repeats))
     with torch.cuda.device(a.device):
         _gpu_warmup(mm, warmup, 100)
-        ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(repeats)]
+        ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+              for _ in range(repeats)]
         for start, end in ev: start.record(); mm(); end.record()
         torch.cuda.synchronize()
     return statistics.median(start.elapsed_time(end) for start, end in ev)
@@ -578,11 +656,14 @@ def matmul_ms(a:torch.Tensor, b:torch.Tensor, # the operands, on one device
 def tensor_core_check(device=None, # a torch device; None: the GPU if there is one, else the CPU
                       dtype:str|torch.dtype|None=None, # None: `amp_dtype(device)`
                       n:int|None=None, # matrix size; None: 8192 on a GPU, 256 on the CPU
-                      repeats:int=50, warmup:int=10, # timed and untimed products of each dtype (`matmul_ms`)
+                      repeats:int=50, warmup:int=10, # timed and untimed products of each dtype
+                                                     # (`matmul_ms`)
                      )->TensorCoreCheck:
-    "Matrix-product rate in fp32 (TF32 off) and in the AMP dtype, measured here and set against the spec table."
+    ("Matrix-product rate in fp32 (TF32 off) and in the AMP dtype, "
+     "measured here and set against the spec table.")
     dev = _here(device, 'the check')
-    n, (repeats, warmup) = _check_int('n', n, hi=2**15) if n is not None else None, _rounds(repeats, warmup)
+    n = _check_int('n', n, hi=2**15) if n is not None else None
+    repeats, warmup = _rounds(repeats, warmup)
     ch, spec = amp_choice(dev, dtype), _card(dev)[3]
     if not ch.enabled: raise AmpError('dtype fp32 leaves nothing to compare: pass fp16 or bf16.')
     n = n if n is not None else (8192 if dev.type == 'cuda' else 256)
@@ -593,13 +674,15 @@ def tensor_core_check(device=None, # a torch device; None: the GPU if there is o
         ref = a @ b
         err = ((al @ bl).float() - ref).norm().item() / ref.norm().item()
     tflops = lambda ms: 2 * n**3 / ms / 1e9
-    peak = None if spec is None else spec.bf16_tflops if ch.dtype == torch.bfloat16 else spec.fp16_tflops
+    if spec is None: peak = None
+    else: peak = spec.bf16_tflops if ch.dtype == torch.bfloat16 else spec.fp16_tflops
     return TensorCoreCheck(ch.card, ch.name, n, tflops(ms['fp32']), tflops(ms['amp']),
                            spec and spec.fp32_tflops, peak, ch.reason, err)
 
 # %% ../nbs/01_amp.ipynb #ed94b381
 def _peak_bytes(fn:Callable, dev:torch.device)->float:
-    "Peak memory allocated on `dev` during one call of `fn`; NaN on the CPU, where it is not tracked."
+    ("Peak memory allocated on `dev` during one call of `fn`; "
+     "NaN on the CPU, where it is not tracked.")
     if dev.type != 'cuda': return float('nan')
     torch.cuda.synchronize(dev); torch.cuda.reset_peak_memory_stats(dev)
     fn(); torch.cuda.synchronize(dev)
@@ -619,19 +702,25 @@ def _report(t, peaks:dict, n:int, base:str='fp32')->pd.DataFrame:
 def _still(params): return torch.optim.AdamW(params, lr=0.0, foreach=True)
 
 # %% ../nbs/01_amp.ipynb #afdd0e9f
-def amp_report(model:nn.Module, batch:tuple, # the model (on its device) and one batch `(*inputs, target)`
+def amp_report(model:nn.Module, # the model, on its device
+               batch:tuple, # one batch `(*inputs, target)`
                loss_fn:Callable|None=None, # as for `AmpStep`
-               dtype:str|torch.dtype|None=None, # AMP precision; None: `amp_dtype` of the model's device
-               opt_fn:Callable=_still, # params -> optimizer; default AdamW at lr 0 (weights unchanged)
+               dtype:str|torch.dtype|None=None, # AMP precision;
+                                                # None: `amp_dtype` of the model's device
+               opt_fn:Callable=_still, # params -> optimizer;
+                                       # default AdamW at lr 0 (weights unchanged)
                repeats:int=20, warmup:int=3, # rounds of `benchmark`
               )->pd.DataFrame:
-    "fp32 (TF32 off) against AMP on `model` and `batch`: step time, samples/s, peak memory, speed-up, memory saved."
+    ("fp32 (TF32 off) against AMP on `model` and `batch`: "
+     "step time, samples/s, peak memory, speed-up, memory saved.")
     dev = _model_device(model)
     if not isinstance(batch, (tuple, list)) or not batch:
-        raise AmpError(f'batch is a tuple (*inputs, target), got batch={type(batch).__name__}: pass e.g. (x, y)')
+        raise AmpError(f'batch is a tuple (*inputs, target), '
+                       f'got batch={type(batch).__name__}: pass e.g. (x, y)')
     check_callable('loss_fn', loss_fn, none=True, err=AmpError)
     dtype = None if dtype is None else parse_dtype(dtype)
-    opt_fn, (repeats, warmup) = check_callable('opt_fn', opt_fn, err=AmpError), _rounds(repeats, warmup)
+    opt_fn = check_callable('opt_fn', opt_fn, err=AmpError)
+    repeats, warmup = _rounds(repeats, warmup)
     opt = opt_fn(model.parameters())
     amp = AmpStep(model, opt, loss_fn, dtype)
     steps = {'fp32': AmpStep(model, opt, loss_fn, 'fp32'), f'amp {amp.choice.name}': amp}
@@ -645,52 +734,66 @@ def amp_report(model:nn.Module, batch:tuple, # the model (on its device) and one
 
 # %% ../nbs/01_amp.ipynb #2494eab2
 def step_anatomy(step:Callable, *batch)->dict:
-    "What one call of `step(*batch)` asks for: aten operations, casts among them, scalar reads, GFLOP."
-    if not callable(step): raise AmpError(f'step must be callable (an AmpStep or a function), got step={step!r}')
+    ("What one call of `step(*batch)` asks for: "
+     "aten operations, casts among them, scalar reads, GFLOP.")
+    if not callable(step):
+        raise AmpError(f'step must be callable (an AmpStep or a function), got step={step!r}')
     with FlopCounterMode(display=False) as fc, OpCounter() as oc: step(*batch)
-    return {'ops': sum(oc.ops.values()), 'casts': oc.ops['_to_copy'], 'scalar reads': oc.ops['_local_scalar_dense'],
-            'GFLOP': fc.get_total_flops() / 1e9}
+    return {'ops': sum(oc.ops.values()), 'casts': oc.ops['_to_copy'],
+            'scalar reads': oc.ops['_local_scalar_dense'], 'GFLOP': fc.get_total_flops() / 1e9}
 
 # %% ../nbs/01_amp.ipynb #ea39b806
-def math_share(report:pd.DataFrame, # `amp_report`-style: a `ms` column, rows named 'fp32', 'amp fp16', 'amp bf16', ...
+def math_share(report:pd.DataFrame, # `amp_report`-style: a `ms` column,
+                                    # rows named 'fp32', 'amp fp16', 'amp bf16', ...
                gflop:float, # floating-point work of one step
                spec:GPUSpec|str, # the card, for its peak rates
               )->pd.DataFrame:
-    "`report` with the step's arithmetic at the card's datasheet peak (`math_ms`) and its share of the step."
+    ("`report` with the step's arithmetic at the card's datasheet peak (`math_ms`) "
+     "and its share of the step.")
     if not isinstance(report, pd.DataFrame) or 'ms' not in report.columns:
         raise AmpError(f"report must be a DataFrame with an 'ms' column (from amp_report), "
                        f"got report={type(report).__name__}")
-    gflop = check_num('gflop', gflop, eq=True, hi=1e12, err=AmpError)  # the floating-point work of one step
+    gflop = check_num('gflop', gflop, eq=True, hi=1e12, err=AmpError)  # work of one step
     try: spec = spec if isinstance(spec, GPUSpec) else spec_for(spec)
     except UnknownGPUError as e: raise AmpError(f'spec={spec!r}: {e}') from None
     peaks = {'fp32': spec.fp32_tflops, 'fp16': spec.fp16_tflops, 'bf16': spec.bf16_tflops}
     df = report.copy()
-    df['math_ms'] = [gflop / p if (p := peaks.get(str(i).split()[-1])) else float('nan') for i in df.index]
+    df['math_ms'] = [gflop / p if (p := peaks.get(str(i).split()[-1])) else float('nan')
+                     for i in df.index]
     df['math_share'] = df.math_ms / df.ms
     return df
 
-# %% ../nbs/01_amp.ipynb #dc13af6b
-_DIMS = [(nn.Linear, ('in_features', 'out_features')), (nn.modules.conv._ConvNd, ('in_channels', 'out_channels')),
-         (nn.Embedding, ('num_embeddings', 'embedding_dim')), (nn.EmbeddingBag, ('num_embeddings', 'embedding_dim')),
-         (nn.RNNBase, ('input_size', 'hidden_size')), (nn.MultiheadAttention, ('embed_dim', 'head_dim'))]
+# %% ../nbs/01_amp.ipynb #c2a3612d
+_DIMS = [(nn.Linear, ('in_features', 'out_features')),
+         (nn.modules.conv._ConvNd, ('in_channels', 'out_channels')),
+         (nn.Embedding, ('num_embeddings', 'embedding_dim')),
+         (nn.EmbeddingBag, ('num_embeddings', 'embedding_dim')),
+         (nn.RNNBase, ('input_size', 'hidden_size')),
+         (nn.MultiheadAttention, ('embed_dim', 'head_dim'))]
 
+# %% ../nbs/01_amp.ipynb #dc13af6b
 def lint_dims(model:nn.Module, multiple:int=8)->pd.DataFrame:
-    "The layer sizes in `model` that are not multiples of `multiple`, one row each, with the size to pad to."
-    if not isinstance(model, nn.Module): raise AmpError(f'model must be a torch nn.Module, got model={model!r}')
+    ("The layer sizes in `model` that are not multiples of `multiple`, one row each, "
+     "with the size to pad to.")
+    if not isinstance(model, nn.Module):
+        raise AmpError(f'model must be a torch nn.Module, got model={model!r}')
     multiple, rows = _check_int('multiple', multiple), []
     for name, m in model.named_modules():
         for cls, attrs in _DIMS:
             if not isinstance(m, cls): continue
-            rows += [{'layer': name or '(model)', 'type': type(m).__name__, 'dim': a, 'size': getattr(m, a),
-                      'pad_to': -(-getattr(m, a) // multiple) * multiple} for a in attrs if getattr(m, a) % multiple]
+            rows += [{'layer': name or '(model)', 'type': type(m).__name__, 'dim': a,
+                      'size': getattr(m, a), 'pad_to': -(-getattr(m, a) // multiple) * multiple}
+                     for a in attrs if getattr(m, a) % multiple]
     return pd.DataFrame(rows, columns=['layer', 'type', 'dim', 'size', 'pad_to'])
 
 # %% ../nbs/01_amp.ipynb #2fb706cd
-_POLICY = {torch.float16: 'mixed_float16', torch.bfloat16: 'mixed_bfloat16', torch.float32: 'float32'}
+_POLICY = {torch.float16: 'mixed_float16', torch.bfloat16: 'mixed_bfloat16',
+           torch.float32: 'float32'}
 
 # %% ../nbs/01_amp.ipynb #b0a42e1b
 def _keras():
-    "Keras, imported on first use; an `AmpError` saying how to install TensorFlow when it is missing."
+    ("Keras, imported on first use; "
+     "an `AmpError` saying how to install TensorFlow when it is missing.")
     if find_spec('tensorflow') is None:
         raise AmpError('TensorFlow is not installed: `pip install tensorflow` (Colab has it).')
     from tensorflow import keras
@@ -709,7 +812,8 @@ def _tf_device():
 # %% ../nbs/01_amp.ipynb #e38d99a7
 @dataclass
 class KerasAmp:
-    "What `keras_amp` yields: the policy in force, why, and loss-scale wrapping for custom training loops."
+    ("What `keras_amp` yields: the policy in force, why, "
+     "and loss-scale wrapping for custom training loops.")
     policy:str; reason:str
     @property
     def loss_scale(self)->bool: return self.policy == 'mixed_float16'
@@ -717,13 +821,16 @@ class KerasAmp:
     def optimizer(self, opt):
         "`opt` wrapped in a `LossScaleOptimizer` under the fp16 policy; as it is otherwise."
         ms = _keras().mixed_precision
-        return ms.LossScaleOptimizer(opt) if self.loss_scale and not isinstance(opt, ms.LossScaleOptimizer) else opt
+        wrap = self.loss_scale and not isinstance(opt, ms.LossScaleOptimizer)
+        return ms.LossScaleOptimizer(opt) if wrap else opt
 
 # %% ../nbs/01_amp.ipynb #de87750b
 @contextmanager
-def keras_amp(dtype:str|None=None, # 'fp16', 'bf16', 'fp32', a Keras policy name, or None: decide from the card
+def keras_amp(dtype:str|None=None, # 'fp16', 'bf16', 'fp32', a Keras policy name;
+                                   # None: decide from the card
              ):
-    "Keras' global mixed-precision policy for the block, chosen for the card TensorFlow sees; restored afterwards."
+    ("Keras' global mixed-precision policy for the block, chosen for the card TensorFlow sees; "
+     "restored afterwards.")
     ms = _keras().mixed_precision
     if dtype in _POLICY.values(): k = KerasAmp(dtype, 'asked for by name')
     else:

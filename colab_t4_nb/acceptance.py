@@ -23,8 +23,7 @@ from .core import (ColabT4Error, check_callable, check_choice, check_flag, check
 from .amp import AmpStep, amp_choice, dtype_name, no_tf32, parse_dtype, plain_amp_step
 from .memory import cap_memory, find_batch_size, free_memory, synthetic_step, try_batch
 from .models import Encoder, MissingPackage, UNet, resnet50, token_batch, token_loss
-from .monitoring import (MIN_INTERVAL, GPUMonitor, MonitorError, NVMLSource, SmiSource,
-                                    _reasons_call)
+from .monitoring import (MIN_INTERVAL, GPUMonitor, MonitorError, NVMLSource, SmiSource)
 from .persistence import CheckpointManager, training_state
 from .timing import Timings, benchmark, cpu_timer
 from . import core
@@ -613,7 +612,7 @@ def background_save_race(device=None, # where the state lives; None: the GPU if 
 # %% ../nbs/06c_acceptance.ipynb #197a7798
 def _raw_nvml(src:NVMLSource, i:int)->Callable:
     "The eight NVML calls of one reading of GPU `i`, made directly."
-    n, h, reasons = src.nvml, src.handles[i], _reasons_call(src.nvml, src.handles[i])[1]
+    n, h, reasons = src.nvml, src.handles[i], src.reasons[i][1]
     T, SM, MEM = n.NVML_TEMPERATURE_GPU, n.NVML_CLOCK_SM, n.NVML_CLOCK_MEM
     def raw():
         n.nvmlDeviceGetUtilizationRates(h); n.nvmlDeviceGetMemoryInfo(h)

@@ -4,7 +4,7 @@ Colab's client library is the stand-in `colab_t4_nb.testing.fake_colab` (it beha
 `runtime.unassign()` takes no arguments and raises `errors.RuntimeManagementError` when the runtime
 service is unreachable; `drive.mount(mountpoint)` makes `mountpoint/MyDrive` appear). The card handed out
 is a recorded Colab K80 or T4 replayed through the NVML stand-in, and Drive is mounted in a temporary
-folder (`allocation.COLAB_DRIVE` points there), so nothing is written outside the test's folder."""
+folder (`core.COLAB_DRIVE` points there), so nothing is written outside the test's folder."""
 import json
 from pathlib import Path
 import pytest
@@ -15,6 +15,7 @@ import json, sys
 from pathlib import Path
 from unittest import mock
 import colab_t4_nb.allocation as alloc
+import colab_t4_nb.core as core
 from colab_t4_nb.testing import fake_colab, fake_nvml, t4_reading
 tmp = Path(sys.argv[1])
 mib = 2**20
@@ -42,7 +43,7 @@ def colab_env(cpu_env):
 def ledger_lines(p:Path)->list: return [json.loads(l) for l in p.read_text().splitlines()]
 
 DRIVE = '''
-with fake_colab() as colab, fake_nvml([card]), mock.patch.object(alloc, 'COLAB_DRIVE', tmp/'drive'):
+with fake_colab() as colab, fake_nvml([card]), mock.patch.object(core, 'COLAB_DRIVE', tmp/'drive'):
     colab.drive.mount(str(tmp/'drive'))
 '''
 
@@ -77,7 +78,7 @@ def test_tries_used_up_leaves_the_runtime_alone(tmp_path, colab_env):
 @pytest.mark.parametrize('refusal', [{'unassign_status': 503}, {'env': {'TBE_RUNTIME_ADDR': None}}])
 def test_unassign_refused_says_how_to_do_it_by_hand(tmp_path, colab_env, refusal):
     out = run(tmp_path, 'K80', f'''
-with fake_colab(**{refusal!r}) as colab, fake_nvml([card]), mock.patch.object(alloc, 'COLAB_DRIVE', tmp/'drive'):
+with fake_colab(**{refusal!r}) as colab, fake_nvml([card]), mock.patch.object(core, 'COLAB_DRIVE', tmp/'drive'):
     colab.drive.mount(str(tmp/'drive'))
     attempt()
     print(json.dumps(colab.calls))
@@ -107,7 +108,7 @@ def test_right_card_is_kept_and_recorded(tmp_path, colab_env):
 def test_without_drive_state_stays_on_the_runtime_disk(tmp_path, colab_env):
     "Drive not mounted: budget and ledger go to the home folder (wiped with the runtime), and the message says where."
     out = run(tmp_path, 'K80', '''
-with fake_colab() as colab, fake_nvml([card]), mock.patch.object(alloc, 'COLAB_DRIVE', tmp/'drive'):
+with fake_colab() as colab, fake_nvml([card]), mock.patch.object(core, 'COLAB_DRIVE', tmp/'drive'):
     attempt()
     print(json.dumps(colab.calls))
     ''', colab_env)

@@ -17,31 +17,15 @@ from typing import Callable
 import pandas as pd
 from fastcore.basics import patch
 
-from .core import (COLAB_DRIVE, ArgumentError, ArgumentTypeError, ColabT4Error, append_line,
-                              atomic_write, check_callable, check_int, check_num, check_path, check_seq,
-                              check_str, check_type, runtime, state_dir)
+from .core import (COLAB_DRIVE, ArgumentError, ArgumentTypeError, ColabT4Error,
+                              append_line, atomic_write, check_callable, check_int, check_num,
+                              check_path, check_seq, check_str, check_type, runtime, state_dir)
 
 # %% auto #0
-__all__ = ['BadArgument', 'SPECS', 'SOURCES', 'UnknownGPUError', 'NoGPUError', 'WrongGPUError', 'BudgetExhausted', 'GPUSpec',
-           'native_bf16', 'spec_table', 'spec_for', 'GPU', 'readings', 'reading', 'parse_smi_csv', 'parse_smi_table',
-           'parse_tf_devices', 'nvml_gpus', 'gpu_search', 'gpu_info', 'Budget', 'record_allocation', 'wanted_specs',
-           'want_label', 'ensure_gpu', 'compare']
-
-# %% ../nbs/00a_allocation.ipynb #aafa5028
-class UnknownGPUError(ColabT4Error, KeyError):
-    "A GPU name that is not in the spec table (or matches several rows)."
-    def __str__(self): return str(self.args[0]) if self.args else ''
-
-class NoGPUError(ColabT4Error):
-    "A GPU was needed and there is none."
-
-class WrongGPUError(ColabT4Error):
-    "The GPU here is not the one that was asked for."
-
-class BudgetExhausted(ColabT4Error):
-    "Today's allowance of runtime re-assignments is spent."
-
-BadArgument = ArgumentError  # the name this page used before the core checks; the same class
+__all__ = ['BadArgument', 'SPECS', 'SOURCES', 'GPUSpec', 'native_bf16', 'spec_table', 'UnknownGPUError', 'spec_for', 'compare',
+           'GPU', 'readings', 'reading', 'parse_smi_csv', 'parse_smi_table', 'parse_tf_devices', 'nvml_gpus',
+           'gpu_search', 'gpu_info', 'NoGPUError', 'WrongGPUError', 'BudgetExhausted', 'Budget', 'record_allocation',
+           'wanted_specs', 'want_label', 'ensure_gpu']
 
 # %% ../nbs/00a_allocation.ipynb #48e1c6b1
 @dataclass(frozen=True)
@@ -70,59 +54,87 @@ class GPUSpec:
     def native_bf16(self)->bool: return native_bf16(self.cc)
 
     def _repr_markdown_(self):
-        rows = [(k, v) for k, v in asdict(self).items() if k != 'pattern'] + [('native_bf16', self.native_bf16)]
-        return '| | |\n|---|---|\n' + '\n'.join(f'| {k} | {"-" if v is None else v} |' for k, v in rows)
+        rows = ([(k, v) for k, v in asdict(self).items() if k != 'pattern']
+                + [('native_bf16', self.native_bf16)])
+        return '| | |\n|---|---|\n' + '\n'.join(f'| {k} | {"-" if v is None else v} |'
+                                                  for k, v in rows)
+
+# %% ../nbs/00a_allocation.ipynb #941d2430
+BadArgument = ArgumentError  # the name this page used before the core checks; the same class
 
 # %% ../nbs/00a_allocation.ipynb #af0afd27
 def native_bf16(cc:tuple|None # compute capability, e.g. (7, 5)
                )->bool:
     "True when a card of compute capability `cc` runs bf16 natively (>= 8.0)."
     if cc is None: return False
-    if not (isinstance(cc, (tuple, list)) and len(cc) == 2 and all(isinstance(x, numbers.Integral) for x in cc)):
-        raise BadArgument(f'cc={cc!r} is not a compute capability: give (major, minor), e.g. (7, 5).')
+    if not (isinstance(cc, (tuple, list)) and len(cc) == 2
+            and all(isinstance(x, numbers.Integral) for x in cc)):
+        raise BadArgument(f'cc={cc!r} is not a compute capability: '
+                          f'give (major, minor), e.g. (7, 5).')
     return tuple(cc) >= (8, 0)
 
 # %% ../nbs/00a_allocation.ipynb #c83d9d7c
 _DS = "NVIDIA {} datasheet"
 _ROWS = [
-  # key, family, arch, cc, sms, cores, mem_gb, mem_type, bw, fp32, tf32, fp16, bf16, int8, tc, tdp, pattern, source
-  ('K80', 'K80', 'Kepler', (3,7), 13, 2496, 12, 'GDDR5', 240, 4.37, None, None, None, None, False, 150,
+  # key, family, arch, cc, sms, cores, mem_gb, mem_type,
+  # bw, fp32, tf32, fp16, bf16, int8, tc, tdp, pattern, source
+  ('K80', 'K80', 'Kepler', (3,7), 13, 2496, 12, 'GDDR5',
+   240, 4.37, None, None, None, None, False, 150,
    r'\bK80\b', 'NVIDIA Tesla K80 board specification (one of the two dies)'),
-  ('P4', 'P4', 'Pascal', (6,1), 20, 2560, 8, 'GDDR5', 192, 5.5, None, None, None, 22, False, 75,
+  ('P4', 'P4', 'Pascal', (6,1), 20, 2560, 8, 'GDDR5',
+   192, 5.5, None, None, None, 22, False, 75,
    r'\bP4\b', _DS.format('Tesla P4')),
-  ('P100', 'P100', 'Pascal', (6,0), 56, 3584, 16, 'HBM2', 732, 9.3, None, 18.7, None, None, False, 250,
+  ('P100', 'P100', 'Pascal', (6,0), 56, 3584, 16, 'HBM2',
+   732, 9.3, None, 18.7, None, None, False, 250,
    r'\bP100\b', _DS.format('Tesla P100 PCIe')),
-  ('T4', 'T4', 'Turing', (7,5), 40, 2560, 16, 'GDDR6', 320, 8.1, None, 65, None, 130, True, 70,
+  ('T4', 'T4', 'Turing', (7,5), 40, 2560, 16, 'GDDR6',
+   320, 8.1, None, 65, None, 130, True, 70,
    r'\bT4\b', _DS.format('T4 Tensor Core GPU')),
-  ('V100-PCIE', 'V100', 'Volta', (7,0), 80, 5120, 16, 'HBM2', 900, 14, None, 112, None, None, True, 250,
+  ('V100-PCIE', 'V100', 'Volta', (7,0), 80, 5120, 16, 'HBM2',
+   900, 14, None, 112, None, None, True, 250,
    r'\bV100\b(?=.*PCIE)', _DS.format('V100 Tensor Core GPU')),
-  ('V100-SXM2', 'V100', 'Volta', (7,0), 80, 5120, 16, 'HBM2', 900, 15.7, None, 125, None, None, True, 300,
+  ('V100-SXM2', 'V100', 'Volta', (7,0), 80, 5120, 16, 'HBM2',
+   900, 15.7, None, 125, None, None, True, 300,
    r'\bV100\b(?!.*PCIE)', _DS.format('V100 Tensor Core GPU')),
-  ('A100-PCIE-40GB', 'A100', 'Ampere', (8,0), 108, 6912, 40, 'HBM2', 1555, 19.5, 156, 312, 312, 624, True, 250,
+  ('A100-PCIE-40GB', 'A100', 'Ampere', (8,0), 108, 6912, 40, 'HBM2',
+   1555, 19.5, 156, 312, 312, 624, True, 250,
    r'\bA100\b(?!.*80GB)(?=.*PCIE)', _DS.format('A100 Tensor Core GPU')),
-  ('A100-SXM4-40GB', 'A100', 'Ampere', (8,0), 108, 6912, 40, 'HBM2', 1555, 19.5, 156, 312, 312, 624, True, 400,
+  ('A100-SXM4-40GB', 'A100', 'Ampere', (8,0), 108, 6912, 40, 'HBM2',
+   1555, 19.5, 156, 312, 312, 624, True, 400,
    r'\bA100\b(?!.*80GB)(?!.*PCIE)', _DS.format('A100 Tensor Core GPU')),
-  ('A100-PCIE-80GB', 'A100', 'Ampere', (8,0), 108, 6912, 80, 'HBM2e', 1935, 19.5, 156, 312, 312, 624, True, 300,
+  ('A100-PCIE-80GB', 'A100', 'Ampere', (8,0), 108, 6912, 80, 'HBM2e',
+   1935, 19.5, 156, 312, 312, 624, True, 300,
    r'\bA100\b(?=.*80GB)(?=.*PCIE)', _DS.format('A100 Tensor Core GPU')),
-  ('A100-SXM4-80GB', 'A100', 'Ampere', (8,0), 108, 6912, 80, 'HBM2e', 2039, 19.5, 156, 312, 312, 624, True, 400,
+  ('A100-SXM4-80GB', 'A100', 'Ampere', (8,0), 108, 6912, 80, 'HBM2e',
+   2039, 19.5, 156, 312, 312, 624, True, 400,
    r'\bA100\b(?=.*80GB)(?!.*PCIE)', _DS.format('A100 Tensor Core GPU')),
-  ('A10', 'A10', 'Ampere', (8,6), 72, 9216, 24, 'GDDR6', 600, 31.2, 62.5, 125, 125, 250, True, 150,
+  ('A10', 'A10', 'Ampere', (8,6), 72, 9216, 24, 'GDDR6',
+   600, 31.2, 62.5, 125, 125, 250, True, 150,
    r'\bA10\b', _DS.format('A10 Tensor Core GPU')),
-  ('A10G', 'A10G', 'Ampere', (8,6), 80, 10240, 24, 'GDDR6', 600, 35, 35, 70, 70, 140, True, 300,
+  ('A10G', 'A10G', 'Ampere', (8,6), 80, 10240, 24, 'GDDR6',
+   600, 35, 35, 70, 70, 140, True, 300,
    r'\bA10G\b', 'AWS G5 documentation; Baseten, NVIDIA A10 vs A10G (no NVIDIA datasheet)'),
-  ('L4', 'L4', 'Ada Lovelace', (8,9), 58, 7424, 24, 'GDDR6', 300, 30.3, 60, 121, 121, 242, True, 72,
+  ('L4', 'L4', 'Ada Lovelace', (8,9), 58, 7424, 24, 'GDDR6',
+   300, 30.3, 60, 121, 121, 242, True, 72,
    r'\bL4\b', _DS.format('L4 Tensor Core GPU')),
-  ('RTX 3060', 'RTX 3060', 'Ampere', (8,6), 28, 3584, 12, 'GDDR6', 360, 12.7, 12.7, 25.5, 25.5, 102, True, 170,
-   r'RTX 3060(?!\s*(TI|LAPTOP))', 'NVIDIA RTX 30 series specs; GA102 whitepaper rates scaled by SMs x clock'),
-  ('RTX 3090', 'RTX 3090', 'Ampere', (8,6), 82, 10496, 24, 'GDDR6X', 936, 35.6, 35.6, 71, 71, 284, True, 350,
+  ('RTX 3060', 'RTX 3060', 'Ampere', (8,6), 28, 3584, 12, 'GDDR6',
+   360, 12.7, 12.7, 25.5, 25.5, 102, True, 170,
+   r'RTX 3060(?!\s*(TI|LAPTOP))',
+   'NVIDIA RTX 30 series specs; GA102 whitepaper rates scaled by SMs x clock'),
+  ('RTX 3090', 'RTX 3090', 'Ampere', (8,6), 82, 10496, 24, 'GDDR6X',
+   936, 35.6, 35.6, 71, 71, 284, True, 350,
    r'RTX 3090(?!\s*TI)', 'NVIDIA Ampere GA102 GPU Architecture whitepaper'),
-  ('RTX 4090', 'RTX 4090', 'Ada Lovelace', (8,9), 128, 16384, 24, 'GDDR6X', 1008, 82.6, 82.6, 165.2, 165.2, 660.6,
+  ('RTX 4090', 'RTX 4090', 'Ada Lovelace', (8,9), 128, 16384, 24, 'GDDR6X',
+   1008, 82.6, 82.6, 165.2, 165.2, 660.6,
    True, 450, r'RTX 4090(?!\s*(D\b|LAPTOP))', 'NVIDIA Ada GPU Architecture whitepaper'),
-  ('H100-PCIE', 'H100', 'Hopper', (9,0), 114, 14592, 80, 'HBM2e', 2000, 51, 378, 756, 756, 1513, True, 350,
+  ('H100-PCIE', 'H100', 'Hopper', (9,0), 114, 14592, 80, 'HBM2e',
+   2000, 51, 378, 756, 756, 1513, True, 350,
    r'\bH100\b(?=.*PCIE)', _DS.format('H100 Tensor Core GPU')),
-  ('H100-SXM', 'H100', 'Hopper', (9,0), 132, 16896, 80, 'HBM3', 3350, 67, 494.7, 989.4, 989.4, 1979, True, 700,
+  ('H100-SXM', 'H100', 'Hopper', (9,0), 132, 16896, 80, 'HBM3',
+   3350, 67, 494.7, 989.4, 989.4, 1979, True, 700,
    r'\bH100\b(?!.*(PCIE|NVL))', _DS.format('H100 Tensor Core GPU')),
-  ('H200', 'H200', 'Hopper', (9,0), 132, 16896, 141, 'HBM3e', 4800, 67, 494.7, 989.4, 989.4, 1979, True, 700,
+  ('H200', 'H200', 'Hopper', (9,0), 132, 16896, 141, 'HBM3e',
+   4800, 67, 494.7, 989.4, 989.4, 1979, True, 700,
    r'\bH200\b(?!.*NVL)', _DS.format('H200 Tensor Core GPU')),
 ]
 SPECS = {r[0]: GPUSpec(*r) for r in _ROWS}
@@ -135,25 +147,59 @@ def spec_table()->pd.DataFrame:
     df['native_bf16'] = [s.native_bf16 for s in SPECS.values()]
     return df.drop(columns=['pattern'])
 
-# %% ../nbs/00a_allocation.ipynb #384130b1
+# %% ../nbs/00a_allocation.ipynb #e8369ce2
+class UnknownGPUError(ColabT4Error, KeyError):
+    "A GPU name that is not in the spec table (or matches several rows)."
+    def __str__(self): return str(self.args[0]) if self.args else ''
+
+# %% ../nbs/00a_allocation.ipynb #56dfbaaa
 def _matches(name:str)->list:
     up = name.strip().upper()
     if up in (k.upper() for k in SPECS): return [s for k, s in SPECS.items() if k.upper() == up]
     return [s for s in SPECS.values() if re.search(s.pattern, up)]
 
+# %% ../nbs/00a_allocation.ipynb #384130b1
 def spec_for(name:str, # a driver's name ("Tesla T4") or a table key ("T4")
              strict:bool=True, # raise for unknown names; else return None
             )->GPUSpec|None:
     "The spec-table row for the card called `name`."
     if not isinstance(name, str) or not name.strip():
-        raise UnknownGPUError(f"name={name!r} is not a card's name: pass a table key such as 'T4' or a driver's "
-                              f"name such as 'Tesla T4'. Known cards: {', '.join(SPECS)}.")
+        raise UnknownGPUError(f"name={name!r} is not a card's name: pass a table key such as 'T4' "
+                              f"or a driver's name such as 'Tesla T4'. "
+                              f"Known cards: {', '.join(SPECS)}.")
     found = _matches(name)
     if len(found) == 1: return found[0]
     if not strict: return None
-    if found: msg = f"{name!r} matches several cards ({', '.join(s.key for s in found)}): name one of them."
+    if found:
+        msg = (f"{name!r} matches several cards ({', '.join(s.key for s in found)}): "
+               f"name one of them.")
     else: msg = f"{name!r} is not in the spec table. Known cards: {', '.join(SPECS)}."
     raise UnknownGPUError(msg)
+
+# %% ../nbs/00a_allocation.ipynb #0e5103f6
+def _card(name:str, v)->GPUSpec:
+    "The spec row for the card named by argument `name`, or an error naming the argument."
+    try: return spec_for(v)
+    except UnknownGPUError as e: raise UnknownGPUError(f'{name}={v!r}: {e}') from None
+
+# %% ../nbs/00a_allocation.ipynb #12912ebf
+_CMP = ['arch', 'cc', 'sms', 'cuda_cores', 'mem_gb', 'mem_type', 'bandwidth_gbs', 'fp32_tflops',
+        'tf32_tflops', 'fp16_tflops', 'bf16_tflops', 'int8_tops', 'native_bf16', 'tdp_w']
+
+def compare(a:str, # first card (key, driver name)
+            b:str, # second card
+           )->pd.DataFrame:
+    "Spec rows of `a` and `b` side by side, with `a / b` for every figure both have."
+    sa, sb = _card('a', a), _card('b', b)
+    va = {k: getattr(sa, k) for k in _CMP}
+    vb = {k: getattr(sb, k) for k in _CMP}
+    for v in (va, vb): v['cc'] = f"{v['cc'][0]}.{v['cc'][1]}"
+    def ratio(x, y):
+        ok = (isinstance(x, (int, float)) and isinstance(y, (int, float))
+              and not isinstance(x, bool) and y)
+        return round(x / y, 2) if ok else None
+    return pd.DataFrame({sa.key: va, sb.key: vb,
+                         f'{sa.key} / {sb.key}': {k: ratio(va[k], vb[k]) for k in _CMP}})
 
 # %% ../nbs/00a_allocation.ipynb #a6873d46
 @dataclass
@@ -173,9 +219,11 @@ class GPU:
     @property
     def spec(self)->GPUSpec|None: return spec_for(self.name, strict=False)
     @property
-    def native_bf16(self)->bool: return native_bf16(self.cc or (self.spec.cc if self.spec else None))
+    def native_bf16(self)->bool:
+        return native_bf16(self.cc or (self.spec.cc if self.spec else None))
     @property
-    def mem_total_gib(self)->float|None: return None if self.mem_total is None else self.mem_total / 2**30
+    def mem_total_gib(self)->float|None:
+        return None if self.mem_total is None else self.mem_total / 2**30
 
     def as_dict(self)->dict:
         "A JSON-ready dict, with the matched spec-table row (or None)."
@@ -187,9 +235,10 @@ class GPU:
         if spec: d['spec'].pop('pattern')
         return d
 
-# %% ../nbs/00a_allocation.ipynb #3a34d9fa
+# %% ../nbs/00a_allocation.ipynb #c120c7f8
 def _readings(): return resources.files('colab_t4_nb')/'files'/'gpu'
 
+# %% ../nbs/00a_allocation.ipynb #3a34d9fa
 def readings()->list[str]:
     "Names of the recorded GPU readings shipped with the package."
     return sorted(f.name for f in _readings().iterdir() if f.name != 'README.md')
@@ -199,33 +248,30 @@ def reading(name:str # a recorded file, e.g. 't4_colab_nvidia-smi_2023.txt'; `re
            )->str:
     "The text of a GPU reading recorded on a real card, shipped with the package."
     if not isinstance(name, str) or name not in readings():
-        raise BadArgument(f'No recorded reading name={name!r}. The package has: {", ".join(readings())}.')
+        raise BadArgument(f'No recorded reading name={name!r}. '
+                          f'The package has: {", ".join(readings())}.')
     f = _readings()/name
     return f.read_text()
 
-# %% ../nbs/00a_allocation.ipynb #3e12a7b9
-def _gpu(name:str, g)->GPU: return check_type(name, g, GPU, 'a GPU (see gpu_info)')
-
+# %% ../nbs/00a_allocation.ipynb #2d7da980
 def _col(name:str, c)->str: return check_str(name, c, empty=True)
 
-def _card(name:str, v)->GPUSpec:
-    "The spec row for the card named by argument `name`, or an error naming the argument."
-    try: return spec_for(v)
-    except UnknownGPUError as e: raise UnknownGPUError(f'{name}={v!r}: {e}') from None
-
-# %% ../nbs/00a_allocation.ipynb #6c1cd621
+# %% ../nbs/00a_allocation.ipynb #bc84a99b
 def _num(s:str)->float|None:
     "The number in '15109 MiB', '70.00 W', '9.0'; None for '[N/A]' and the like."
     m = re.search(r'-?\d+(\.\d+)?', s or '')
     return float(m.group()) if m else None
 
+# %% ../nbs/00a_allocation.ipynb #8206b660
 def _colname(h:str)->str: return re.sub(r'\s*\[.*\]$', '', h.strip())
 
+# %% ../nbs/00a_allocation.ipynb #6c1cd621
 def parse_smi_csv(text:str, # output of `nvidia-smi --query-gpu=... --format=csv[,noheader][,nounits]`
                   columns:list|None=None, # the fields asked for, needed when there is no header
                  )->list[dict]:
     "Rows of an `nvidia-smi` CSV as dicts keyed by field name (units dropped from the names)."
-    text, columns = check_str('text', text, empty=True), check_seq('columns', columns, _col, lo=0, none=True)
+    text, columns = (check_str('text', text, empty=True),
+                     check_seq('columns', columns, _col, lo=0, none=True))
     lines = [l for l in text.strip().splitlines() if l.strip()]
     if not lines: return []
     first = [_colname(c) for c in lines[0].split(',')]
@@ -251,11 +297,13 @@ def parse_smi_table(text:str # output of plain `nvidia-smi`
         used, total = (int(mem.group(1)), int(mem.group(2))) if mem else (None, None)
         gpus.append(GPU(int(m.group(1)), m.group(2).strip(), mem_total=total and total * 2**20,
                         mem_free=None if mem is None else (total - used) * 2**20,
-                        driver=drv and drv.group(1), cuda=cuda and cuda.group(1), source='nvidia-smi'))
+                        driver=drv and drv.group(1), cuda=cuda and cuda.group(1),
+                        source='nvidia-smi'))
     return gpus
 
 # %% ../nbs/00a_allocation.ipynb #29fceaf4
-_SMI_FIELDS = ['index', 'name', 'uuid', 'driver_version', 'memory.total', 'memory.free', 'pci.bus_id', 'compute_cap']
+_SMI_FIELDS = ['index', 'name', 'uuid', 'driver_version', 'memory.total', 'memory.free',
+               'pci.bus_id', 'compute_cap']
 
 def _smi_rows_to_gpus(rows:list[dict])->list[GPU]:
     def cc(r):
@@ -263,11 +311,13 @@ def _smi_rows_to_gpus(rows:list[dict])->list[GPU]:
         return tuple(int(x) for x in v.split('.')) if v and re.fullmatch(r'\d+\.\d+', v) else None
     def mib(v): n = _num(v); return None if n is None else int(n) * 2**20
     return [GPU(int(r.get('index', i)), r['name'], mem_total=mib(r.get('memory.total')),
-                mem_free=mib(r.get('memory.free')), cc=cc(r), driver=r.get('driver_version'), uuid=r.get('uuid'),
-                bus_id=r.get('pci.bus_id'), source='nvidia-smi') for i, r in enumerate(rows)]
+                mem_free=mib(r.get('memory.free')), cc=cc(r), driver=r.get('driver_version'),
+                uuid=r.get('uuid'), bus_id=r.get('pci.bus_id'), source='nvidia-smi')
+            for i, r in enumerate(rows)]
 
 # %% ../nbs/00a_allocation.ipynb #f5f6d4e5
-_TF_DESC = re.compile(r'device: (\d+), name: (.+?), pci bus id: ([\w:.]+), compute capability: (\d+)\.(\d+)')
+_TF_DESC = re.compile(r'device: (\d+), name: (.+?), pci bus id: ([\w:.]+), '
+                      r'compute capability: (\d+)\.(\d+)')
 
 def parse_tf_devices(text:str # str(device_lib.list_local_devices()), or TensorFlow's log
                     )->list[GPU]:
@@ -278,20 +328,23 @@ def parse_tf_devices(text:str # str(device_lib.list_local_devices()), or TensorF
         m = _TF_DESC.search(rec)
         if not m: continue
         lim = re.search(r'memory_limit: (\d+)', rec) or re.search(r'with (\d+) MB memory', rec)
-        mem = None if lim is None else int(lim.group(1)) * (2**20 if 'MB memory' in lim.group(0) else 1)
+        mem = None if lim is None else int(lim.group(1)) * (2**20 if 'MB memory' in lim.group(0)
+                                                             else 1)
         i = int(m.group(1))
         gpus[i] = GPU(i, m.group(2), mem_total=mem, cc=(int(m.group(4)), int(m.group(5))),
                       bus_id=m.group(3), source='tf')
     return list(gpus.values())
 
-# %% ../nbs/00a_allocation.ipynb #f97c0b92
+# %% ../nbs/00a_allocation.ipynb #5d3f77a5
 def _s(v): return v.decode() if isinstance(v, bytes) else v
 
+# %% ../nbs/00a_allocation.ipynb #f97c0b92
 def nvml_gpus(nvml # the `pynvml` module (or a stand-in with the same functions)
              )->list[GPU]:
     "GPUs as NVML lists them; raises `nvml.NVMLError` where NVML is missing or fails."
     if not callable(getattr(nvml, 'nvmlInit', None)):
-        raise ArgumentTypeError(f'nvml must be the pynvml module or a stand-in for it (see fake_nvml), got nvml={nvml!r}.')
+        raise ArgumentTypeError(f'nvml must be the pynvml module or a stand-in for it '
+                                f'(see fake_nvml), got nvml={nvml!r}.')
     nvml.nvmlInit()
     try:
         driver = _s(nvml.nvmlSystemGetDriverVersion())
@@ -303,9 +356,11 @@ def nvml_gpus(nvml # the `pynvml` module (or a stand-in with the same functions)
             mem = nvml.nvmlDeviceGetMemoryInfo(h)
             try: bus = _s(nvml.nvmlDeviceGetPciInfo(h).busId)
             except nvml.NVMLError: bus = None
-            gpus.append(GPU(i, _s(nvml.nvmlDeviceGetName(h)), mem_total=int(mem.total), mem_free=int(mem.free),
-                            cc=tuple(nvml.nvmlDeviceGetCudaComputeCapability(h)), driver=driver, cuda=cuda,
-                            uuid=_s(nvml.nvmlDeviceGetUUID(h)), bus_id=bus, source='nvml'))
+            gpus.append(GPU(i, _s(nvml.nvmlDeviceGetName(h)), mem_total=int(mem.total),
+                            mem_free=int(mem.free),
+                            cc=tuple(nvml.nvmlDeviceGetCudaComputeCapability(h)),
+                            driver=driver, cuda=cuda, uuid=_s(nvml.nvmlDeviceGetUUID(h)),
+                            bus_id=bus, source='nvml'))
         return gpus
     finally: nvml.nvmlShutdown()
 
@@ -327,15 +382,19 @@ def _from_torch():
                         cuda=torch.version.cuda, source='torch'))
     return gpus
 
-# %% ../nbs/00a_allocation.ipynb #b2f64a0c
-def _driver_present()->bool: return Path('/proc/driver/nvidia').exists() or shutil.which('nvidia-smi') is not None
+# %% ../nbs/00a_allocation.ipynb #ff69cdbe
+def _driver_present()->bool:
+    return Path('/proc/driver/nvidia').exists() or shutil.which('nvidia-smi') is not None
 
+# %% ../nbs/00a_allocation.ipynb #b2f64a0c
 def _from_tf(timeout=60):
     if find_spec('tensorflow') is None: raise ImportError('tensorflow is not installed')
-    if not _driver_present(): raise FileNotFoundError('no NVIDIA driver (no /proc/driver/nvidia, no nvidia-smi)')
+    if not _driver_present():
+        raise FileNotFoundError('no NVIDIA driver (no /proc/driver/nvidia, no nvidia-smi)')
     code = 'from tensorflow.python.client import device_lib; print(device_lib.list_local_devices())'
     env = {**os.environ, 'TF_CPP_MIN_LOG_LEVEL': '3'}
-    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=timeout, env=env)
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                         timeout=timeout, env=env)
     return parse_tf_devices(out.stdout)
 
 # %% ../nbs/00a_allocation.ipynb #b9ecc6d9
@@ -347,26 +406,33 @@ def _from_smi(timeout=30):
                            capture_output=True, text=True, timeout=timeout)
         if r.returncode == 0: return _smi_rows_to_gpus(parse_smi_csv(r.stdout))
     r = subprocess.run([exe], capture_output=True, text=True, timeout=timeout)
-    if r.returncode != 0: raise OSError(f'nvidia-smi failed with exit status {r.returncode}: {r.stdout.strip()[:200]}')
+    if r.returncode != 0:
+        raise OSError(f'nvidia-smi failed with exit status {r.returncode}: '
+                      f'{r.stdout.strip()[:200]}')
     return parse_smi_table(r.stdout)
 
 # %% ../nbs/00a_allocation.ipynb #e5e4d126
 SOURCES = {'nvml': _from_nvml, 'torch': _from_torch, 'tf': _from_tf, 'nvidia-smi': _from_smi}
 
-# %% ../nbs/00a_allocation.ipynb #c44e2d84
+# %% ../nbs/00a_allocation.ipynb #4b5fc7ff
 def _source_names(sources)->list[str]:
     "The source names in `sources` (one name or a list), checked against `SOURCES`."
     if sources is None: return list(SOURCES)
     known = ', '.join(SOURCES)
     if isinstance(sources, str): names = [sources]
     elif isinstance(sources, (list, tuple)): names = list(sources)
-    else: raise BadArgument(f'sources={sources!r} is neither a source name nor a list of them; known sources: {known}.')
-    if not names: raise BadArgument(f'sources={sources!r} names no source: leave it out to try all ({known}).')
+    else:
+        raise BadArgument(f'sources={sources!r} is neither a source name nor a list of them; '
+                          f'known sources: {known}.')
+    if not names:
+        raise BadArgument(f'sources={sources!r} names no source: '
+                          f'leave it out to try all ({known}).')
     for n in names:
         if not isinstance(n, str) or n not in SOURCES:
             raise BadArgument(f'sources={sources!r}: unknown source {n!r}; known sources: {known}.')
     return names
 
+# %% ../nbs/00a_allocation.ipynb #c44e2d84
 def gpu_search(sources:str|list|None=None, # a name from `SOURCES` or a list of them, in the order to try; default all
               )->tuple:
     "(the GPUs from the first source that lists any, {source: why it found none} for each source tried before)."
@@ -380,7 +446,6 @@ def gpu_search(sources:str|list|None=None, # a name from `SOURCES` or a list of 
         why[name] = 'lists no GPU'
     return [], why
 
-
 # %% ../nbs/00a_allocation.ipynb #363aa386
 def gpu_info(sources:str|list|None=None, # a name from `SOURCES` or a list of them, in the order to try; default all
              verbose:bool=False, # say which sources failed and why
@@ -390,6 +455,18 @@ def gpu_info(sources:str|list|None=None, # a name from `SOURCES` or a list of th
     if verbose:
         for name, reason in why.items(): print(f'gpu_info: {name} found none: {reason}')
     return gpus
+
+# %% ../nbs/00a_allocation.ipynb #74c3da9d
+class NoGPUError(ColabT4Error):
+    "A GPU was needed and there is none."
+
+# %% ../nbs/00a_allocation.ipynb #80c50036
+class WrongGPUError(ColabT4Error):
+    "The GPU here is not the one that was asked for."
+
+# %% ../nbs/00a_allocation.ipynb #0c902552
+class BudgetExhausted(ColabT4Error):
+    "Today's allowance of runtime re-assignments is spent."
 
 # %% ../nbs/00a_allocation.ipynb #e976d7b4
 class Budget:
@@ -405,10 +482,12 @@ class Budget:
         try: data = json.loads(self.path.read_text())
         except FileNotFoundError: return {}
         except (OSError, ValueError) as e:
-            warnings.warn(f'Allocation budget file {self.path} is unreadable ({e}); starting a new count.')
+            warnings.warn(f'Allocation budget file {self.path} is unreadable ({e}); '
+                          f'starting a new count.')
             return {}
         if not isinstance(data, dict) or not all(isinstance(v, int) for v in data.values()):
-            warnings.warn(f'Allocation budget file {self.path} has unexpected contents; starting a new count.')
+            warnings.warn(f'Allocation budget file {self.path} has unexpected contents; '
+                          f'starting a new count.')
             return {}
         return data
 
@@ -425,8 +504,10 @@ def spend(self:Budget)->int:
     if n >= self.per_day:
         raise BudgetExhausted(f'All {self.per_day} runtime re-assignments for {day} are used '
                               f'(count kept in {self.path}). '
-                              f'Carry on with the GPU you have, try again tomorrow, or raise the budget.')
-    data = {k: v for k, v in data.items() if k >= date.fromordinal(self.today().toordinal() - 7).isoformat()}
+                              f'Carry on with the GPU you have, try again tomorrow, '
+                              f'or raise the budget.')
+    data = {k: v for k, v in data.items()
+            if k >= date.fromordinal(self.today().toordinal() - 7).isoformat()}
     data[day] = n + 1
     self.path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_write(self.path) as f: f.write(json.dumps(data).encode())
@@ -434,14 +515,19 @@ def spend(self:Budget)->int:
 
 # %% ../nbs/00a_allocation.ipynb #b846ebc0
 def _describe(gpus:list[GPU])->str:
-    return ', '.join(f'{g.name} ({g.mem_total_gib:.0f} GiB)' if g.mem_total else g.name for g in gpus) or 'no GPU'
+    return ', '.join(f'{g.name} ({g.mem_total_gib:.0f} GiB)' if g.mem_total else g.name
+                     for g in gpus) or 'no GPU'
 
-# %% ../nbs/00a_allocation.ipynb #2f99144d
+# %% ../nbs/00a_allocation.ipynb #b0446ea4
+def _gpu(name:str, g)->GPU: return check_type(name, g, GPU, 'a GPU (see gpu_info)')
+
+# %% ../nbs/00a_allocation.ipynb #c37408d4
 def _runtime_id()->str:
     try: boot = Path('/proc/sys/kernel/random/boot_id').read_text().strip()
     except OSError: boot = ''
     return f'{socket.gethostname()}-{boot[:8]}'
 
+# %% ../nbs/00a_allocation.ipynb #2f99144d
 def record_allocation(ledger:str|Path, # the usage ledger file (JSON lines)
                       gpus:list[GPU], # the GPUs this runtime was handed
                       wanted:list[str], # the spec keys that were wanted
@@ -455,8 +541,10 @@ def record_allocation(ledger:str|Path, # the usage ledger file (JSON lines)
     when = time.time() if when is None else check_num('when', when, hi=2**33)
     runtime_id = check_str('runtime_id', runtime_id, none=True)
     spec = next((g.spec for g in gpus if g.spec), None)
-    rec = {'kind': 'allocation', 'time': datetime.fromtimestamp(when, timezone.utc).isoformat(timespec='seconds'),
-           'runtime_id': runtime_id or _runtime_id(), 'got': _describe(gpus), 'got_key': spec.key if spec else None,
+    rec = {'kind': 'allocation',
+           'time': datetime.fromtimestamp(when, timezone.utc).isoformat(timespec='seconds'),
+           'runtime_id': runtime_id or _runtime_id(), 'got': _describe(gpus),
+           'got_key': spec.key if spec else None,
            'wanted': list(wanted), 'action': action, 'runtime': runtime()}
     append_line(ledger, json.dumps(rec))
     return rec
@@ -465,9 +553,11 @@ def record_allocation(ledger:str|Path, # the usage ledger file (JSON lines)
 def wanted_specs(want:str|list, # a spec key, family or driver name, or a list of them
                 )->list[GPUSpec]:
     "Spec rows accepted for `want`: keys, families or driver names."
-    names = [want] if isinstance(want, str) else list(want) if isinstance(want, (list, tuple)) else None
+    names = ([want] if isinstance(want, str)
+             else list(want) if isinstance(want, (list, tuple)) else None)
     if not names or not all(isinstance(w, str) and w.strip() for w in names):
-        raise BadArgument(f"want={want!r}: name the card(s) you accept, e.g. want='T4' or want=['T4', 'A100'].")
+        raise BadArgument(f"want={want!r}: name the card(s) you accept, "
+                          f"e.g. want='T4' or want=['T4', 'A100'].")
     found = []
     for w in names:
         rows = [s for s in SPECS.values() if s.family.upper() == w.strip().upper()] or [spec_for(w)]
@@ -477,10 +567,12 @@ def wanted_specs(want:str|list, # a spec key, family or driver name, or a list o
 # %% ../nbs/00a_allocation.ipynb #2ec78025
 def want_label(specs:list[GPUSpec])->str:
     "How to name `specs` in a sentence: a family where all its rows are wanted, else the keys."
-    specs = check_seq('specs', specs, lambda n, s: check_type(n, s, GPUSpec, 'a GPUSpec (see spec_for)'))
+    specs = check_seq('specs', specs,
+                      lambda n, s: check_type(n, s, GPUSpec, 'a GPUSpec (see spec_for)'))
     fams = {}
     for s in specs: fams.setdefault(s.family, []).append(s.key)
-    return ' or '.join(f if len(ks) > 1 and len(ks) == sum(s.family == f for s in SPECS.values()) else ' or '.join(ks)
+    return ' or '.join(f if len(ks) > 1 and len(ks) == sum(s.family == f for s in SPECS.values())
+                       else ' or '.join(ks)
                        for f, ks in fams.items())
 
 # %% ../nbs/00a_allocation.ipynb #15b341aa
@@ -488,24 +580,29 @@ def _ledger_path(ledger)->Path|None:
     if ledger is False or ledger is None: return None
     if ledger is True: return state_dir()/'usage_ledger.jsonl'
     if isinstance(ledger, (str, os.PathLike)) and str(ledger): return Path(ledger)
-    raise BadArgument(f'ledger={ledger!r}: pass a file path, True for the default usage ledger, or False for none.')
+    raise BadArgument(f'ledger={ledger!r}: pass a file path, True for the default usage ledger, '
+                      f'or False for none.')
 
+# %% ../nbs/00a_allocation.ipynb #770744b2
 def _note(path:Path|None, gpus, specs, action:str):
     "Record an attempt in the ledger at `path`; a ledger that cannot be written costs a warning, not the attempt."
     if path is None: return
     try: record_allocation(path, gpus, [s.key for s in specs], action)
-    except OSError as e: warnings.warn(f'Could not record this allocation in the usage ledger {path}: {e}')
+    except OSError as e:
+        warnings.warn(f'Could not record this allocation in the usage ledger {path}: {e}')
 
-# %% ../nbs/00a_allocation.ipynb #7291d016
+# %% ../nbs/00a_allocation.ipynb #4cf2482c
 def _unassign():
     from google.colab import runtime as colab_runtime
     colab_runtime.unassign()
 
+# %% ../nbs/00a_allocation.ipynb #7291d016
 def _wrong(cls, wanted:str, here:str, gpus:list[GPU]):
     "The error for a missing or wrong card outside Colab; `.have` is the spec key of the card here, if known."
     have = next((g.spec.key for g in gpus if g.spec), None)
     way = f', or accept the card you have: ensure_gpu(want={have!r})' if have else ''
-    e = cls(f'Wanted {wanted}, but this {runtime()} machine has {here}. Run this where {wanted} is available{way}.')
+    e = cls(f'Wanted {wanted}, but this {runtime()} machine has {here}. '
+            f'Run this where {wanted} is available{way}.')
     e.have = have
     return e
 
@@ -519,7 +616,8 @@ def ensure_gpu(want:str|list='T4', # card(s) accepted: spec keys, families or dr
               )->list[GPU]:
     "Return the GPUs here if one is `want`; in Colab hand the runtime back (within `budget`), elsewhere raise."
     specs, budget = wanted_specs(want), check_int('budget', budget, hi=1000)
-    budget_path, today = check_path('budget_path', budget_path, none=True), check_callable('today', today)
+    budget_path, today = (check_path('budget_path', budget_path, none=True),
+                          check_callable('today', today))
     gpus = check_seq('gpus', gpus, _gpu, lo=0, none=True)
     accepted, wanted, led = {s.key for s in specs}, want_label(specs), _ledger_path(ledger)
     gpus = gpu_info() if gpus is None else gpus
@@ -534,26 +632,13 @@ def ensure_gpu(want:str|list='T4', # card(s) accepted: spec keys, families or dr
     _note(led, gpus, specs, 'handed back')
     print(f'Wanted {wanted}, got {here}. Handing this runtime back to Colab '
           f'(attempt {n} of {budget} today, counted in {b.path}).\n'
-          f'Colab picks the next card itself: reconnect (Connect, top right) and run this cell again.')
+          f'Colab picks the next card itself: '
+          f'reconnect (Connect, top right) and run this cell again.')
     try: _unassign()
     except Exception as e:  # Colab's RuntimeManagementError, or a client library without `runtime`
         _note(led, gpus, specs, 'hand-back refused')
-        raise WrongGPUError(f'Colab did not take this runtime back ({type(e).__name__}: {e}). Hand it back yourself: '
-                            f'Runtime > Disconnect and delete runtime, then reconnect and run this cell again.') from e
-    raise WrongGPUError(f'Runtime handed back because it had {here}, not {wanted}: reconnect and run again.')
-
-# %% ../nbs/00a_allocation.ipynb #12912ebf
-_CMP = ['arch', 'cc', 'sms', 'cuda_cores', 'mem_gb', 'mem_type', 'bandwidth_gbs', 'fp32_tflops', 'tf32_tflops',
-        'fp16_tflops', 'bf16_tflops', 'int8_tops', 'native_bf16', 'tdp_w']
-
-def compare(a:str, # first card (key, driver name)
-            b:str, # second card
-           )->pd.DataFrame:
-    "Spec rows of `a` and `b` side by side, with `a / b` for every figure both have."
-    sa, sb = _card('a', a), _card('b', b)
-    va = {k: getattr(sa, k) for k in _CMP}; vb = {k: getattr(sb, k) for k in _CMP}
-    for v in (va, vb): v['cc'] = f"{v['cc'][0]}.{v['cc'][1]}"
-    def ratio(x, y):
-        ok = isinstance(x, (int, float)) and isinstance(y, (int, float)) and not isinstance(x, bool) and y
-        return round(x / y, 2) if ok else None
-    return pd.DataFrame({sa.key: va, sb.key: vb, f'{sa.key} / {sb.key}': {k: ratio(va[k], vb[k]) for k in _CMP}})
+        raise WrongGPUError(f'Colab did not take this runtime back ({type(e).__name__}: {e}). '
+                            f'Hand it back yourself: Runtime > Disconnect and delete runtime, '
+                            f'then reconnect and run this cell again.') from e
+    raise WrongGPUError(f'Runtime handed back because it had {here}, not {wanted}: '
+                        f'reconnect and run again.')

@@ -83,13 +83,15 @@ class _Schedule:
             raise TypeError(f'clock must be a function returning seconds, got {clock!r}.')
         self.session, self.clock, self.last = session, clock, clock()
 
-    def due(self, step:int, last:bool=False)->tuple:
-        "(save now, stop now) after `step` steps."
-        cut = self.session.due() if self.session is not None else None
-        minutes = self.every_minutes is not None and \
-            self.clock() - self.last >= self.every_minutes * 60
-        steps = self.every_steps is not None and step % self.every_steps == 0
-        return bool(last or cut or steps or minutes), cut == 'session'
+# %% ../nbs/06b_callbacks.ipynb #cacd6a1c
+@patch
+def due(self:_Schedule, step:int, last:bool=False)->tuple:
+    "(save now, stop now) after `step` steps."
+    cut = self.session.due() if self.session is not None else None
+    minutes = self.every_minutes is not None and \
+        self.clock() - self.last >= self.every_minutes * 60
+    steps = self.every_steps is not None and step % self.every_steps == 0
+    return bool(last or cut or steps or minutes), cut == 'session'
 
 # %% ../nbs/06b_callbacks.ipynb #75646c8c
 def _default_session(session):

@@ -329,6 +329,7 @@ def open_source(sources:tuple=('nvml', 'nvidia-smi'), # in the order to try
 # %% ../nbs/06a_monitoring.ipynb #ebee09a9
 _NAMES = 'a dict of GPU index -> name'
 
+# %% ../nbs/06a_monitoring.ipynb #2c29b026
 def _check_rows(rows, names=None)->tuple:
     "(`rows` as a list of `ROW`-layout tuples, `names` as a dict)."
     def row(n, r):
@@ -812,10 +813,12 @@ class LiveView:
         if self.display is None:
             print('GPUMonitor: the live view needs a notebook; sampling goes on without it.')
 
-    def update(self, text:str):
-        if self.display is None: return
-        if self.handle is None: self.handle = self.display(_Status(text), display_id=True)
-        else: self.handle.update(_Status(text))
+# %% ../nbs/06a_monitoring.ipynb #ebafe2c1
+@patch
+def update(self:LiveView, text:str):
+    if self.display is None: return
+    if self.handle is None: self.handle = self.display(_Status(text), display_id=True)
+    else: self.handle.update(_Status(text))
 
 # %% ../nbs/06a_monitoring.ipynb #bae31a2f
 @patch

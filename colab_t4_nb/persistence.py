@@ -4,8 +4,8 @@
 
 # %% ../nbs/05a_persistence.ipynb #420f6f86
 from __future__ import annotations
-import atexit, copy, errno, gc, json, numbers, os, pickle, random, re, shutil, socket, subprocess, sys, threading
-import time, uuid, warnings, weakref, zipfile
+import atexit, copy, errno, gc, json, numbers, os, pickle, random, re, shutil, socket, subprocess, sys
+import threading, time, uuid, warnings, weakref, zipfile
 from collections import OrderedDict, deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -66,7 +66,8 @@ def set_rng_state(st:dict # from `rng_state`
                           'were not restored.',
                           CheckpointWarning)
         else:
-            for i, s in enumerate(st['cuda'][:torch.cuda.device_count()]): torch.cuda.set_rng_state(s, i)
+            for i, s in enumerate(st['cuda'][:torch.cuda.device_count()]):
+                torch.cuda.set_rng_state(s, i)
 
 # %% ../nbs/05a_persistence.ipynb #87b9849a
 def _unwrap(model): return getattr(model, '_orig_mod', model)  # torch.compile's wrapper
@@ -87,7 +88,8 @@ def training_state(step:int, # steps done: the step to continue from
             'optimizer': sd(optimizer),
             'scaler': sd(scaler), 'scheduler': sd(scheduler), 'rng': rng_state(),
             'extras': dict(extras or {}),
-            'classes': {k: type(o).__name__ for k, o in objs.items() if o is not None and k != 'model'},
+            'classes': {k: type(o).__name__ for k, o in objs.items()
+                        if o is not None and k != 'model'},
             'torch': str(torch.__version__)}
 
 # %% ../nbs/05a_persistence.ipynb #1655db0f
@@ -110,7 +112,8 @@ class CheckpointDir:
         self._verified, self._deleting, self._owned, self._busy = {}, None, False, False
         # files this run wrote; files it found and did not write
         self._written, self._found = set(), set()
-        self.on_drive = runtime() == 'colab' and (COLAB_DRIVE/'MyDrive') in self.path.absolute().parents
+        self.on_drive = (runtime() == 'colab'
+                         and (COLAB_DRIVE/'MyDrive') in self.path.absolute().parents)
 
     @property
     def manifest(self)->Path: return self.path/_MANIFEST
@@ -159,7 +162,8 @@ def _who(rec:dict)->str:
 def _owner(self:CheckpointDir)->tuple:
     "The folder's owner record ({} while it is unreadable) and its age in seconds; (None, None) when it has none."
     try:
-        with open(self.owner_file, 'rb') as f: age, text = time.time() - os.fstat(f.fileno()).st_mtime, f.read()
+        with open(self.owner_file, 'rb') as f:
+            age, text = time.time() - os.fstat(f.fileno()).st_mtime, f.read()
     except FileNotFoundError: return None, None
     try: rec = json.loads(text)
     except ValueError: rec = {}
@@ -180,7 +184,9 @@ def _beat():
 def _heartbeat(d:CheckpointDir):
     "Keep `d`'s owner record fresh, from one daemon thread for the whole process."
     _BEATING.add(d)
-    if not _BEAT: _BEAT.append(threading.Thread(target=_beat, name='checkpoint-owner', daemon=True)); _BEAT[0].start()
+    if not _BEAT:
+        _BEAT.append(threading.Thread(target=_beat, name='checkpoint-owner', daemon=True))
+        _BEAT[0].start()
 
 # %% ../nbs/05a_persistence.ipynb #63b8517e
 # folder -> the CheckpointDir of this process that owns it (weakly)
@@ -255,7 +261,8 @@ def release(self:CheckpointDir):
     with _OWNERS_LOCK:
         self.settle()
         rec, _ = self._owner()
-        if self._owned and rec and rec.get('run') == self.run: self.owner_file.unlink(missing_ok=True)
+        if self._owned and rec and rec.get('run') == self.run:
+            self.owner_file.unlink(missing_ok=True)
         self._owned = False
         _BEATING.discard(self)
 
@@ -298,7 +305,8 @@ def _read_manifest(self:CheckpointDir)->tuple:
         if not _ours(text): return None, 'is missing'  # a manifest.json of the user's own
         data = json.loads(text)
     except (OSError, ValueError) as e: return None, f'is unreadable ({type(e).__name__}: {e})'
-    ok = isinstance(data, dict) and data.get('format') == _FORMAT and isinstance(data.get('checkpoints'), list)
+    ok = (isinstance(data, dict) and data.get('format') == _FORMAT
+          and isinstance(data.get('checkpoints'), list))
     ok = ok and all(isinstance(e, dict) and all(isinstance(e.get(k), t) for k, t in _ENTRY.items())
                     and _NAME_RE.fullmatch(e['file']) for e in data['checkpoints'])
     if ok:
@@ -317,7 +325,8 @@ def _write_manifest(self:CheckpointDir, cks:list, retired:list=()):
             'checkpoints': [{**c.as_dict(),
                              **({'found': True} if c.path.name in self._found else {})}
                             for c in cks], **({'retired': list(retired)} if retired else {})}
-    with atomic_write(self.manifest, tmp_prefix=self._tmp()) as f: f.write(json.dumps(data, indent=1).encode())
+    with atomic_write(self.manifest, tmp_prefix=self._tmp()) as f:
+        f.write(json.dumps(data, indent=1).encode())
     # an older version's manifest, now superseded; one of the user's stays
     old = self.path/'manifest.json'
     try:
@@ -331,7 +340,8 @@ def _retired(self:CheckpointDir)->list[str]:
     try: data = json.loads(self.manifest.read_text())
     except (OSError, ValueError): return []
     names = data.get('retired', []) if isinstance(data, dict) else []
-    return [n for n in names if isinstance(n, str) and _NAME_RE.fullmatch(n)] if isinstance(names, list) else []
+    if not isinstance(names, list): return []
+    return [n for n in names if isinstance(n, str) and _NAME_RE.fullmatch(n)]
 
 # %% ../nbs/05a_persistence.ipynb #eec28bab
 def _warn(msg): warnings.warn(msg, CheckpointWarning, stacklevel=3)
@@ -379,7 +389,8 @@ def _rebuild(self:CheckpointDir, problem:str, files:dict)->list[Checkpoint]:
 @patch
 def checkpoints(self:CheckpointDir)->list[Checkpoint]:
     "The checkpoints of this folder, newest first: the manifest, checked against the files' trailers."
-    files = {p.name: read_trailer(p) for p in self.path.glob('ckpt-*.pt') if _NAME_RE.fullmatch(p.name)}
+    files = {p.name: read_trailer(p) for p in self.path.glob('ckpt-*.pt')
+             if _NAME_RE.fullmatch(p.name)}
     listed, problem = self._read_manifest()
     if listed is None: return self._rebuild(problem, files) if files else []
     out, changed = {}, False
@@ -387,7 +398,8 @@ def checkpoints(self:CheckpointDir)->list[Checkpoint]:
         name, t = e['file'], files.get(e['file'], 'gone')
         if e.get('found'): self._found.add(name)
         if t == 'gone':
-            _warn(f'Checkpoint {self.path/name} is listed in {self.manifest.name} but missing; using the previous one.')
+            _warn(f'Checkpoint {self.path/name} is listed in {self.manifest.name} but missing; '
+                  'using the previous one.')
             changed = True
         elif t is None: out[name] = Checkpoint(self.path/name, e['step'], e['seq'], e['size'],
                                                e['checksum'])
@@ -615,12 +627,18 @@ def _not_a_checkpoint(p:Path)->CheckpointError:
         return CheckpointCorrupt(f'checkpoint={str(p)!r} is not a file: pass a checkpoint file, '
                                  'not a folder.')
     try:
-        with open(p, 'rb') as f: n = f.seek(0, os.SEEK_END); f.seek(max(0, n - (1 << 16))); tail = f.read()
-    except OSError as e: return CheckpointCorrupt(f'checkpoint={str(p)!r} cannot be read ({e.strerror or e}).')
+        with open(p, 'rb') as f:
+            n = f.seek(0, os.SEEK_END)
+            f.seek(max(0, n - (1 << 16)))
+            tail = f.read()
+    except OSError as e:
+        return CheckpointCorrupt(f'checkpoint={str(p)!r} cannot be read ({e.strerror or e}).')
     if b'colab_t4_nb checkpoint v1' not in tail and zipfile.is_zipfile(p):
-        return CheckpointCorrupt(f'{p} is not a colab_t4_nb checkpoint (it has no checkpoint trailer): '
+        return CheckpointCorrupt(f'{p} is not a colab_t4_nb checkpoint '
+                                 '(it has no checkpoint trailer): '
                                  'written by torch.save? load it with torch.load.')
-    return CheckpointCorrupt(f'{p} is not a complete checkpoint (no valid trailer: truncated or damaged).')
+    return CheckpointCorrupt(f'{p} is not a complete checkpoint '
+                             '(no valid trailer: truncated or damaged).')
 
 # %% ../nbs/05a_persistence.ipynb #1647a7af
 @patch
@@ -632,7 +650,8 @@ def _pick(self:CheckpointManager, checkpoint)->Checkpoint:
             raise NoCheckpoint(f'No checkpoint that verifies in {where}: start from scratch, or '
                                'point the manager at the folder the run saved to.')
         return c
-    c = checkpoint if isinstance(checkpoint, Checkpoint) else read_trailer(check_path('checkpoint', checkpoint))
+    c = (checkpoint if isinstance(checkpoint, Checkpoint)
+         else read_trailer(check_path('checkpoint', checkpoint)))
     if c is None: raise _not_a_checkpoint(Path(checkpoint))
     why = self.local.verify(c)
     if why: raise CheckpointCorrupt(f'Checkpoint {c.path} is corrupt: {why}.')
@@ -645,14 +664,18 @@ def _few(xs:list, n:int=6)->str: return ', '.join(xs[:n]) + (f' and {len(xs) - n
 # %% ../nbs/05a_persistence.ipynb #c9b43b2b
 def _opt_mismatch(saved:dict, opt)->list[str]:
     "What keeps the optimizer state `saved` from fitting `opt`: group sizes, or state shapes unlike the parameters'."
-    sizes = [len(g['params']) for g in saved['param_groups']], [len(g['params']) for g in opt.param_groups]
-    if sizes[0] != sizes[1]: return [f'optimizer parameter groups of sizes {sizes[0]}, {sizes[1]} here']
+    sizes = ([len(g['params']) for g in saved['param_groups']],
+             [len(g['params']) for g in opt.param_groups])
+    if sizes[0] != sizes[1]:
+        return [f'optimizer parameter groups of sizes {sizes[0]}, {sizes[1]} here']
     ids = [i for g in saved['param_groups'] for i in g['params']]
     params = [p for g in opt.param_groups for p in g['params']]
     bad = [f'{k} of parameter {n} {tuple(v.shape)} vs {tuple(p.shape)} here'
-           for n, (i, p) in enumerate(zip(ids, params)) for k, v in saved['state'].get(i, {}).items()
+           for n, (i, p) in enumerate(zip(ids, params))
+           for k, v in saved['state'].get(i, {}).items()
            if isinstance(v, torch.Tensor) and v.dim() and tuple(v.shape) != tuple(p.shape)]
-    return [f'optimizer state of other shapes ({_few(bad, 3)}): parameters in another order?'] if bad else []
+    if not bad: return []
+    return [f'optimizer state of other shapes ({_few(bad, 3)}): parameters in another order?']
 
 # %% ../nbs/05a_persistence.ipynb #3eef0ea3
 def _mismatch(st:dict, objs:dict, strict:bool)->list[str]:
@@ -661,10 +684,13 @@ def _mismatch(st:dict, objs:dict, strict:bool)->list[str]:
     if model is not None:
         want, got = _unwrap(model).state_dict(), st.get('model')
         if got is None: return ['it holds no model state']
-        if strict and (miss := [k for k in want if k not in got]): out.append(f'missing keys {_few(miss)}')
-        if strict and (extra := [k for k in got if k not in want]): out.append(f'unexpected keys {_few(extra)}')
+        if strict and (miss := [k for k in want if k not in got]):
+            out.append(f'missing keys {_few(miss)}')
+        if strict and (extra := [k for k in got if k not in want]):
+            out.append(f'unexpected keys {_few(extra)}')
         shapes = [f'{k} {tuple(got[k].shape)} vs {tuple(want[k].shape)} here' for k in want
-                  if k in got and hasattr(got[k], 'shape') and tuple(got[k].shape) != tuple(want[k].shape)]
+                  if k in got and hasattr(got[k], 'shape')
+                  and tuple(got[k].shape) != tuple(want[k].shape)]
         if shapes: out.append(f'different shapes {_few(shapes)}')
     for k in ('optimizer', 'scheduler', 'scaler'):
         o = objs.get(k)
@@ -685,14 +711,20 @@ def _apply(st:dict, objs:dict, name:str, strict:bool, restore_rng:bool):
                                     'is.'); continue
             undo.append((o, o.state_dict() if k == 'optimizer' else copy.deepcopy(o.state_dict())))
             o.load_state_dict(st[k])
-        if restore_rng: k = 'random generators'; undo.append((None, rng_state())); set_rng_state(st['rng'])
-        if objs['model'] is not None: k = 'model'; _unwrap(objs['model']).load_state_dict(st['model'], strict=strict)
+        if restore_rng:
+            k = 'random generators'
+            undo.append((None, rng_state()))
+            set_rng_state(st['rng'])
+        if objs['model'] is not None:
+            k = 'model'
+            _unwrap(objs['model']).load_state_dict(st['model'], strict=strict)
     except Exception as e:
         for o, s in reversed(undo): set_rng_state(s) if o is None else o.load_state_dict(s)
-        partly = ' (the model may be partly loaded: load again into a new one)' if k == 'model' else ''
-        raise CheckpointMismatch(f'{name} could not be loaded into the {k} ({type(e).__name__}: {e}); the objects '
-                                 f'loaded before it were put back as they were{partly}. Load it into the objects '
-                                 'it was saved from.') from e
+        partly = (' (the model may be partly loaded: load again into a new one)'
+                  if k == 'model' else '')
+        raise CheckpointMismatch(f'{name} could not be loaded into the {k} ({type(e).__name__}: '
+                                 f'{e}); the objects loaded before it were put back as they '
+                                 f'were{partly}. Load it into the objects it was saved from.') from e
 
 # %% ../nbs/05a_persistence.ipynb #0a6b3ccb
 class Resumed(NamedTuple):
@@ -712,7 +744,8 @@ def load(self:CheckpointManager, model=None, optimizer=None, scaler=None,
     "Restore the training objects in place from a verified checkpoint, all or nothing; return its step and extras."
     objs = dict(model=model, optimizer=optimizer, scaler=scaler, scheduler=scheduler)
     for k, o in objs.items(): check_stateful(k, o)
-    for k, v in dict(strict=strict, restore_rng=restore_rng, weights_only=weights_only).items(): check_flag(k, v)
+    flags = dict(strict=strict, restore_rng=restore_rng, weights_only=weights_only)
+    for k, v in flags.items(): check_flag(k, v)
     kinds = (Checkpoint, str, os.PathLike)
     check_type('checkpoint', checkpoint, kinds, 'a Checkpoint or a path', none=True)
     self._settle()
@@ -927,8 +960,10 @@ class SessionClock:
                  used_min:float=0, # minutes the runtime had already run when the clock was made
                  clock:Callable=time.monotonic, # seconds; replaceable in tests
                 ):
-        session_h, margin_min = check_num('session_h', session_h), check_num('margin_min', margin_min, eq=True)
-        idle_min, used_min = check_num('idle_min', idle_min, none=True), check_num('used_min', used_min, eq=True)
+        session_h = check_num('session_h', session_h)
+        margin_min = check_num('margin_min', margin_min, eq=True)
+        idle_min = check_num('idle_min', idle_min, none=True)
+        used_min = check_num('used_min', used_min, eq=True)
         minutes = lambda n, w: check_num(n, w, eq=True)
         warn_min = tuple(check_seq('warn_min', warn_min, minutes, lo=0))
         clock = check_callable('clock', clock)
@@ -950,7 +985,8 @@ class SessionClock:
         return d
 
     def __repr__(self):
-        return 'SessionClock(' + ', '.join(f'{k} cut in {v / 60:.0f} min' for k, v in self.left().items()) + ')'
+        cuts = ', '.join(f'{k} cut in {v / 60:.0f} min' for k, v in self.left().items())
+        return f'SessionClock({cuts})'
 
 # %% ../nbs/05a_persistence.ipynb #82e87f55
 _CUT = {'session': 'the session limit ({:g} h)',
@@ -1047,7 +1083,8 @@ def run_resumable(step_fn:Callable, # step_fn(step) runs one training step; its 
     _check_run(step_fn, ckpt, steps, every_steps, steps_per_epoch, every_minutes, session, max_oom,
                on_oom, background,
                clock)
-    if every_steps is None and steps_per_epoch is None and every_minutes is None: every_minutes = DEFAULT_EVERY_MINUTES
+    if every_steps is None and steps_per_epoch is None and every_minutes is None:
+        every_minutes = DEFAULT_EVERY_MINUTES
     objs = dict(model=model, optimizer=optimizer, scaler=scaler, scheduler=scheduler)
     for k, o in objs.items(): check_stateful(k, o)
     if ckpt.latest() is None: ckpt.save(0, **objs); start = 0
@@ -1082,7 +1119,9 @@ def run_resumable(step_fn:Callable, # step_fn(step) runs one training step; its 
         if (step == steps or cut or (every_steps and step % every_steps == 0)
                 or (steps_per_epoch and step % steps_per_epoch == 0)
                 or (every_minutes and clock() - last >= every_minutes * 60)):
-            (ckpt.save_async if background else ckpt.save)(step, **objs); rep.saves += 1; last = clock()
+            (ckpt.save_async if background else ckpt.save)(step, **objs)
+            rep.saves += 1
+            last = clock()
         if cut == 'session': rep.reason = 'session limit'; break
     ckpt.wait(); rep.stop = step
     return rep
@@ -1112,7 +1151,8 @@ def _check_cmd(cmd)->list[str]:
 # %% ../nbs/05a_persistence.ipynb #29859784
 def _child_env(env:dict|None, attempt:int)->dict:
     env = dict(os.environ if env is None else env)
-    paths = [p for p in sys.path if p] + [p for p in env.get('PYTHONPATH', '').split(os.pathsep) if p]
+    paths = ([p for p in sys.path if p]
+             + [p for p in env.get('PYTHONPATH', '').split(os.pathsep) if p])
     return {**env, 'COLAB_T4_ATTEMPT': str(attempt),
             'PYTHONPATH': os.pathsep.join(dict.fromkeys(paths))}
 
@@ -1141,7 +1181,8 @@ def run_with_restarts(cmd:list, # the command, e.g. [sys.executable, 'train.py']
         try: p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                   env=_child_env(env, len(attempts) + 1), cwd=cwd, bufsize=1)
         except (FileNotFoundError, PermissionError, NotADirectoryError) as e:
-            raise ValueError(f'cmd[0]={cmd[0]!r} cannot be run ({e.strerror}): give the program\'s full path, e.g. '
+            raise ValueError(f'cmd[0]={cmd[0]!r} cannot be run ({e.strerror}): '
+                             'give the program\'s full path, e.g. '
                              'sys.executable.') from e
         try:
             for line in p.stdout:

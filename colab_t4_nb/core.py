@@ -285,15 +285,16 @@ def cuda_sync():
 
 # %% ../nbs/00_core.ipynb #89913460
 def record(name:str, # what was measured, e.g. 'monitoring.sample_cost'
-           rows=None, # a DataFrame to keep row by row (by its index), or None
+           rows=None, # a DataFrame (kept by its index), a list of row dicts, or None
            **figures)->str|None:
     "Append `figures` (and `rows`) to $COLAB_T4_BENCH_OUT as one JSON line: the path, or None if unset."
     name, path = check_str('name', name), os.environ.get('COLAB_T4_BENCH_OUT')
-    if rows is not None:
-        if not hasattr(rows, 'to_json'):
-            raise ArgumentTypeError(f'rows must be a DataFrame or None, got rows={rows!r}')
+    if hasattr(rows, 'to_json'):
         keys = [' / '.join(map(str, i)) if isinstance(i, tuple) else str(i) for i in rows.index]
-        figures['rows'] = json.loads(rows.set_axis(keys).to_json(orient='index'))
+        rows = json.loads(rows.set_axis(keys).to_json(orient='index'))
+    elif rows is not None:
+        rows = check_seq('rows', rows, lambda n, r: check_type(n, r, dict, 'a row dict'), lo=0)
+    if rows is not None: figures['rows'] = rows
     if not path: return None
     with open(path, 'a') as f: f.write(json.dumps({'name': name, **figures}, default=str) + '\n')
     return path

@@ -333,12 +333,6 @@ class LightningCallback(_Saver, _Lazy):
         "Lightning's `precision=` for the card here (see `lightning_precision`)."
         return lightning_precision()
 
-# %% ../nbs/06b_callbacks.ipynb #c9b60a00
-@patch
-def loader(self:LightningCallback, dl)->ResumableLoader:
-    "`dl` made resumable mid-epoch: `trainer.fit(model, cb.loader(train_loader), ...)`."
-    return ResumableLoader(dl, lambda: self._done)
-
 # %% ../nbs/06b_callbacks.ipynb #3d849f1d
 @patch
 def ckpt_path(self:LightningCallback)->str|None:
@@ -383,6 +377,12 @@ def __iter__(self:ResumableLoader):
     if first is it: return
     yield first
     yield from it
+
+# %% ../nbs/06b_callbacks.ipynb #c9b60a00
+@patch
+def loader(self:LightningCallback, dl)->ResumableLoader:
+    "`dl` made resumable mid-epoch: `trainer.fit(model, cb.loader(train_loader), ...)`."
+    return ResumableLoader(dl, lambda: self._done)
 
 # %% ../nbs/06b_callbacks.ipynb #3323505f
 @patch

@@ -25,7 +25,7 @@ from .timing import benchmark
 
 # %% auto #0
 __all__ = ['REPORTED_MIB', 'BatchSizeError', 'NothingFits', 'SplitError', 'MemoryGrowthError', 'DeviceError', 'StepError',
-           'free_memory', 'Trial', 'try_batch', 'find_batch_size', 'SizeResult', 'BatchSizeResult', 'find_max_size',
+           'free_memory', 'Trial', 'try_batch', 'SizeResult', 'BatchSizeResult', 'find_batch_size', 'find_max_size',
            'auto_batch_size', 'Accumulation', 'accumulation', 'usable_memory', 'cap_memory', 'peak_memory',
            'memory_report', 'Checkpointed', 'checkpoint_every', 'checkpoint_report', 'balance', 'param_bytes',
            'SplitModel', 'split_model', 'launch_ddp', 'allreduce_check', 'tf_memory_growth', 'synthetic_step']
@@ -117,20 +117,6 @@ def try_batch(fn:Callable, # `fn(batch_size)` runs one training step
     free_memory(err)
     return Trial(size, False, clock() - t0, kind)
 
-# %% ../nbs/02_memory.ipynb #a844b03e
-def find_batch_size(fn:Callable, # `fn(batch_size)` runs one training step
-                    mode:str='grow', # 'grow': double from `start` until OOM; 'halve': halve from `start` until it fits
-                    start:int|None=None, # first size tried; default 32 ('grow', in bounds) or `max_size` ('halve')
-                    min_size:int=1, # never try a smaller size
-                    max_size:int=2**14, # never try a larger size
-                    steps:int=3, # training steps each candidate must survive
-                    margin:float=0.015, # the result is this fraction (rounded down) below the largest size that fitted
-                    tol:float=0.03, # bisect until the interval is this fraction of the size, or 1, wide
-                    verbose:bool=False, # print each trial
-                   )->BatchSizeResult:
-    "The largest batch size at which `fn` survives `steps` steps, less a safety margin."
-    return _search(fn, mode, start, min_size, max_size, steps, margin, tol, verbose, BatchSizeResult)
-
 # %% ../nbs/02_memory.ipynb #6fe24747
 @dataclass
 class SizeResult:
@@ -189,6 +175,20 @@ def _repr_markdown_(self:SizeResult):
     rows = '\n'.join(f'| {i} | {t.size} | {"ok" if t.ok else "OOM (" + str(t.error) + ")"} | {t.seconds:.3f} |'
                      for i, t in enumerate(self.trials))
     return head + '| trial | size | result | seconds |\n|---|---|---|---|\n' + rows
+
+# %% ../nbs/02_memory.ipynb #a844b03e
+def find_batch_size(fn:Callable, # `fn(batch_size)` runs one training step
+                    mode:str='grow', # 'grow': double from `start` until OOM; 'halve': halve from `start` until it fits
+                    start:int|None=None, # first size tried; default 32 ('grow', in bounds) or `max_size` ('halve')
+                    min_size:int=1, # never try a smaller size
+                    max_size:int=2**14, # never try a larger size
+                    steps:int=3, # training steps each candidate must survive
+                    margin:float=0.015, # the result is this fraction (rounded down) below the largest size that fitted
+                    tol:float=0.03, # bisect until the interval is this fraction of the size, or 1, wide
+                    verbose:bool=False, # print each trial
+                   )->BatchSizeResult:
+    "The largest batch size at which `fn` survives `steps` steps, less a safety margin."
+    return _search(fn, mode, start, min_size, max_size, steps, margin, tol, verbose, BatchSizeResult)
 
 # %% ../nbs/02_memory.ipynb #c375866a
 def _check_args(fn, mode, start, min_size, max_size, steps, margin, tol, what='size'):

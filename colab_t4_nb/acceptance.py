@@ -21,7 +21,8 @@ from .allocation import NoGPUError, spec_for
 from .core import (ColabT4Error, check_callable, check_choice, check_flag, check_int,
                               check_num, check_path, check_seq, check_str, check_type)
 from .amp import AmpStep, amp_choice, dtype_name, no_tf32, parse_dtype, plain_amp_step
-from .memory import cap_memory, find_batch_size, free_memory, synthetic_step, try_batch
+from .memory import (cap_memory, find_batch_size, free_memory, peak_memory,
+                                synthetic_step, try_batch)
 from .models import Encoder, MissingPackage, UNet, resnet50, token_batch, token_loss
 from .monitoring import (MIN_INTERVAL, GPUMonitor, MonitorError, NVMLSource, SmiSource)
 from .persistence import CheckpointManager, training_state
@@ -173,17 +174,6 @@ def _args(none:tuple=(), # names that may also be None (finder, sync, cap, amp a
     none = (*none, 'finder', 'sync', 'cap', 'amp', 'smi')
     return [None if v is None and k in none else _arg(k, v) for k, v in kw.items()]
 
-# %% ../nbs/06c_acceptance.ipynb #ee475253
-def _peak_bytes(fn:Callable, dev:torch.device)->float:
-    ("Peak memory allocated on `dev` during one call of `fn`; "
-     "NaN on the CPU, where it is not tracked.")
-    if dev.type != 'cuda': return float('nan')
-    torch.cuda.synchronize(dev)
-    torch.cuda.reset_peak_memory_stats(dev)
-    fn()
-    torch.cuda.synchronize(dev)
-    return float(torch.cuda.max_memory_allocated(dev))
-
 # %% ../nbs/06c_acceptance.ipynb #f80e1510
 def _encoder_steps(model, opt, cmp:torch.dtype, dev:torch.device)->dict:
     "fp32, `AmpStep` and the textbook step in `cmp`, and `AmpStep`'s own default where it differs."
@@ -216,7 +206,10 @@ def bench_encoder(batch:int=16, seq:int=512, # sequences per step, tokens per se
     calls = {k: functools.partial(s, ids, tgt) for k, s in steps.items()}
     with no_tf32():
         t = benchmark(calls, repeats, warmup, dev.type)
-        peaks = {k: _peak_bytes(c, dev) for k, c in calls.items()}
+        peaks = {}
+        for k, call in calls.items():
+            with peak_memory(dev) as pm: call()
+            peaks[k] = pm.peak
     df = t.df[['median_ms', 'p25_ms', 'p75_ms']].rename(columns={'median_ms': 'ms'})
     df['seq_per_s'], df['peak_gib'] = batch / df.ms * 1e3, pd.Series(peaks) / 2**30
     df['speedup'], df['mem_saved'] = df.ms['fp32'] / df.ms, 1 - df.peak_gib / df.peak_gib['fp32']

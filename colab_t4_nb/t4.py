@@ -9,6 +9,8 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Callable
 
+from fastcore.basics import patch
+
 import pandas as pd
 import torch
 import torch.nn.functional as F
@@ -25,9 +27,9 @@ from .memory import cap_memory
 from .timing import benchmark
 
 # %% auto #0
-__all__ = ['T4_CONSTANTS', 'T4_CLOCKS', 'T4_FP16_GEMM_SOURCE', 'T4_FP16_GEMM', 'PUBLISHED', 't4_rehearsal', 'Rehearsal',
-           'T4Constant', 'Op', 'WorkCounter', 'count_work', 'T4Estimate', 'estimate_t4', 'Bottleneck', 'resnet50_v15',
-           'bert_qa', 'T4Measurement', 'validation_table']
+__all__ = ['T4_CONSTANTS', 'T4_CLOCKS', 'T4_FP16_GEMM_SOURCE', 'T4_FP16_GEMM', 'T4_TABLES', 'PUBLISHED', 't4_rehearsal',
+           'Rehearsal', 'T4Constant', 'Op', 'WorkCounter', 'count_work', 'T4Estimate', 'estimate_t4', 'Bottleneck',
+           'resnet50_v15', 'resnext101_32x4d', 'bert_qa', 'T4Measurement', 'validation_table', 'reference_rows']
 
 # %% ../nbs/03b_t4.ipynb #099229ea
 def _sdpa_t4():
@@ -342,45 +344,75 @@ def estimate_t4(fn:Callable, # the work to predict, e.g. a training step or a mo
     return T4Estimate(float(d.ms.sum()), float(lo.ms.sum()), float(hi.ms.sum()), _bound(d),
                       measured, where, d)
 
+# %% ../nbs/03b_t4.ipynb #d5520e90
+def _squeeze_excite(c:int)->nn.Sequential:
+    "Channel weights from the pooled input, through 16 channels, as DeepLearningExamples builds SE."
+    return nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c, 16), nn.ReLU(inplace=True),
+                         nn.Linear(16, c), nn.Sigmoid())
+
 # %% ../nbs/03b_t4.ipynb #efe2c4ef
 class Bottleneck(nn.Module):
-    "ResNet v1.5 bottleneck (stride on the 3x3 convolution, as torchvision builds it)."
-    def __init__(self, cin:int, width:int, stride:int=1):
-        cin = check_int('cin', cin, lo=1, hi=16384)
-        width = check_int('width', width, lo=1, hi=4096)
-        stride = check_int('stride', stride, lo=1, hi=8)
+    "ResNet v1.5 bottleneck (stride on the 3x3 convolution); `groups` makes it ResNeXt's, `se` adds SE."
+    def __init__(self, cin:int, width:int, stride:int=1,
+                 groups:int=1, # groups of the 3x3 convolution: 32 for ResNeXt101-32x4d
+                 expansion:int=4, # output channels per bottleneck channel: 4 for ResNet, 2 for ResNeXt
+                 se:bool=False, # squeeze-and-excitation to 16 channels, as DeepLearningExamples builds it
+                ):
+        cin, width = check_int('cin', cin, lo=1, hi=16384), check_int('width', width, lo=1, hi=4096)
+        stride, groups = check_int('stride', stride, lo=1, hi=8), check_int('groups', groups, lo=1)
+        expansion, se = check_int('expansion', expansion, lo=1, hi=16), check_flag('se', se)
+        if width % groups:
+            raise ArgumentError(f'width={width} is not a multiple of groups={groups}: '
+                                'pick groups that divide width.')
         super().__init__()
-        cout = width * 4
+        cout = width * expansion
         self.body = nn.Sequential(
             nn.Conv2d(cin, width, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(inplace=True),
-            nn.Conv2d(width, width, 3, stride, 1, bias=False), nn.BatchNorm2d(width),
+            nn.Conv2d(width, width, 3, stride, 1, groups=groups, bias=False), nn.BatchNorm2d(width),
             nn.ReLU(inplace=True),
             nn.Conv2d(width, cout, 1, bias=False), nn.BatchNorm2d(cout))
+        self.se = _squeeze_excite(cout) if se else None
         self.down = (nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
                                    nn.BatchNorm2d(cout))
                      if stride != 1 or cin != cout else nn.Identity())
 
-    def forward(self, x):
-        cin = self.body[0].in_channels
-        check_type('x', x, torch.Tensor, 'a tensor (batch, channels, height, width)')
-        if x.ndim != 4 or x.shape[1] != cin:
-            raise ArgumentError(f'x must be a 4-d tensor with {cin} channels, '
-                                f'got shape {tuple(x.shape)}.')
-        return F.relu(self.body(x) + self.down(x), inplace=True)
+# %% ../nbs/03b_t4.ipynb #ee73592e
+@patch
+def forward(self:Bottleneck, x):
+    cin = self.body[0].in_channels
+    check_type('x', x, torch.Tensor, 'a tensor (batch, channels, height, width)')
+    if x.ndim != 4 or x.shape[1] != cin:
+        raise ArgumentError(f'x must be a 4-d tensor with {cin} channels, '
+                            f'got shape {tuple(x.shape)}.')
+    y = self.body(x)
+    if self.se is not None: y = y * self.se(y)[:, :, None, None]
+    return F.relu(y + self.down(x), inplace=True)
+
+# %% ../nbs/03b_t4.ipynb #fa54cc38
+def _resnet(blocks:tuple, width:int, groups:int, expansion:int, se:bool, num_classes:int):
+    "Stem, four stages of `Bottleneck`s (widths doubling from `width`), pooled linear head."
+    layers, cin = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(inplace=True),
+                   nn.MaxPool2d(3, 2, 1)], 64
+    for stage, n in enumerate(blocks):
+        for i in range(n):
+            stride = 2 if stage and not i else 1
+            layers.append(Bottleneck(cin, width << stage, stride, groups, expansion, se))
+            cin = (width << stage) * expansion
+    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, num_classes))
 
 # %% ../nbs/03b_t4.ipynb #922a248e
 def resnet50_v15(num_classes:int=1000)->nn.Sequential:
-    ("ResNet-50 v1.5 (torchvision's layout) with random weights, from plain torch: "
-     "no torchvision needed.")
-    num_classes = check_int('num_classes', num_classes, lo=1, hi=100_000)  # ImageNet-21k has 21,841
-    layers, cin = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(inplace=True),
-                   nn.MaxPool2d(3, 2, 1)], 64
-    for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
-        for i in range(blocks):
-            layers.append(Bottleneck(cin, width, stride if i == 0 else 1))
-            cin = width * 4
-    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(),
-                         nn.Linear(cin, num_classes))
+    "ResNet-50 v1.5 (torchvision's layout) with random weights, from plain torch."
+    num_classes = check_int('num_classes', num_classes, lo=1, hi=100_000)  # ImageNet-21k: 21,841
+    return _resnet((3, 4, 6, 3), 64, 1, 4, False, num_classes)
+
+# %% ../nbs/03b_t4.ipynb #491b2bc5
+def resnext101_32x4d(se:bool=False, # squeeze-and-excitation in every block: SE-ResNeXt101-32x4d
+                     num_classes:int=1000)->nn.Sequential:
+    "ResNeXt101-32x4d (32 groups of 4 channels in the first stage) with random weights, plain torch."
+    check_flag('se', se)
+    num_classes = check_int('num_classes', num_classes, lo=1, hi=100_000)
+    return _resnet((3, 4, 23, 3), 128, 32, 2, se, num_classes)
 
 # %% ../nbs/03b_t4.ipynb #2a966bfd
 def bert_qa(size:str='base')->nn.Module:
@@ -419,99 +451,196 @@ def _no_fastpath():
     finally:
         if mha: mha.set_fastpath_enabled(old)
 
-# %% ../nbs/03b_t4.ipynb #1cb752c1
+# %% ../nbs/03b_t4.ipynb #a287da0a
+# (model, run, dtype, sequence length or None (images: 224 x 224), ((batch, ms per batch), ...))
+T4_TABLES = [
+    ('ResNet-50 v1.5', 'PyTorch 21.03', 'fp32', None,
+     ((1, 10.7), (2, 11.26), (4, 12.73), (8, 22.41), (16, 39.77),
+      (32, 77.62), (64, 152.73), (128, 309.26), (256, 635.98))),
+    ('ResNet-50 v1.5', 'PyTorch 21.03, AMP', 'fp16', None,
+     ((1, 12.96), (2, 13.18), (4, 12.99), (8, 12.82), (16, 15.8),
+      (32, 29.54), (64, 57.41), (128, 114.24), (256, 225.95))),
+    ('ResNeXt101-32x4d', 'PyTorch 21.03', 'fp32', None,
+     ((1, 18.18), (2, 18.77), (4, 26.89), (8, 48.99), (16, 93.51),
+      (32, 178.83), (64, 361.95), (128, 756.93), (256, 1615.79))),
+    ('ResNeXt101-32x4d', 'PyTorch 21.03, AMP', 'fp16', None,
+     ((1, 23), (2, 23.14), (4, 22.8), (8, 21.98), (16, 29.47),
+      (32, 56.56), (64, 110.82), (128, 220.44), (256, 439.3))),
+    ('SE-ResNeXt101-32x4d', 'PyTorch 21.03', 'fp32', None,
+     ((1, 25.12), (2, 26.82), (4, 29.79), (8, 51.74), (16, 97.99),
+      (32, 186.31), (64, 378.1), (128, 785.83), (256, 1641.96))),
+    ('SE-ResNeXt101-32x4d', 'PyTorch 21.03, AMP', 'fp16', None,
+     ((1, 32.51), (2, 32.76), (4, 32.98), (8, 31.01), (16, 33.76),
+      (32, 63.68), (64, 123.57), (128, 248.97), (256, 496.23))),
+    ('ResNet-50 v1.5', 'TensorFlow 20.06', 'fp32', None,
+     ((1, 7.34), (2, 9.29), (4, 13.83), (8, 23.41), (16, 40.58),
+      (32, 77.18), (64, 150.82), (128, 297.82), (256, 601.37))),
+    ('ResNet-50 v1.5', 'TensorFlow 20.06, AMP', 'fp16', None,
+     ((1, 4.77), (2, 5.27), (4, 6.75), (8, 10.16), (16, 17.55),
+      (32, 32.92), (64, 64.56), (128, 128.55), (256, 257.71))),
+    ('ResNet-50 v1.5', 'TensorFlow 20.06, AMP + XLA', 'fp16', None,
+     ((1, 6.01), (2, 6.03), (4, 6.63), (8, 9.98), (16, 16.27),
+      (32, 29.35), (64, 56.63), (128, 109.77), (256, 214.46))),
+    ('ResNeXt101-32x4d', 'TensorFlow 20.06', 'fp32', None,
+     ((1, 31.42), (2, 43.92), (4, 56.8), (8, 93.36), (16, 160.65),
+      (32, 304.63), (64, 590.85), (128, 1163.04))),
+    ('ResNeXt101-32x4d', 'TensorFlow 20.06, AMP', 'fp16', None,
+     ((1, 12.5), (2, 19.23), (4, 27.91), (8, 45.29), (16, 78.6),
+      (32, 152.54), (64, 287.03), (128, 565.89))),
+    ('ResNeXt101-32x4d', 'TensorFlow 20.06, AMP + XLA', 'fp16', None,
+     ((1, 18.4), (2, 19.67), (4, 26.05), (8, 44.94), (16, 67.31),
+      (32, 132.34), (64, 242.6), (128, 470.29))),
+    ('SE-ResNeXt101-32x4d', 'TensorFlow 20.06', 'fp32', None,
+     ((1, 36.68), (2, 44.96), (4, 61.43), (8, 99.88), (16, 170.24),
+      (32, 320.42), (64, 619.44), (128, 1217.18))),
+    ('SE-ResNeXt101-32x4d', 'TensorFlow 20.06, AMP', 'fp16', None,
+     ((1, 17.57), (2, 24.97), (4, 34.77), (8, 54.24), (16, 92.04),
+      (32, 175.64), (64, 331.25), (128, 655.82))),
+    ('SE-ResNeXt101-32x4d', 'TensorFlow 20.06, AMP + XLA', 'fp16', None,
+     ((1, 21.72), (2, 24.77), (4, 30.89), (8, 51), (16, 78.26),
+      (32, 148.68), (64, 272.05), (128, 523.62))),
+    ('BERT-large SQuAD', 'TensorFlow2 21.02, AMP + XLA', 'fp16', 128,
+     ((1, 17.36), (2, 19.46), (4, 26.47), (8, 42.78))),
+    ('BERT-large SQuAD', 'TensorFlow2 21.02, AMP + XLA', 'fp16', 384,
+     ((1, 25.72), (2, 39.58), (4, 69.34), (8, 127))),
+    ('BERT-large SQuAD', 'TensorFlow2 21.02, XLA', 'fp32', 128,
+     ((1, 23.69), (2, 42.42), (4, 83.29), (8, 159.72))),
+    ('BERT-large SQuAD', 'TensorFlow2 21.02, XLA', 'fp32', 384,
+     ((1, 66.63), (2, 126.78), (4, 258.1), (8, 498.61))),
+    ('BERT-base SQuAD', 'TensorFlow2 21.02, AMP + XLA', 'fp16', 128,
+     ((1, 8.58), (2, 8.38), (4, 9.93), (8, 15.02))),
+    ('BERT-base SQuAD', 'TensorFlow2 21.02, AMP + XLA', 'fp16', 384,
+     ((1, 9.79), (2, 13.4), (4, 22.5), (8, 41.53))),
+    ('BERT-base SQuAD', 'TensorFlow2 21.02, XLA', 'fp32', 128,
+     ((1, 8.92), (2, 14.05), (4, 24.23), (8, 45.86))),
+    ('BERT-base SQuAD', 'TensorFlow2 21.02, XLA', 'fp32', 384,
+     ((1, 19.93), (2, 38.99), (4, 80.18), (8, 155.85))),
+    ('BERT-base SQuAD', 'TensorFlow 20.06, AMP + XLA', 'fp16', 128,
+     ((1, 10.93), (2, 13.65), (4, 18.68), (8, 27.77))),
+    ('BERT-base SQuAD', 'TensorFlow 20.06, AMP + XLA', 'fp16', 384,
+     ((1, 16.6), (2, 24.26), (4, 41.02), (8, 74.98))),
+    ('BERT-base SQuAD', 'TensorFlow 20.06, XLA', 'fp32', 128,
+     ((1, 18.52), (2, 28.08), (4, 45.61), (8, 80.98))),
+    ('BERT-base SQuAD', 'TensorFlow 20.06, XLA', 'fp32', 384,
+     ((1, 38.75), (2, 68.89), (4, 131.86), (8, 251.62))),
+    ('BERT-large SQuAD', 'TensorFlow 20.06, AMP + XLA', 'fp16', 128,
+     ((1, 25.14), (2, 31.66), (4, 45.97), (8, 74.59))),
+    ('BERT-large SQuAD', 'TensorFlow 20.06, AMP + XLA', 'fp16', 384,
+     ((1, 43.72), (2, 67.94), (4, 116.67), (8, 208.95))),
+    ('BERT-large SQuAD', 'TensorFlow 20.06, XLA', 'fp32', 128,
+     ((1, 46.48), (2, 79.06), (4, 142.15), (8, 265.6))),
+    ('BERT-large SQuAD', 'TensorFlow 20.06, XLA', 'fp32', 384,
+     ((1, 118.44), (2, 215.54), (4, 418.71), (8, 820.39))),
+]
+
+# %% ../nbs/03b_t4.ipynb #6003da30
+_DLE = 'github.com/NVIDIA/DeepLearningExamples'
+
+# %% ../nbs/03b_t4.ipynb #21cbab72
+_CONVNETS = {'ResNet-50 v1.5': 'resnet50v1.5', 'ResNeXt101-32x4d': 'resnext101-32x4d',
+             'SE-ResNeXt101-32x4d': 'se-resnext101-32x4d'}  # model: its folder
+
+# %% ../nbs/03b_t4.ipynb #7d72e7e8
+def _source(model:str, run:str, dtype:str)->str:
+    "Where a row of `T4_TABLES` is published: README, section, table, column."
+    if model in _CONVNETS:
+        table = 'FP32' if dtype == 'fp32' else 'Mixed Precision'
+        table += ' Inference Latency' + (' + XLA' if 'XLA' in run else '')
+        return (f'{_DLE}, {run.split()[0]}/Classification/ConvNets/{_CONVNETS[model]}/README.md, '
+                f'"Inference performance: NVIDIA T4", {table}, Latency Avg')
+    if run.startswith('TensorFlow2'):
+        size = model.split()[0].replace('base', 'Base').replace('large', 'Large')
+        return (f'{_DLE}, TensorFlow2/LanguageModeling/BERT/README.md, "Fine-tuning inference '
+                f'performance for SQuAD v1.1 on NVIDIA Tesla T4", {size} {dtype.upper()}, '
+                'Latency-Average')
+    return (f'{_DLE}, TensorFlow/LanguageModeling/BERT/README.md, "Fine-tuning inference '
+            'performance for SQuAD v1.1 on Tesla T4 16GB", Latency-50%')
+
+# %% ../nbs/03b_t4.ipynb #ad8991b7
 @dataclass(frozen=True)
 class T4Measurement:
     "A published single-T4 figure and how to rebuild its workload here."
-    name:str     # what was measured
-    source:str   # where it is published, and the figure as given there
-    ms:float     # the published time per call (ms), read or computed from the source's figure
+    workload:str    # what was run, e.g. 'ResNet-50 v1.5, fp16, batch 64'
+    run:str         # who ran it: framework, container, precision mode
+    ms:float        # the published time per call (ms)
+    busy:float      # the row's throughput over the best of its table (1: the table's best)
     build:Callable  # build(device) -> (fn, args): the workload, rebuilt with random weights
-    run:str = ''    # the run behind the figure: framework, container, what the time covers
+    source:str      # where it is published: README, section, table, column
+
 
     def __post_init__(self):
-        check_str('name', self.name)
-        check_str('source', self.source)
+        check_str('workload', self.workload)
+        check_str('run', self.run)
         check_num('ms', self.ms, hi=1e7)
+        check_num('busy', self.busy, hi=1)
         check_callable('build', self.build)
-        check_str('run', self.run, empty=True)
+        check_str('source', self.source)
 
-# %% ../nbs/03b_t4.ipynb #53d07fc3
-_DLE = 'github.com/NVIDIA/DeepLearningExamples'
+# %% ../nbs/03b_t4.ipynb #2a8c0e8e
+def _build(model:str, dtype:str, batch:int, seq:int|None)->Callable:
+    "build(device) -> (fn, args) for a workload of `T4_TABLES`."
+    if model in _CONVNETS:
+        net = {'ResNet-50 v1.5': resnet50_v15, 'ResNeXt101-32x4d': resnext101_32x4d,
+               'SE-ResNeXt101-32x4d': lambda: resnext101_32x4d(se=True)}[model]
+        return _inference(net, (batch, 3, 224, 224), dtype)
+    size = model.split()[0].removeprefix('BERT-')
+    return _inference(lambda: bert_qa(size), (batch, seq), dtype, ids=30522)
 
-# %% ../nbs/03b_t4.ipynb #695a98f2
-_RN_PT = (f'{_DLE}, PyTorch/Classification/ConvNets/resnet50v1.5/README.md, '
-          '"Inference performance: NVIDIA T4"')
-_RN_TF = (f'{_DLE}, TensorFlow/Classification/ConvNets/resnet50v1.5/README.md, '
-          '"Inference performance: NVIDIA T4"')
+# %% ../nbs/03b_t4.ipynb #db53f6ee
+def _published()->list:
+    "A `T4Measurement` for every row of `T4_TABLES`."
+    out = []
+    for model, run, dtype, seq, rows in T4_TABLES:
+        best = max(b / ms for b, ms in rows)
+        for b, ms in rows:
+            name = f'{model}, {dtype}, batch {b}' + (f', seq {seq}' if seq else '')
+            out.append(T4Measurement(name, run, ms, b / ms / best, _build(model, dtype, b, seq),
+                                     _source(model, run, dtype)))
+    return out
 
-# %% ../nbs/03b_t4.ipynb #12a933bc
-def _rn(b, p): return _inference(resnet50_v15, (b, 3, 224, 224), p)
+# %% ../nbs/03b_t4.ipynb #59772579
+PUBLISHED = _published()
 
-# %% ../nbs/03b_t4.ipynb #dfe95646
-_BERT_TF2 = (f'{_DLE}, TensorFlow2/LanguageModeling/BERT/README.md, '
-             'SQuAD v1.1 inference on T4 (21.02 container)')
-_BERT_TF1 = (f'{_DLE}, TensorFlow/LanguageModeling/BERT/README.md, '
-             'SQuAD v1.1 inference on T4 (20.06 container)')
-
-# %% ../nbs/03b_t4.ipynb #5431f165
-def _bert(size, b, s, p): return _inference(lambda: bert_qa(size), (b, s), p, ids=30522)
-
-# %% ../nbs/03b_t4.ipynb #5dcef5b7
-PUBLISHED = [
-    T4Measurement('ResNet-50 inference, fp32, batch 64', f'{_RN_PT}: 152.73 ms average latency',
-                  152.73, _rn(64, 'fp32'), 'PyTorch, NGC container, NCHW'),
-    T4Measurement('ResNet-50 inference, fp32, batch 256', f'{_RN_PT}: 635.98 ms', 635.98,
-                  _rn(256, 'fp32'), 'PyTorch'),
-    T4Measurement('ResNet-50 inference, fp16, batch 64', f'{_RN_PT}: 57.41 ms', 57.41,
-                  _rn(64, 'fp16'), 'PyTorch, AMP'),
-    T4Measurement('ResNet-50 inference, fp16, batch 256', f'{_RN_PT}: 225.95 ms', 225.95,
-                  _rn(256, 'fp16'), 'PyTorch, AMP'),
-    T4Measurement('ResNet-50 inference, fp32, batch 64 (TF)', f'{_RN_TF}: 150.82 ms', 150.82,
-                  _rn(64, 'fp32'), 'TensorFlow 20.06'),
-    T4Measurement('ResNet-50 inference, fp16, batch 64 (TF)', f'{_RN_TF}: 64.56 ms', 64.56,
-                  _rn(64, 'fp16'), 'TensorFlow 20.06, AMP'),
-    T4Measurement('BERT-base SQuAD, fp16, seq 128, batch 8', f'{_BERT_TF2}: 15.02 ms', 15.02,
-                  _bert('base', 8, 128, 'fp16'), 'TensorFlow 2'),
-    T4Measurement('BERT-base SQuAD, fp16, seq 384, batch 8', f'{_BERT_TF2}: 41.53 ms', 41.53,
-                  _bert('base', 8, 384, 'fp16'), 'TensorFlow 2'),
-    T4Measurement('BERT-base SQuAD, fp32, seq 128, batch 8 (TF1)',
-                  f'{_BERT_TF1}: 80.98 ms (median)', 80.98,
-                  _bert('base', 8, 128, 'fp32'), 'TensorFlow 1'),
-    T4Measurement('BERT-base SQuAD, fp32, seq 384, batch 8 (TF1)',
-                  f'{_BERT_TF1}: 251.62 ms (median)', 251.62,
-                  _bert('base', 8, 384, 'fp32'), 'TensorFlow 1'),
-    T4Measurement('BERT-base SQuAD, fp32, seq 128, batch 8 (TF2)', f'{_BERT_TF2}: 45.86 ms', 45.86,
-                  _bert('base', 8, 128, 'fp32'), 'TensorFlow 2'),
-    T4Measurement('BERT-base SQuAD, fp32, seq 384, batch 8 (TF2)', f'{_BERT_TF2}: 155.85 ms',
-                  155.85, _bert('base', 8, 384, 'fp32'), 'TensorFlow 2'),
-    T4Measurement('BERT-large SQuAD, fp16, seq 384, batch 8', f'{_BERT_TF2}: 127 ms', 127.0,
-                  _bert('large', 8, 384, 'fp16'), 'TensorFlow 2'),
-    T4Measurement('BERT-large SQuAD, fp32, seq 384, batch 8', f'{_BERT_TF2}: 498.61 ms', 498.61,
-                  _bert('large', 8, 384, 'fp32'), 'TensorFlow 2'),
-]
+# %% ../nbs/03b_t4.ipynb #72e6bc24
+def _device(device:str)->str:
+    "`device` checked: a torch device this runtime has."
+    try: cuda = torch.device(device).type == 'cuda'
+    except RuntimeError: cuda = None
+    if cuda is None or (cuda and not torch.cuda.is_available()):
+        raise ArgumentError(f"device must be 'meta', 'cpu' or a CUDA device this runtime has "
+                            f"(pass device=None to count only), got device={device!r}.")
+    return device
 
 # %% ../nbs/03b_t4.ipynb #0b37e3cb
 def validation_table(measurements:list|None=None, # `T4Measurement`s; None: `PUBLISHED`
                      device:str|None=None, # where to rebuild the workloads; None: 'meta' (counted)
                     )->pd.DataFrame:
     ("Each published T4 figure beside `estimate_t4`'s prediction for the rebuilt workload, "
-     "and the error.")
+     "and the error; measurements of one workload are counted once.")
     item = lambda n, m: check_type(n, m, T4Measurement)
     ms = PUBLISHED if measurements is None else check_seq('measurements', measurements, item)
-    device = check_str('device', device, none=True) or 'meta'
-    try: dev = torch.device(device)
-    except RuntimeError:
-        raise ArgumentError(f"device must be a torch device such as 'meta', 'cpu' or 'cuda', "
-                            f"got device={device!r}.") from None
-    if dev.type == 'cuda' and not torch.cuda.is_available():
-        raise ArgumentError(f'device={device!r}, but no CUDA GPU is here: '
-                            'pass device=None (counted only).')
-    rows = []
+    dev = _device(check_str('device', device, none=True) or 'meta')
+    rows, done = [], {}
     for m in ms:
-        fn, args = m.build(device)
-        e = estimate_t4(fn, *args, repeats=0)
-        rows.append(dict(workload=m.name, published_ms=m.ms, predicted_ms=e.ms, low_ms=e.low_ms,
-                         high_ms=e.high_ms, error=e.ms / m.ms - 1, bound=e.bound,
-                         launches=e.launches, run=m.run, source=m.source))
-    return pd.DataFrame(rows).set_index('workload')
+        if m.workload not in done:
+            fn, args = m.build(dev)
+            done[m.workload] = estimate_t4(fn, *args, repeats=0)
+        e = done[m.workload]
+        rows.append(dict(workload=m.workload, run=m.run, published_ms=m.ms, predicted_ms=e.ms,
+                         low_ms=e.low_ms, high_ms=e.high_ms, error=e.ms / m.ms - 1, busy=m.busy,
+                         bound=e.bound, launches=e.launches, source=m.source))
+    return pd.DataFrame(rows)
+
+# %% ../nbs/03b_t4.ipynb #27adef44
+def reference_rows(table:pd.DataFrame, # the table `validation_table` returns
+                   busy:float=0.8, # the least `busy` a row needs: its share of its table's best throughput
+                  )->pd.DataFrame:
+    "Per workload, the fastest published run, kept where it held the card busy."
+    check_type('table', table, pd.DataFrame, 'the table validation_table returns')
+    busy = check_num('busy', busy, hi=1)
+    missing = sorted({'workload', 'published_ms', 'busy'} - set(table.columns))
+    if missing:
+        raise ArgumentError(f'table lacks the columns {missing}: pass what validation_table returns.')
+    if table.empty: return table
+    fastest = table.loc[table.groupby('workload').published_ms.idxmin()]
+    return fastest[fastest.busy >= busy].sort_values(['run', 'workload'])

@@ -96,6 +96,7 @@ def _examples(tmp:Path)->dict:
               sm_mhz=Alt((lambda: 1000.0, lambda: (1000.0, 1200.0, 1400.0))))
     ex.update(loader=lambda: [torch.zeros(1)] * 6, step=Alt((lambda: 1, lambda: (lambda *a: None))),
               batch=Alt((lambda: (torch.randn(2, 4), torch.tensor([0, 1])), lambda: 2)))
+    ex.update(table=lambda: T4.validation_table(T4.PUBLISHED[:2]))  # two counted rows
     ex.update(ops=lambda: T4._charge([T4.Op('mm', 'matmul', 'fp32', 1e6, 1e4)]),
               build=Alt((lambda: (lambda device: ((lambda x: x + 1), (torch.zeros(2, device=device),))),
                          lambda: (lambda small, size, **kw: _model()))))

@@ -197,6 +197,8 @@ KWARGS.update({'encoder_race': KWARGS['bench_encoder'], 'finder_race': dict(cap=
                'monitor_overhead': dict(interval=0.01, pairs=1, block_s=0.01, warmup_s=0),
                'toy_step': dict(width=8, depth=1)})
 KWARGS.update(run_suite=dict(quick=True, workloads=[_tiny(text=False)], progress=False))
+# -- memory: the processes of launch_ddp start in under a second, but a loaded 2-core machine can take longer
+KWARGS.update(launch_ddp=dict(timeout=15))
 
 ANNOTATION = {'int': 2, 'float': 1.0, 'str': 'x', 'bool': False, 'dict': {}, 'list': [], 'tuple': ()}
 

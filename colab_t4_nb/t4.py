@@ -606,7 +606,8 @@ def _device(device:str)->str:
     "`device` checked: a torch device this runtime has."
     try: cuda = torch.device(device).type == 'cuda'
     except RuntimeError: cuda = None
-    if cuda is None or (cuda and not torch.cuda.is_available()):
+    n = torch.cuda.device_count() if cuda and torch.cuda.is_available() else 0
+    if cuda is None or (cuda and (torch.device(device).index or 0) >= n):
         raise ArgumentError(f"device must be 'meta', 'cpu' or a CUDA device this runtime has "
                             f"(pass device=None to count only), got device={device!r}.")
     return device

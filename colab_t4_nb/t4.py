@@ -604,10 +604,9 @@ PUBLISHED = _published()
 # %% ../nbs/03b_t4.ipynb #72e6bc24
 def _device(device:str)->str:
     "`device` checked: a torch device this runtime has."
-    try: cuda = torch.device(device).type == 'cuda'
-    except RuntimeError: cuda = None
-    n = torch.cuda.device_count() if cuda and torch.cuda.is_available() else 0
-    if cuda is None or (cuda and (torch.device(device).index or 0) >= n):
+    try: d = torch.device(device)
+    except RuntimeError: d = None
+    if d is None or (d.index or 0) >= {'meta': 1, 'cpu': 1, 'cuda': torch.cuda.device_count()}.get(d.type, 0):
         raise ArgumentError(f"device must be 'meta', 'cpu' or a CUDA device this runtime has "
                             f"(pass device=None to count only), got device={device!r}.")
     return device

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from fastcore.basics import patch, store_attr
 
-from .core import (COLAB_DRIVE, ColabT4Error, atomic_write, oom_kind, runtime,
+from .core import (COLAB_DRIVE, ColabT4Error, ArgumentTypeError, atomic_write, oom_kind, runtime,
                               state_dir, check_callable, check_choice, check_flag, check_int,
                               check_num, check_path, check_seq, check_stateful, check_str,
                               check_type)
@@ -27,8 +27,8 @@ from .checkpoint_format import *
 # %% auto #0
 __all__ = ['OWNER_STALE_S', 'DEFAULT_EVERY_MINUTES', 'rng_state', 'set_rng_state', 'training_state', 'CheckpointDir',
            'FolderInUse', 'CheckpointManager', 'Resumed', 'drive_checkpoints', 'flush_drive', 'SessionEnding',
-           'SessionClock', 'is_oom', 'is_context_lost', 'CudaContextLost', 'RunReport', 'run_resumable', 'RestartLimit',
-           'Attempt', 'run_with_restarts']
+           'SessionClock', 'is_oom', 'is_context_lost', 'CudaContextLost', 'RunReport', 'run_resumable',
+           'ResumableLoader', 'RestartLimit', 'Attempt', 'run_with_restarts']
 
 # %% ../nbs/05a_persistence.ipynb #8fbdefe5
 def rng_state()->dict:
@@ -1066,7 +1066,7 @@ def _free_memory(optimizer):
 # run_resumable's schedule when none is given: a crash loses at most this much work
 DEFAULT_EVERY_MINUTES = 10
 
-def run_resumable(step_fn:Callable, # step_fn(step) runs one training step; its data must depend only on `step`
+def run_resumable(step_fn:Callable, # step_fn(step) runs one step, its data from `step` alone; step_fn(step, batch) with `loader`
                   ckpt:CheckpointManager, # where checkpoints go and come from
                   steps:int, # train until this many steps are done
                   model=None, optimizer=None, scaler=None, scheduler=None, # saved and restored
@@ -1077,6 +1077,7 @@ def run_resumable(step_fn:Callable, # step_fn(step) runs one training step; its 
                   max_oom:int=2, # out-of-memory errors allowed at one step
                   on_oom:Callable|None=None, # on_oom(step, message) after each reload
                   background:bool=False, # save with `save_async`
+                  loader=None, # batches for step_fn, epoch after epoch; its position is saved too
                   clock:Callable=time.monotonic,
                  )->RunReport:
     "Train from the latest checkpoint to `steps`, saving as asked; recover from out-of-memory errors by reloading."
@@ -1087,12 +1088,30 @@ def run_resumable(step_fn:Callable, # step_fn(step) runs one training step; its 
         every_minutes = DEFAULT_EVERY_MINUTES
     objs = dict(model=model, optimizer=optimizer, scaler=scaler, scheduler=scheduler)
     for k, o in objs.items(): check_stateful(k, o)
-    if ckpt.latest() is None: ckpt.save(0, **objs); start = 0
-    else: start = ckpt.load(**objs).step
-    rep, step, last, tries = RunReport(start), start, clock(), {}
+    if loader is not None and not isinstance(loader, ResumableLoader): loader = ResumableLoader(loader)
+    def save(step, now=False):
+        extras = {} if loader is None else {'loader': loader.state_dict()}
+        (ckpt.save if now or not background else ckpt.save_async)(step, **objs, **extras)
+    def restore()->int:
+        r = ckpt.load(**objs)
+        if loader is not None:
+            if 'loader' not in r.extras:
+                raise CheckpointMismatch(f'{ckpt.last_loaded.path.name} was saved without a '
+                                         'loader: resume as it was run, or in a new folder.')
+            loader.load_state_dict(r.extras['loader'])
+        return r.step
+    if ckpt.latest() is None: save(0, now=True); start = 0
+    else: start = restore()
+    rep, step, last, tries, batches = RunReport(start), start, clock(), {}, None
     while step < steps:
         oom = None
-        try: step_fn(step)
+        if loader is not None:
+            fresh, batches = batches is None, iter(loader) if batches is None else batches
+            if (batch := next(batches, batches)) is batches:  # the epoch is over
+                if fresh: raise ArgumentError(f'loader gave no batches: {loader.loader!r}.')
+                batches = None
+                continue
+        try: step_fn(step) if loader is None else step_fn(step, batch)
         except Exception as e:
             if is_context_lost(e):
                 raise CudaContextLost(f'CUDA failed at step {step} ({str(e).splitlines()[0]}); '
@@ -1108,7 +1127,7 @@ def run_resumable(step_fn:Callable, # step_fn(step) runs one training step; its 
         # outside `except`, so the frames of the error (and their tensors) are freed
         if oom is not None:
             _free_memory(optimizer); ckpt.wait()
-            failed, step = step, ckpt.load(**objs).step
+            failed, step, batches = step, restore(), None
             rep.oom_recoveries += 1
             _warn(f'Out of memory at step {failed} ({oom}); reloaded the checkpoint of step '
                   f'{step} and going on.')
@@ -1119,12 +1138,115 @@ def run_resumable(step_fn:Callable, # step_fn(step) runs one training step; its 
         if (step == steps or cut or (every_steps and step % every_steps == 0)
                 or (steps_per_epoch and step % steps_per_epoch == 0)
                 or (every_minutes and clock() - last >= every_minutes * 60)):
-            (ckpt.save_async if background else ckpt.save)(step, **objs)
+            save(step)
             rep.saves += 1
             last = clock()
         if cut == 'session': rep.reason = 'session limit'; break
     ckpt.wait(); rep.stop = step
     return rep
+
+# %% ../nbs/05a_persistence.ipynb #3105eab3
+def _generators(loader)->list:
+    "The torch generators a loader draws its order and its workers' seeds from, each once."
+    bs = getattr(loader, 'batch_sampler', None)
+    found = []
+    for o in (loader, getattr(loader, 'sampler', None), bs, getattr(bs, 'sampler', None)):
+        g = getattr(o, 'generator', None)
+        if isinstance(g, torch.Generator) and not any(g is f for f in found): found.append(g)
+    return found
+
+# %% ../nbs/05a_persistence.ipynb #b293a0d2
+class ResumableLoader:
+    "A data loader that resumes mid-epoch as an uninterrupted run goes on: same order, next batch."
+    def __init__(self, loader, # a `DataLoader`, a torchdata `StatefulDataLoader`, or any iterable
+                 done:Callable|None=None, # `done()`: batches of the epoch trained; default: handed out
+                ):
+        if not callable(getattr(loader, '__iter__', None)):
+            raise ArgumentTypeError(f'loader must be a DataLoader or another iterable, got {loader!r}.')
+        check_callable('done', done, none=True)
+        self.loader, self._done, self.epoch = loader, done, 0
+        self._resume, self._begun, self._given, self._over = None, False, 0, False
+        self._start, self._before = None, {}  # the epoch's first states; states before batch i
+
+    def __len__(self): return len(self.loader)
+    def __getattr__(self, k):  # the loader's `sampler`, `batch_size`..., for the frameworks' checks
+        if k == 'loader' or k.startswith('__'): raise AttributeError(k)
+        return getattr(self.loader, k)
+
+    @property
+    def _stateful(self)->bool:  # torchdata's StatefulDataLoader: it keeps its own position
+        return all(callable(getattr(self.loader, m, None)) for m in ('state_dict', 'load_state_dict'))
+
+    def _here(self)->dict:  # the state the next batch is fetched from
+        return {'rng': rng_state(), **({'loader': self.loader.state_dict()} if self._stateful else {})}
+
+    def _snapshot(self)->dict:
+        return {'rng': rng_state(), 'generators': [g.get_state() for g in _generators(self.loader)]}
+
+    def _put_back(self, snap:dict):
+        gens = _generators(self.loader)
+        if len(gens) != len(snap['generators']):
+            raise CheckpointMismatch(f"The checkpoint's loader drew its order from "
+                                     f"{len(snap['generators'])} generator(s), this one from "
+                                     f'{len(gens)}: resume with the loader the run was saved with.')
+        for g, s in zip(gens, snap['generators']): g.set_state(s)
+        set_rng_state(snap['rng'])
+
+# %% ../nbs/05a_persistence.ipynb #46e71f1a
+@patch
+def state_dict(self:ResumableLoader)->dict:
+    "Where the loader is: epoch, batches trained, and the states to take up the epoch from."
+    done = self._given if self._done is None else self._done()
+    try: full = done >= len(self.loader)
+    except TypeError: full = self._over and done >= self._given  # no length: the end was reached
+    if not self._begun or full:  # between epochs: the next one starts from the states of now
+        return {'epoch': self.epoch + self._begun, 'batches': 0, 'now': self._snapshot()}
+    before = self._before.get(done)
+    if before is None and done == self._given:  # the next batch is fetched after now
+        before = self._here()
+    if before is None:
+        raise CheckpointError(f'The loader cannot say where batch {done} of the epoch was (it '
+                              f'has handed out {self._given}): save after a batch is trained.')
+    return {'epoch': self.epoch, 'batches': done, 'start': self._start, 'before': before,
+            'now': self._snapshot()}
+
+# %% ../nbs/05a_persistence.ipynb #f08d715d
+@patch
+def load_state_dict(self:ResumableLoader, sd:dict):
+    "Take up the position of `state_dict` at the next `iter`."
+    if not isinstance(sd, Mapping) or not {'epoch', 'batches', 'now'} <= set(sd):
+        raise CheckpointMismatch(f'Not the state of a ResumableLoader: {str(sd)[:80]}.')
+    self._resume = sd
+
+# %% ../nbs/05a_persistence.ipynb #b4de9112
+@patch
+def __iter__(self:ResumableLoader):
+    r, self._resume = self._resume, None
+    if r is not None: self.epoch = r['epoch']
+    elif self._begun: self.epoch += 1
+    self._begun, self._over, self._before, skip = True, False, {}, 0
+    if r is not None and r['batches']:  # mid-epoch: the epoch again from its start
+        skip = r['batches']
+        self._put_back(r['start'])
+        if self._stateful: self.loader.load_state_dict(r['before']['loader'])
+    elif r is not None: self._put_back(r['now'])
+    if callable(getattr(getattr(self.loader, 'sampler', None), 'set_epoch', None)):
+        self.loader.sampler.set_epoch(self.epoch)  # a DistributedSampler's order
+    self._start = r['start'] if skip else self._snapshot()
+    it = iter(self.loader)
+    if skip and not self._stateful:
+        for _ in range(skip): next(it)  # the epoch's order, drawn again from its start
+    if skip: set_rng_state(r['before']['rng'])  # the random state the next batch was fetched with
+    self._given = skip
+    while True:
+        self._before[self._given] = self._here()
+        for k in [k for k in self._before if k < self._given - 4]: del self._before[k]
+        batch = next(it, it)
+        if skip: set_rng_state(r['now']['rng']); skip = 0  # the training's random state
+        if batch is it: break
+        self._given += 1
+        yield batch
+    self._over = True
 
 # %% ../nbs/05a_persistence.ipynb #dfe9e2cd
 class RestartLimit(ColabT4Error):

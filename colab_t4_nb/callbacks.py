@@ -4,7 +4,7 @@
 
 # %% ../nbs/06b_callbacks.ipynb #962ddce2
 from __future__ import annotations
-import importlib, os, shutil, tempfile, time, weakref
+import importlib, os, shutil, tempfile, threading, time, weakref
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Callable
@@ -17,13 +17,13 @@ from .core import runtime, ColabT4Error, check_flag, check_int, check_num, check
 from .amp import AmpChoice, amp_choice, keras_amp
 from .memory import find_batch_size
 from .monitoring import FIELDS, GPUMonitor
-from .persistence import (CheckpointManager, SessionClock, drive_checkpoints, rng_state,
-                                     set_rng_state)
+from .persistence import (CheckpointManager, FolderInUse, ResumableLoader, SessionClock,
+                                     drive_checkpoints, rng_state, set_rng_state)
 
 
 # %% auto #0
 __all__ = ['CallbackError', 'MissingFramework', 'HFCallback', 'hf_precision', 'batch_plan', 'hf_settings', 'LightningCallback',
-           'lightning_precision', 'ResumableLoader', 'KerasCallback', 'keras_policy']
+           'lightning_precision', 'KerasCallback', 'keras_policy']
 
 # %% ../nbs/06b_callbacks.ipynb #775165a3
 class CallbackError(ColabT4Error, ValueError):
@@ -34,20 +34,15 @@ class MissingFramework(ColabT4Error, ImportError):
     "The framework a callback is for is not installed."
 
 # %% ../nbs/06b_callbacks.ipynb #3d7f14bc
-_CKPTS = weakref.WeakValueDictionary()  # folder -> the manager a callback of this process made
+_CKPTS = weakref.WeakValueDictionary()  # folder -> the callback of this process that saves there
 
 def _manager(run)->CheckpointManager:
     "The run's manager: `run` itself, `drive_checkpoints(run)` for a name, or one for a folder."
     if isinstance(run, CheckpointManager): return run
-    if isinstance(run, str) and run and not set(run) & {'/', '\\'}: ckpt = drive_checkpoints(run)
-    elif isinstance(run, (str, os.PathLike)): ckpt = CheckpointManager(check_path('run', run))
-    else:
-        raise TypeError(f'run must be a run name such as "bert-run" (on Drive in Colab), a folder, '
-                        f'or a CheckpointManager, got {run!r} ({type(run).__name__}).')
-    key = os.path.realpath(ckpt.path)
-    if (old := _CKPTS.get(key)) is not None: old.release()  # the manager of an earlier call
-    _CKPTS[key] = ckpt
-    return ckpt
+    if isinstance(run, str) and run and not set(run) & {'/', '\\'}: return drive_checkpoints(run)
+    if isinstance(run, (str, os.PathLike)): return CheckpointManager(check_path('run', run))
+    raise TypeError(f'run must be a run name such as "bert-run" (on Drive in Colab), a folder, '
+                    f'or a CheckpointManager, got {run!r} ({type(run).__name__}).')
 
 # %% ../nbs/06b_callbacks.ipynb #743350a8
 def _bytes_tensor(b:bytes)->torch.Tensor:
@@ -148,10 +143,30 @@ def _gpu_figures(mon)->dict:
 class _Saver:
     "The manager, the schedule, the monitor and the report that the three callbacks share."
     def _setup(self, run, every_steps, every_minutes, session, monitor, clock):
-        self.ckpt = _manager(run)
+        self.ckpt, self._training = _manager(run), None
+        self._claim()
         self.schedule = _Schedule(every_steps, every_minutes, _default_session(session), clock)
         self.monitor, self._own_monitor = _monitor(monitor)
         self.saves, self.resumed_from, self.stopped, self._tmp = 0, None, None, None
+        self._resumed = None  # the state of the checkpoint resumed from
+
+    def _live(self)->bool:
+        "True while this callback's training runs in another thread of this process."
+        t = self._training
+        return t is not None and t != threading.get_ident() and \
+            any(th.ident == t for th in threading.enumerate())
+
+    def _claim(self):
+        "Make this callback the one saving to its folder; an earlier one's training must be over."
+        key = os.path.realpath(self.ckpt.path)
+        old = _CKPTS.get(key)
+        if old is not None and old is not self:
+            if old._live():
+                raise FolderInUse(f'{self.ckpt.path} is in use by a {type(old).__name__} of this '
+                                  'process whose training is still running: wait for it to end, '
+                                  'or give this run another folder.')
+            old.ckpt.release()  # a cell run again: the earlier callback's training is over
+        _CKPTS[key] = self
 
     def __repr__(self):
         return (f'{type(self).__name__}({self.ckpt!r}, saves={self.saves}, '
@@ -163,6 +178,8 @@ _SAMPLING = weakref.WeakSet()  # the monitors callbacks started
 @patch
 def _start(self:_Saver):
     "Training starts: minutes count from now; our monitor samples (one a crashed run left stops)."
+    self._claim()
+    self._training = threading.get_ident()
     self.schedule.last = self.schedule.clock()
     if self._own_monitor and not self.monitor.running:
         for m in list(_SAMPLING): m.stop()
@@ -172,6 +189,7 @@ def _start(self:_Saver):
 @patch
 def _end(self:_Saver):
     "Training ended: stop our monitor, remove the folder a resume was read from."
+    self._training = None
     if self._own_monitor and self.monitor.running: self.monitor.stop()
     if self._tmp is not None: shutil.rmtree(self._tmp, ignore_errors=True); self._tmp = None
 
@@ -201,6 +219,7 @@ def _restore(self:_Saver, framework:str)->Path|None:
     "The framework's files of the newest checkpoint, written into a new local folder; None if none."
     st = self._newest(framework)
     if st is None: return None
+    self._resumed = st
     self._tmp = _unpack(st['files'], Path(tempfile.mkdtemp(prefix=f'colab_t4_nb-{framework}-')))
     return self._tmp
 
@@ -216,6 +235,7 @@ class HFCallback(_Saver, _Lazy):
                  clock:Callable=time.monotonic): # seconds, for `every_minutes`; for tests
         super().__init__()
         self._setup(run, every_steps, every_minutes, session, monitor, clock)
+        self._epoch_rng = None  # the random state as the epoch began
 
 # %% ../nbs/06b_callbacks.ipynb #b5ae0e4b
 @patch
@@ -232,6 +252,10 @@ def on_train_begin(self:HFCallback, args, state, control, **kwargs):
                             'so a run cannot resume from it: leave save_only_model=False.')
     self._start()
 
+@patch
+def on_init_end(self:HFCallback, args, state, control, **kwargs):
+    args.restore_callback_states_from_checkpoint = True  # early stopping's counters on resume
+
 # %% ../nbs/06b_callbacks.ipynb #df04d18a
 @patch
 def on_step_end(self:HFCallback, args, state, control, **kwargs):
@@ -244,7 +268,15 @@ def on_step_end(self:HFCallback, args, state, control, **kwargs):
 def on_save(self:HFCallback, args, state, control, **kwargs):
     folder = Path(args.output_dir)/f'checkpoint-{state.global_step}'
     if args.should_save and folder.is_dir():
-        self._store(state.global_step, 'transformers', files=_pack(folder))
+        self._store(state.global_step, 'transformers', files=_pack(folder), epoch_rng=self._epoch_rng)
+
+# %% ../nbs/06b_callbacks.ipynb #c882df5c
+@patch
+def on_epoch_begin(self:HFCallback, args, state, control, **kwargs):
+    "Keep the epoch's first random state; on resume, put it back before the loader draws its order."
+    if (r := self._resumed) is not None and r.get('epoch_rng') is not None:
+        set_rng_state(r['epoch_rng'])  # the Trainer restores the checkpoint's state after it
+    self._resumed, self._epoch_rng = None, rng_state()
 
 # %% ../nbs/06b_callbacks.ipynb #cb67cfdc
 @patch
@@ -326,7 +358,7 @@ class LightningCallback(_Saver, _Lazy):
                  clock:Callable=time.monotonic): # seconds, for `every_minutes`; for tests
         super().__init__()
         self._setup(run, every_steps, every_minutes, session, monitor, clock)
-        self._done, self._saved_at = 0, None
+        self._done, self._saved_at, self._loaders, self._cut = 0, None, [], False
 
     @property
     def precision(self)->str:
@@ -347,42 +379,13 @@ def lightning_precision(device=None, # as for `amp_choice`; None: the card here
     names = {torch.float16: '16-mixed', torch.bfloat16: 'bf16-mixed', torch.float32: '32-true'}
     return names[_card(device).dtype]
 
-# %% ../nbs/06b_callbacks.ipynb #9f4494a7
-class ResumableLoader:
-    "A loader Lightning can resume mid-epoch: same order, the next batch, the same random state."
-    def __init__(self, loader, # a `DataLoader`, or any iterable with a length
-                 done:Callable, # `done()`: the batches of this epoch already trained
-                ):
-        self.loader, self._done, self._epoch_rng, self._resume = loader, done, None, None
-
-    def __len__(self): return len(self.loader)
-    def __getattr__(self, k):  # the loader's `sampler`, `batch_size`..., for Lightning's checks
-        if k == 'loader': raise AttributeError(k)
-        return getattr(self.loader, k)
-    def state_dict(self)->dict:
-        return {'batches': self._done(), 'epoch_rng': self._epoch_rng, 'rng': rng_state()}
-    def load_state_dict(self, sd:dict): self._resume = sd
-
-# %% ../nbs/06b_callbacks.ipynb #ea394bc1
-@patch
-def __iter__(self:ResumableLoader):
-    r, self._resume = self._resume, None
-    skip = r['batches'] if r and r['batches'] < len(self.loader) else 0  # 0: the next epoch starts
-    if r: set_rng_state(r['epoch_rng'] if skip else r['rng'])
-    self._epoch_rng = rng_state()
-    it = iter(self.loader)
-    for _ in range(skip): next(it)  # the epoch's order again, drawn from the epoch's random state
-    first = next(it, it)
-    if skip: set_rng_state(r['rng'])
-    if first is it: return
-    yield first
-    yield from it
-
 # %% ../nbs/06b_callbacks.ipynb #c9b60a00
 @patch
 def loader(self:LightningCallback, dl)->ResumableLoader:
     "`dl` made resumable mid-epoch: `trainer.fit(model, cb.loader(train_loader), ...)`."
-    return ResumableLoader(dl, lambda: self._done)
+    rl = ResumableLoader(dl, lambda: self._done)
+    self._loaders.append(rl)
+    return rl
 
 # %% ../nbs/06b_callbacks.ipynb #3323505f
 @patch
@@ -407,8 +410,12 @@ def on_train_batch_end(self:LightningCallback, trainer, pl_module, outputs, batc
             and trainer.global_step % trainer.log_every_n_steps == 0:
         trainer.logger.log_metrics(figs, step=trainer.global_step)
     save, stop = self.schedule.due(trainer.global_step)
+    self._cut = self._cut or stop
+    cycle_end = (self._done % trainer.accumulate_grad_batches == 0
+                 or self._done >= trainer.num_training_batches)
+    if not cycle_end: return  # gradients of this cycle are not in any checkpoint: save after it
     if save and self._saved_at != trainer.global_step: self._save(trainer)
-    if stop: trainer.should_stop, self.stopped = True, 'session limit'
+    if self._cut: trainer.should_stop, self.stopped = True, 'session limit'
 
 # %% ../nbs/06b_callbacks.ipynb #034979df
 @patch
@@ -416,33 +423,63 @@ def on_train_end(self:LightningCallback, trainer, pl_module):
     if self._saved_at != trainer.global_step: self._save(trainer)  # the end of the run
     self._end()
 
+# %% ../nbs/06b_callbacks.ipynb #bdc85b22
+@patch
+def on_exception(self:LightningCallback, trainer, pl_module, exception): self._end()
+
 # %% ../nbs/06b_callbacks.ipynb #62029218
 @patch
-def state_dict(self:LightningCallback)->dict: return {'rng': rng_state()}
+def state_dict(self:LightningCallback)->dict:
+    return {'rng': rng_state(), 'loaders': [rl.state_dict() for rl in self._loaders]}
 
 # %% ../nbs/06b_callbacks.ipynb #6433c05d
 @patch
-def load_state_dict(self:LightningCallback, state_dict:dict): set_rng_state(state_dict['rng'])
+def load_state_dict(self:LightningCallback, state_dict:dict):
+    set_rng_state(state_dict['rng'])
+    for rl, sd in zip(self._loaders, state_dict.get('loaders', [])): rl.load_state_dict(sd)
 
 # %% ../nbs/06b_callbacks.ipynb #540c1836
-def _arrays(variables)->list:
-    "Keras variables as [dtype, shape, uint8 tensor of the bytes], for `weights_only` loading."
+def _arrays(values)->list:
+    "Keras variables or arrays as [dtype, shape, uint8 tensor of the bytes], for `weights_only`."
     out = []
-    for v in variables:
-        a = np.array(v.numpy(), order='C')
+    for v in values:
+        a = np.array(v.numpy() if hasattr(v, 'numpy') else v, order='C')
         out.append([a.dtype.str, list(a.shape), torch.from_numpy(a.reshape(-1).view(np.uint8))])
     return out
 
 # %% ../nbs/06b_callbacks.ipynb #63e9d09f
-def _assign(variables, saved:list, what:str):
-    "Put `_arrays`' values back into `variables`, after checking that they match one for one."
+def _values(variables, saved:list, what:str)->list:
+    "`_arrays`' values as arrays for `variables`, after checking that they match one for one."
     variables = list(variables)
     if len(variables) != len(saved) or any(list(v.shape) != s[1] for v, s in zip(variables, saved)):
         raise CallbackError(f'The checkpoint holds {len(saved)} {what} variables unlike the '
                             f'{len(variables)} here: resume with the model and optimizer it was '
-                            'saved from.')
-    for v, (dtype, shape, t) in zip(variables, saved):
-        v.assign(t.numpy().view(np.dtype(dtype)).reshape(shape))
+                            'saved from. Nothing was changed.')
+    return [t.numpy().view(np.dtype(dtype)).reshape(shape) for dtype, shape, t in saved]
+
+# %% ../nbs/06b_callbacks.ipynb #e29a3a1c
+# what Keras' own callbacks keep between epochs, by class
+_KERAS_STATE = {'EarlyStopping': ('wait', 'stopped_epoch', 'best', 'best_epoch', 'best_weights'),
+                'ReduceLROnPlateau': ('wait', 'best', 'cooldown_counter')}
+
+def _kept(cb)->tuple:
+    "The attributes of Keras callback `cb` that a resume restores; () for one without state."
+    return next((_KERAS_STATE[c.__name__] for c in type(cb).__mro__ if c.__name__ in _KERAS_STATE),
+                ())
+
+def _cb_state(cb)->dict:
+    "The state of a Keras callback, as `weights_only` loading takes it."
+    out = {}
+    for k in _kept(cb):
+        v = getattr(cb, k, None)
+        out[k] = _arrays(v) if k == 'best_weights' and v is not None else \
+            v if v is None else float(v) if k == 'best' else int(v)
+    return out
+
+def _set_cb_state(cb, st:dict):
+    for k, v in st.items():
+        setattr(cb, k, [t.numpy().view(np.dtype(d)).reshape(s) for d, s, t in v]
+                if k == 'best_weights' and v is not None else v)
 
 # %% ../nbs/06b_callbacks.ipynb #9e9fd6f1
 class KerasCallback(_Saver, _Lazy):
@@ -457,14 +494,16 @@ class KerasCallback(_Saver, _Lazy):
         super().__init__()
         every_epochs = check_int('every_epochs', every_epochs, 1, hi=10**6)
         self._setup(run, every_epochs, every_minutes, session, monitor, clock)
-        self._resume, self._cut = None, False
+        self._resume, self._cut, self._tracked = None, False, ()
 
 # %% ../nbs/06b_callbacks.ipynb #661af078
 @patch
-def fit_kwargs(self:KerasCallback)->dict:
-    "`model.fit(..., **cb.fit_kwargs())`: `initial_epoch` of the newest good checkpoint, or 0."
-    self._resume = self._newest('keras')
-    return {'initial_epoch': 0 if self._resume is None else self.resumed_from}
+def fit_kwargs(self:KerasCallback, *callbacks, # Keras callbacks whose state resumes too (EarlyStopping...)
+              )->dict:
+    "`model.fit(..., **cb.fit_kwargs(*callbacks))`: `initial_epoch` of the newest checkpoint, or 0."
+    self._resume, self._tracked = self._newest('keras'), callbacks
+    out = {'initial_epoch': 0 if self._resume is None else self.resumed_from}
+    return {**out, 'callbacks': [*callbacks, self]} if callbacks else out
 
 # %% ../nbs/06b_callbacks.ipynb #32af763a
 @patch
@@ -473,8 +512,14 @@ def on_train_begin(self:KerasCallback, logs=None):
     if (r := self._resume) is None: return
     self._resume, opt = None, self.model.optimizer
     if not opt.built: opt.build(self.model.trainable_variables)
-    _assign(self.model.variables, r['model_variables'], 'model')
-    _assign(opt.variables, r['optimizer_variables'], 'optimizer')
+    states = r.get('callbacks', [])
+    if len(states) != len(self._tracked):
+        raise CallbackError(f'The checkpoint holds the state of {len(states)} callbacks, not of the '
+                            f'{len(self._tracked)} given to fit_kwargs: give the same callbacks.')
+    model = _values(self.model.variables, r['model_variables'], 'model')
+    optimizer = _values(opt.variables, r['optimizer_variables'], 'optimizer')
+    for v, a in zip([*self.model.variables, *opt.variables], model + optimizer): v.assign(a)
+    for cb, st in zip(self._tracked, states): _set_cb_state(cb, st)
     set_rng_state(r['rng'])
 
 # %% ../nbs/06b_callbacks.ipynb #420fb450
@@ -491,7 +536,8 @@ def on_epoch_end(self:KerasCallback, epoch, logs=None):
     done = epoch + 1
     if self.schedule.due(done, done >= self.params.get('epochs', done))[0]:
         self._store(done, 'keras', model_variables=_arrays(self.model.variables),
-                    optimizer_variables=_arrays(self.model.optimizer.variables), rng=rng_state())
+                    optimizer_variables=_arrays(self.model.optimizer.variables), rng=rng_state(),
+                    callbacks=[_cb_state(cb) for cb in self._tracked])
 
 # %% ../nbs/06b_callbacks.ipynb #f67b965d
 @patch

@@ -1208,7 +1208,7 @@ def state_dict(self:ResumableLoader)->dict:
         raise CheckpointError(f'The loader cannot say where batch {done} of the epoch was (it '
                               f'has handed out {self._given}): save after a batch is trained.')
     return {'epoch': self.epoch, 'batches': done, 'start': self._start, 'before': before,
-            'now': self._snapshot()}
+            'fetched': done < self._given, 'now': self._snapshot()}
 
 # %% ../nbs/05a_persistence.ipynb #f08d715d
 @patch
@@ -1237,14 +1237,22 @@ def __iter__(self:ResumableLoader):
     if skip and not self._stateful:
         for _ in range(skip): next(it)  # the epoch's order, drawn again from its start
     if skip: set_rng_state(r['before']['rng'])  # the random state the next batch was fetched with
-    self._given = skip
+    self._given, pending = skip, it  # pending: a batch fetched ahead, or `it` for none
+    try: n = len(self.loader)
+    except TypeError: n = None
     while True:
-        self._before[self._given] = self._here()
-        for k in [k for k in self._before if k < self._given - 4]: del self._before[k]
-        batch = next(it, it)
-        if skip: set_rng_state(r['now']['rng']); skip = 0  # the training's random state
+        if pending is it:
+            self._before[self._given] = self._here()
+            for k in [k for k in self._before if k < self._given - 4]: del self._before[k]
+            batch = next(it, it)
+            if skip and r['fetched']: set_rng_state(r['now']['rng'])  # fetched ahead of training
+            skip = 0
+        else: batch, pending = pending, it
         if batch is it: break
         self._given += 1
+        if self._given == n:  # end the epoch now: a sampler draws as it ends (torch's RandomSampler)
+            pending = next(it, it)
+            self._over = pending is it
         yield batch
     self._over = True
 

@@ -222,6 +222,7 @@ def test_lightning_gpu_figures_reach_the_logger(tmp_path):
         def log_metrics(self, metrics, step=None): seen.append((step, dict(metrics)))
     class Trainer:  # the attributes of a Lightning trainer the callback reads at a step
         logger, log_every_n_steps, global_step = Logger(), 5, 0
+        accumulate_grad_batches, num_training_batches = 1, 10
     pytest.importorskip('lightning')
     with fake_nvml([h200_reading()]):
         mon = C.GPUMonitor(interval=1.0)

@@ -1,0 +1,121 @@
+"""The resume matrix: `run_resumable`, the Trainer, Lightning and Keras x a loader shuffled by its
+own seeded generator, one shuffled from the global generator, and one with two workers x a SIGKILL
+in the first epoch, in the second past the boundary, in the middle of a save, and twice. Every
+cell is a real process killed with SIGKILL and started again with the same command; it must end
+with the weights and optimizer state of an uninterrupted run, bit for bit. The runs are
+`resume_job.py`: a model with dropout, AdamW, a per-step warm-up/decay schedule, and data with a
+random augmentation where they are loaded."""
+import json, os, subprocess, sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import ROOT
+
+JOB = Path(__file__).parent/'resume_job.py'
+LOADERS = ['generator', 'global', 'workers']
+# optimizer steps: six an epoch, checkpoints every three (Keras: at every epoch's end)
+KILLS = {'epoch 1': [dict(kill_at=5)], 'epoch 2': [dict(kill_at=11)],
+         'in a save': [dict(kill_in_save=8)], 'twice': [dict(kill_at=4), dict(kill_at=10)]}
+KERAS_KILLS = {'epoch 1': [dict(kill_at=4)], 'epoch 2': [dict(kill_at=10)],
+               'in a save': [dict(kill_in_save=8)], 'twice': [dict(kill_at=10), dict(kill_at=15)]}
+NEEDS = {'plain': None, 'hf': 'transformers', 'lightning': 'lightning', 'keras': 'tensorflow'}
+
+def job_env(**extra)->dict:
+    env = {**os.environ, 'CUDA_VISIBLE_DEVICES': '', 'PYTHONUNBUFFERED': '1', **extra}
+    env['PYTHONPATH'] = os.pathsep.join([str(ROOT), env.get('PYTHONPATH', '')])
+    for k in ('IN_TEST', 'COLAB_RELEASE_TAG', 'KAGGLE_KERNEL_RUN_TYPE'): env.pop(k, None)
+    return env
+
+class Zygote:
+    "A process that imported a framework once and forks one child per run (see resume_job.py)."
+    def __init__(self, framework:str, tmp:Path, env:dict):
+        self.err = open(tmp/f'{framework}.err', 'w')
+        self.p = subprocess.Popen([sys.executable, str(JOB), '--zygote', framework], env=env,
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err,
+                                  text=True, cwd=tmp)
+    def _ask(self, **cmd)->dict:
+        self.p.stdin.write(json.dumps(cmd) + '\n')
+        self.p.stdin.flush()
+        line = self.p.stdout.readline()
+        assert line, f'zygote died: {Path(self.err.name).read_text()[-3000:]}'
+        return json.loads(line)
+    def run(self, **args)->dict:
+        return self._ask(op='wait', pid=self._ask(op='run', args=args)['pid'])
+    def close(self):
+        self.p.stdin.close()
+        self.p.wait(timeout=60)
+        self.err.close()
+
+_ZYGOTES, _REFS = {}, {}
+
+@pytest.fixture(scope='module')
+def zygotes(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp('zygotes')
+    def get(framework):
+        if framework not in _ZYGOTES:
+            # the Trainer's resume is exact only without a random augmentation: see the last test
+            env = job_env(RESUME_NOISE='0') if framework == 'hf' else job_env()
+            _ZYGOTES[framework] = Zygote(framework, tmp, env)
+        return _ZYGOTES[framework]
+    yield get
+    for z in _ZYGOTES.values(): z.close()
+    _ZYGOTES.clear()
+
+def final(folder:Path)->dict: return torch.load(folder/'final.pt', weights_only=True)
+
+def same(a, b)->bool:
+    "Equal bit for bit: tensors, and the dicts and lists that hold them."
+    if isinstance(a, torch.Tensor): return isinstance(b, torch.Tensor) and torch.equal(a, b)
+    if isinstance(a, dict): return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)): return len(a) == len(b) and all(map(same, a, b))
+    return a == b
+
+def err_of(z:Zygote)->str: return Path(z.err.name).read_text()[-3000:]
+
+def reference(z:Zygote, framework:str, loader:str, tmp:Path)->dict:
+    if (framework, loader) not in _REFS:
+        folder = tmp/f'ref-{framework}-{loader}'
+        folder.mkdir()
+        assert z.run(framework=framework, loader=loader, folder=str(folder)) == \
+            {'signal': 0, 'code': 0}, err_of(z)
+        _REFS[framework, loader] = final(folder)
+    return _REFS[framework, loader]
+
+CELLS = [(f, l, k) for f in NEEDS for l in LOADERS for k in KILLS]
+
+@pytest.mark.parametrize('framework, loader, kill', CELLS)
+def test_resume_is_bit_identical(framework, loader, kill, zygotes, tmp_path, tmp_path_factory):
+    if NEEDS[framework]: pytest.importorskip(NEEDS[framework])
+    z = zygotes(framework)
+    ref = reference(z, framework, loader, tmp_path_factory.getbasetemp())
+    folder = tmp_path/'run'
+    folder.mkdir()
+    for k in (KERAS_KILLS if framework == 'keras' else KILLS)[kill]:
+        r = z.run(framework=framework, loader=loader, folder=str(folder), **k)
+        assert r['signal'] == 9, f'the run was not killed ({r}): {err_of(z)}'
+        if 'kill_in_save' in k:  # the kill came in the middle of writing a checkpoint
+            assert list((folder/'ckpt').glob('.*.tmp')), sorted(p.name for p in (folder/'ckpt').iterdir())
+    assert z.run(framework=framework, loader=loader, folder=str(folder)) == \
+        {'signal': 0, 'code': 0}, err_of(z)
+    got = final(folder)
+    assert same(got['model'], ref['model']), 'weights differ from the uninterrupted run'
+    assert same(got['optimizer'], ref['optimizer']), 'optimizer state differs'
+
+@pytest.mark.xfail(strict=True, reason="the Trainer's own resume skips the trained batches without "
+                   'loading them and restores the random state after fetching the next batch: a '
+                   'random augmentation drawn where batches are loaded differs after a mid-epoch resume')
+def test_trainer_resume_with_a_random_augmentation(tmp_path):
+    pytest.importorskip('transformers')
+    runs = {}
+    for name, kills in [('ref', []), ('run', [5])]:
+        folder = tmp_path/name
+        folder.mkdir()
+        for k in kills:
+            subprocess.run([sys.executable, str(JOB), 'hf', 'generator', str(folder), '--kill-at', str(k)],
+                           env=job_env(), capture_output=True, timeout=300)
+        r = subprocess.run([sys.executable, str(JOB), 'hf', 'generator', str(folder)], env=job_env(),
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-3000:]
+        runs[name] = final(folder)
+    assert same(runs['run']['model'], runs['ref']['model'])

@@ -20,6 +20,9 @@ import torch
 N, BATCH, FEATURES = 48, 8, 8
 EVERY = 3  # save every 3 optimizer steps: at 3, 6 (an epoch's end), 9, 12
 DEVICE = os.environ.get('RESUME_DEVICE', 'cpu')
+if DEVICE != 'cpu':  # deterministic kernels, so that two runs on the GPU can be compared bit for bit
+    os.environ.setdefault('CUBLAS_WORKSPACE_CONFIG', ':4096:8')
+    torch.use_deterministic_algorithms(True)
 PRECISION = os.environ.get('RESUME_PRECISION', 'fp32')  # fp32, fp16 or bf16 (on a GPU)
 NOISE = float(os.environ.get('RESUME_NOISE', '0.01'))  # the scale of the random augmentation
 
@@ -169,19 +172,21 @@ def keras(kind, folder):
     class Batches(keras.utils.PyDataset):  # loaded by two worker threads; shuffled each epoch
         def __init__(self):
             super().__init__(workers=2)
-            self.order = np.random.permutation(N)
+            self.order = np.arange(N)
         def __len__(self): return N // BATCH
         def __getitem__(self, i):
             idx = self.order[i * BATCH:(i + 1) * BATCH]
             return x[idx], y[idx]
-        def on_epoch_end(self): self.order = np.random.permutation(N)
+        def on_epoch_begin(self): self.order = np.random.permutation(N)
     cb = KerasCallback(folder/'ckpt')
-    fit = dict(epochs=3, verbose=0, callbacks=[cb, Step()], **cb.fit_kwargs())
-    if kind == 'generator':
+    early = keras.callbacks.EarlyStopping('loss', patience=5)
+    step, fit = Step(), dict(epochs=3, verbose=0)
+    if kind == 'generator':  # early stopping's counters resume too; a tf.data pipeline's order
         ds = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(N, seed=1).batch(BATCH)
-        model.fit(ds, **fit)
-    elif kind == 'global': model.fit(x, y, batch_size=BATCH, shuffle=True, **fit)
-    else: model.fit(Batches(), **fit)
+        model.fit(ds, **cb.fit_kwargs(early, step), **fit)
+    elif kind == 'global':
+        model.fit(x, y, batch_size=BATCH, shuffle=True, callbacks=[cb, step], **fit, **cb.fit_kwargs())
+    else: model.fit(Batches(), callbacks=[cb, step], **fit, **cb.fit_kwargs())
     write_final(folder, {str(i): torch.from_numpy(np.array(w)) for i, w in enumerate(model.get_weights())},
                 {str(i): torch.from_numpy(np.array(v.numpy()))
                  for i, v in enumerate(model.optimizer.variables)})
@@ -212,7 +217,7 @@ def zygote(framework):
             if pid == 0:
                 os.dup2(2, 1)  # the child's output must not mix with the protocol on stdout
                 code = 0
-                try: run(framework, **cmd['args'])
+                try: run(**cmd["args"])
                 except BaseException: traceback.print_exc(); code = 1
                 sys.stdout.flush(); sys.stderr.flush(); os._exit(code)
             print(json.dumps({'pid': pid}), flush=True)

@@ -381,9 +381,9 @@ def lightning_precision(device=None, # as for `amp_choice`; None: the card here
 
 # %% ../nbs/06b_callbacks.ipynb #c9b60a00
 @patch
-def loader(self:LightningCallback, dl)->ResumableLoader:
-    "`dl` made resumable mid-epoch: `trainer.fit(model, cb.loader(train_loader), ...)`."
-    rl = ResumableLoader(dl, lambda: self._done)
+def loader(self:LightningCallback, loader)->ResumableLoader:
+    "`loader` made resumable mid-epoch: `trainer.fit(model, cb.loader(train_loader), ...)`."
+    rl = ResumableLoader(loader, lambda: self._done)
     self._loaders.append(rl)
     return rl
 

@@ -1212,11 +1212,12 @@ def state_dict(self:ResumableLoader)->dict:
 
 # %% ../nbs/05a_persistence.ipynb #f08d715d
 @patch
-def load_state_dict(self:ResumableLoader, sd:dict):
+def load_state_dict(self:ResumableLoader, state_dict:dict):
     "Take up the position of `state_dict` at the next `iter`."
-    if not isinstance(sd, Mapping) or not {'epoch', 'batches', 'now'} <= set(sd):
-        raise CheckpointMismatch(f'Not the state of a ResumableLoader: {str(sd)[:80]}.')
-    self._resume = sd
+    if not isinstance(state_dict, Mapping) or not {'epoch', 'batches', 'now'} <= set(state_dict):
+        raise CheckpointMismatch('state_dict must be what ResumableLoader.state_dict() gave, got '
+                                 f'{str(state_dict)[:80]!r}.')
+    self._resume = state_dict
 
 # %% ../nbs/05a_persistence.ipynb #b4de9112
 @patch

@@ -1,9 +1,11 @@
 """One training run of the resume matrix: a framework, a data loader, a checkpoint folder, and where
-to die. `python resume_job.py FRAMEWORK LOADER FOLDER [--kill-at N] [--kill-in-save N]` trains two
+to die. `python resume_job.py FRAMEWORK LOADER FOLDER [--kill-at N] [--kill-in-save N]
+[--kill-at-batch N]` trains two
 epochs (three for Keras) of six batches from the newest checkpoint in FOLDER and, when it gets to
 the end, writes FOLDER/final.pt: the weights and the optimizer state. `--kill-at N` SIGKILLs the
 process after optimizer step N; `--kill-in-save N` SIGKILLs it in the middle of writing the first
-checkpoint after step N. `--zygote FRAMEWORK` imports once and forks one child per run read from
+checkpoint after step N; `--kill-at-batch N` after the Nth micro-batch (with RESUME_ACCUMULATE=2,
+between the micro-batches of an optimizer step). `--zygote FRAMEWORK` imports once and forks one child per run read from
 stdin, as JSON, so that a matrix of runs costs one import of each framework.
 
 The model has dropout, AdamW and a per-step warm-up/decay schedule; the data get random noise
@@ -18,7 +20,10 @@ import numpy as np
 import torch
 
 N, BATCH, FEATURES = 48, 8, 8
-EVERY = 3  # save every 3 optimizer steps: at 3, 6 (an epoch's end), 9, 12
+ACCUMULATE = int(os.environ.get('RESUME_ACCUMULATE', '1'))  # micro-batches per optimizer step
+# save every 3 optimizer steps: at 3, 6 (an epoch's end), 9, 12; with accumulation every 2 steps
+# (4 micro-batches): at 2, 4 (in the second epoch), 6
+EVERY = 3 if ACCUMULATE == 1 else 2
 DEVICE = os.environ.get('RESUME_DEVICE', 'cpu')
 if DEVICE != 'cpu':  # deterministic kernels, so that two runs on the GPU can be compared bit for bit
     os.environ.setdefault('CUBLAS_WORKSPACE_CONFIG', ':4096:8')
@@ -53,12 +58,17 @@ def schedule(opt, total):
     return torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min((s + 1) / 3, (total - s) / total))
 
 # ---------------------------------------------------------------- dying on cue
-ARMED, KILL_AT, KILL_IN_SAVE = [False], None, None
+ARMED, KILL_AT, KILL_IN_SAVE, KILL_AT_BATCH, BATCHES = [False], None, None, None, [0]
 
 def after_step(n:int):
     "Called after optimizer step `n`: die here, or arm the kill inside the next save."
     if KILL_AT is not None and n == KILL_AT: os.kill(os.getpid(), signal.SIGKILL)
     if KILL_IN_SAVE is not None and n >= KILL_IN_SAVE: ARMED[0] = True
+
+def after_batch():
+    "Called after each micro-batch: die after the `KILL_AT_BATCH`th, between optimizer steps."
+    BATCHES[0] += 1
+    if KILL_AT_BATCH is not None and BATCHES[0] == KILL_AT_BATCH: os.kill(os.getpid(), signal.SIGKILL)
 
 def kill_inside_saves():
     from colab_t4_nb import checkpoint_format as F
@@ -114,10 +124,14 @@ def hf(kind, folder):
             x, y = self.d[i]
             return {'x': x, 'labels': y}
     class Step(TrainerCallback):
-        def on_step_end(self, args, state, control, **kw): after_step(state.global_step)
+        def on_substep_end(self, args, state, control, **kw): after_batch()
+        def on_step_end(self, args, state, control, **kw):
+            after_batch()
+            after_step(state.global_step)
     args = dict(num_train_epochs=2, per_device_train_batch_size=BATCH, learning_rate=1e-2,
                 lr_scheduler_type='linear', warmup_steps=3, save_strategy='no', report_to='none',
                 disable_tqdm=True, logging_strategy='no', seed=0, use_cpu=DEVICE == 'cpu',
+                gradient_accumulation_steps=ACCUMULATE,
                 fp16=PRECISION == 'fp16', bf16=PRECISION == 'bf16', full_determinism=DEVICE != 'cpu')
     if kind == 'generator': args['data_seed'] = 1
     if kind == 'global': args['accelerator_config'] = {'use_seedable_sampler': False}
@@ -143,13 +157,16 @@ def lightning(kind, folder):
             sched = schedule(opt, self.trainer.estimated_stepping_batches)
             return [opt], [{'scheduler': sched, 'interval': 'step'}]
     class Step(pl.Callback):
-        def on_train_batch_end(self, trainer, *a): after_step(trainer.global_step)
+        def on_train_batch_end(self, trainer, *a):
+            after_batch()
+            after_step(trainer.global_step)
     cb = LightningCallback(folder/'ckpt', every_steps=EVERY, every_minutes=None)
     precision = {'fp16': '16-mixed', 'bf16': 'bf16-mixed'}.get(PRECISION, '32-true')
     trainer = pl.Trainer(max_epochs=2, callbacks=[cb, Step()], logger=False,
                          enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False, accelerator='gpu' if DEVICE != 'cpu' else 'cpu',
-                         devices=1, precision=precision, deterministic=DEVICE != 'cpu')
+                         devices=1, precision=precision, deterministic=DEVICE != 'cpu',
+                         accumulate_grad_batches=ACCUMULATE)
     model = Small()
     trainer.fit(model, cb.loader(torch_loader(kind)), ckpt_path=cb.ckpt_path())
     write_final(folder, model.net.state_dict(), trainer.optimizers[0].state_dict())
@@ -193,9 +210,9 @@ def keras(kind, folder):
 
 FRAMEWORKS = {'plain': plain, 'hf': hf, 'lightning': lightning, 'keras': keras}
 
-def run(framework, loader, folder, kill_at=None, kill_in_save=None):
-    global KILL_AT, KILL_IN_SAVE
-    KILL_AT, KILL_IN_SAVE, ARMED[0] = kill_at, kill_in_save, False
+def run(framework, loader, folder, kill_at=None, kill_in_save=None, kill_at_batch=None):
+    global KILL_AT, KILL_IN_SAVE, KILL_AT_BATCH
+    KILL_AT, KILL_IN_SAVE, KILL_AT_BATCH, ARMED[0] = kill_at, kill_in_save, kill_at_batch, False
     kill_inside_saves()
     warnings.filterwarnings('ignore')
     FRAMEWORKS[framework](loader, Path(folder))
@@ -233,9 +250,10 @@ if __name__ == '__main__':
     p.add_argument('folder', nargs='?')
     p.add_argument('--kill-at', type=int)
     p.add_argument('--kill-in-save', type=int)
+    p.add_argument('--kill-at-batch', type=int)
     p.add_argument('--zygote')
     a = p.parse_args()
     if a.zygote: zygote(a.zygote)
     else:
         torch.set_num_threads(1)
-        run(a.framework, a.loader, a.folder, a.kill_at, a.kill_in_save)
+        run(a.framework, a.loader, a.folder, a.kill_at, a.kill_in_save, a.kill_at_batch)

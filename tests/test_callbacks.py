@@ -39,7 +39,7 @@ class Tick(TrainerCallback):
     def __init__(self, now, s): self.now, self.s = now, s
     def on_step_end(self, args, state, control, **kwargs): self.now[0] += self.s
 
-def hf_run(tmp:Path, run, crash_at=None, cb_kw=None, extra=(), **args):
+def hf_run(tmp:Path, run, crash_at=None, cb_kw=None, extra=(), eval_dataset=None, **args):
     torch.manual_seed(0)
     model = BertForSequenceClassification(BertConfig(
         vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
@@ -50,7 +50,7 @@ def hf_run(tmp:Path, run, crash_at=None, cb_kw=None, extra=(), **args):
              use_cpu=True)
     callbacks = [*extra, cb] + ([Disconnect(crash_at)] if crash_at else [])
     t = Trainer(model, TrainingArguments(str(tmp/'out'), **{**a, **args}),
-                train_dataset=sentences(), callbacks=callbacks)
+                train_dataset=sentences(), eval_dataset=eval_dataset, callbacks=callbacks)
     t.remove_callback(PrinterCallback)
     t.train(**cb.train_kwargs())
     return cb, {k: v.clone() for k, v in model.state_dict().items()}, t
@@ -233,7 +233,7 @@ def test_lightning_gpu_figures_reach_the_logger(tmp_path):
     assert [(s, m['gpu0_util_gpu']) for s, m in seen] == [(5, 100.0), (10, 100.0)]
 
 # ---------------------------------------------------------------- Keras
-def keras_run(run, crash_at=None, shuffle=True, cb_kw=None, extra=()):
+def keras_run(run, crash_at=None, shuffle=True, cb_kw=None, extra=(), tracked=False, lr=None):
     tf = pytest.importorskip('tensorflow')
     try: tf.config.set_visible_devices([], 'GPU')  # the CPU, where TensorFlow is deterministic
     except RuntimeError: pass  # TensorFlow has started: the first call chose
@@ -246,12 +246,16 @@ def keras_run(run, crash_at=None, shuffle=True, cb_kw=None, extra=()):
     model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation='relu'),
                               keras.layers.Dropout(0.3), keras.layers.Dense(1)])
     schedule = keras.optimizers.schedules.ExponentialDecay(1e-2, 5, 0.5)
-    model.compile(keras.optimizers.Adam(schedule), 'mse')
+    model.compile(keras.optimizers.Adam(schedule if lr is None else lr), 'mse')
     g = np.random.default_rng(0)
     x, y = g.normal(size=(40, 8)).astype('float32'), g.normal(size=(40, 1)).astype('float32')
     cb = C.KerasCallback(run, **(cb_kw or {}))
-    model.fit(x, y, batch_size=8, epochs=4, verbose=0, shuffle=shuffle,
-              callbacks=[*extra, cb, Cut()], **cb.fit_kwargs())
+    if tracked:  # `extra` resumes with the run
+        model.fit(x, y, batch_size=8, epochs=4, verbose=0, shuffle=shuffle,
+                  **cb.fit_kwargs(*extra, Cut()))
+    else:
+        model.fit(x, y, batch_size=8, epochs=4, verbose=0, shuffle=shuffle,
+                  callbacks=[*extra, cb, Cut()], **cb.fit_kwargs())
     return cb, model.get_weights()
 
 @pytest.fixture(scope='module')
@@ -310,3 +314,99 @@ def test_page_runs_without_lightning_and_tensorflow(tmp_path):
     env = {**os.environ, 'CUDA_VISIBLE_DEVICES': ''}
     r = python(code, env, cwd=tmp_path)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+
+# ---------------------------------------------------------------- one folder, one live training
+def test_a_second_callback_while_the_first_trains_is_refused(tmp_path):
+    "Two trainers of one process on one folder: the second waits for the first's training to end."
+    import threading
+    pl = pytest.importorskip('lightning.pytorch')
+    class Small(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Linear(4, 1)
+        def training_step(self, b, i): return self.net(b[0]).pow(2).mean()
+        def configure_optimizers(self): return torch.optim.SGD(self.parameters(), lr=0.1)
+    started, go_on = threading.Event(), threading.Event()
+    class Hold(pl.Callback):
+        def on_train_batch_end(self, *a):
+            started.set()
+            go_on.wait(60)
+    data = torch.utils.data.TensorDataset(torch.randn(8, 4))
+    def fit(cb, extra=()):
+        trainer = pl.Trainer(max_epochs=1, callbacks=[cb, *extra], logger=False,
+                             enable_checkpointing=False, enable_progress_bar=False,
+                             enable_model_summary=False, accelerator='cpu')
+        trainer.fit(Small(), cb.loader(torch.utils.data.DataLoader(data, batch_size=4)))
+    first = C.LightningCallback(tmp_path/'run', every_minutes=None)
+    t = threading.Thread(target=fit, args=(first, [Hold()]))
+    t.start()
+    try:
+        assert started.wait(60)
+        with pytest.raises(C.FolderInUse, match='training is still running'):
+            C.LightningCallback(tmp_path/'run')
+    finally:
+        go_on.set()
+        t.join(60)
+    second = C.LightningCallback(tmp_path/'run', every_minutes=None)  # the first has ended
+    fit(second)
+    assert second.saves == 1 and [c.step for c in second.ckpt.local.checkpoints()] == [2]
+
+def test_a_cell_run_again_replaces_its_failed_callback(tmp_path):
+    "A training that failed in this thread is over: a new callback takes its folder."
+    pytest.importorskip('transformers')
+    with pytest.raises(RuntimeError, match='runtime disconnected'):
+        hf_run(tmp_path, tmp_path/'run', crash_at=4)
+    cb, _, _ = hf_run(tmp_path, tmp_path/'run')
+    assert cb.resumed_from == 3
+
+# ---------------------------------------------------------------- early stopping's counters
+def test_hf_early_stopping_counter_resumes(tmp_path):
+    "The Trainer's EarlyStoppingCallback keeps its patience counter across a resume."
+    from transformers import EarlyStoppingCallback
+    def run(folder, crash_at=None):
+        es = EarlyStoppingCallback(early_stopping_patience=20)
+        # a lower loss counts as no improvement, so the counter grows at every evaluation
+        kw = dict(eval_strategy='steps', eval_steps=3, save_strategy='steps', save_steps=3,
+                  load_best_model_at_end=True, metric_for_best_model='loss', greater_is_better=True)
+        try:
+            _, w, t = hf_run(tmp_path, folder, crash_at, extra=[es], eval_dataset=sentences(8), **kw)
+        except RuntimeError: return None, None
+        es = next(c for c in t.callback_handler.callbacks if isinstance(c, EarlyStoppingCallback))
+        return es.early_stopping_patience_counter, w  # the Trainer's own: a resume makes a new one
+    ref_count, ref_w = run(tmp_path/'ref')
+    run(tmp_path/'run', crash_at=7)
+    count, w = run(tmp_path/'run')
+    assert ref_count >= 2 and count == ref_count and same(w, ref_w)
+
+def test_lightning_early_stopping_resumes(tmp_path):
+    "Lightning keeps EarlyStopping's state in its checkpoint; it comes back through the callback."
+    pl = pytest.importorskip('lightning.pytorch')
+    def run(folder, crash_at=None):
+        # no loss falls by 10: patience runs down at each epoch's end after the first
+        es = pl.callbacks.EarlyStopping('loss', patience=20, min_delta=10, check_on_train_epoch_end=True)
+        class Logged(pl.Callback):
+            def on_train_batch_end(self, trainer, module, outputs, *a):
+                module.log('loss', outputs['loss'])  # the step's loss: no mean over a resumed epoch
+        cb, w = lit_run(folder, crash_at, extra=[es, Logged()])
+        return es.wait_count, float(es.best_score), w
+    ref = run(tmp_path/'ref')
+    with pytest.raises(RuntimeError, match='disconnected'): run(tmp_path/'run', crash_at=11)
+    got = run(tmp_path/'run')
+    assert ref[0] > 0 and got[:2] == ref[:2] and same(got[2], ref[2])
+
+def test_keras_early_stopping_and_lr_plateau_resume(tmp_path):
+    "EarlyStopping's and ReduceLROnPlateau's counters, given to fit_kwargs, come back on resume."
+    keras = pytest.importorskip('keras')
+    pytest.importorskip('tensorflow')
+    def run(folder, crash_at=None):
+        es = keras.callbacks.EarlyStopping('loss', patience=20, mode='max')  # waits every epoch
+        plateau = keras.callbacks.ReduceLROnPlateau('loss', mode='max', patience=1, factor=0.5,
+                                                    cooldown=1)
+        try: _, w = keras_run(folder, crash_at, extra=[es, plateau], tracked=True, lr=1e-2)
+        except RuntimeError: return None
+        return es.wait, es.best, plateau.wait, plateau.cooldown_counter, w
+    ref = run(tmp_path/'ref')
+    run(tmp_path/'run', crash_at=12)
+    got = run(tmp_path/'run')
+    assert ref[0] == 3 and got[:4] == ref[:4]
+    assert all(np.array_equal(a, b) for a, b in zip(got[4], ref[4]))

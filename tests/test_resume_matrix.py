@@ -31,6 +31,7 @@ def job_env(**extra)->dict:
 class Zygote:
     "A process that imported a framework once and forks one child per run (see resume_job.py)."
     def __init__(self, framework:str, tmp:Path, env:dict):
+        tmp.mkdir()
         self.err = open(tmp/f'{framework}.err', 'w')
         self.p = subprocess.Popen([sys.executable, str(JOB), '--zygote', framework], env=env,
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err,
@@ -53,12 +54,13 @@ _ZYGOTES, _REFS = {}, {}
 @pytest.fixture(scope='module')
 def zygotes(tmp_path_factory):
     tmp = tmp_path_factory.mktemp('zygotes')
-    def get(framework):
-        if framework not in _ZYGOTES:
+    def get(framework, accumulate=1):
+        if (framework, accumulate) not in _ZYGOTES:
+            env = {'RESUME_ACCUMULATE': str(accumulate)}
             # the Trainer's resume is exact only without a random augmentation: see the last test
-            env = job_env(RESUME_NOISE='0') if framework == 'hf' else job_env()
-            _ZYGOTES[framework] = Zygote(framework, tmp, env)
-        return _ZYGOTES[framework]
+            if framework == 'hf': env['RESUME_NOISE'] = '0'
+            _ZYGOTES[framework, accumulate] = Zygote(framework, tmp/f'{framework}{accumulate}', job_env(**env))
+        return _ZYGOTES[framework, accumulate]
     yield get
     for z in _ZYGOTES.values(): z.close()
     _ZYGOTES.clear()
@@ -74,14 +76,15 @@ def same(a, b)->bool:
 
 def err_of(z:Zygote)->str: return Path(z.err.name).read_text()[-3000:]
 
-def reference(z:Zygote, framework:str, loader:str, tmp:Path)->dict:
-    if (framework, loader) not in _REFS:
-        folder = tmp/f'ref-{framework}-{loader}'
+def reference(z:Zygote, framework:str, loader:str, tmp:Path, accumulate:int=1)->dict:
+    key = framework, loader, accumulate
+    if key not in _REFS:
+        folder = tmp/f'ref-{framework}-{loader}-{accumulate}'
         folder.mkdir()
         assert z.run(framework=framework, loader=loader, folder=str(folder)) == \
             {'signal': 0, 'code': 0}, err_of(z)
-        _REFS[framework, loader] = final(folder)
-    return _REFS[framework, loader]
+        _REFS[key] = final(folder)
+    return _REFS[key]
 
 # Keras makes the passes over a tf.data pipeline inside `fit`, and its seeded reshuffle starts again
 # at the first pass in a new process: a resume after the first epoch takes another order.
@@ -107,6 +110,22 @@ def test_resume_is_bit_identical(framework, loader, kill, zygotes, tmp_path, tmp
     got = final(folder)
     assert same(got['model'], ref['model']), 'weights differ from the uninterrupted run'
     assert same(got['optimizer'], ref['optimizer']), 'optimizer state differs'
+
+# Gradient accumulation, 2 micro-batches an optimizer step: killed after the first micro-batch of a
+# step, in the first epoch (no checkpoint may hold the half-gathered step 0) and in the second
+@pytest.mark.parametrize('framework', ['hf', 'lightning'])
+@pytest.mark.parametrize('batch', [3, 9])
+def test_accumulation_resumes_at_the_start_of_the_cycle(framework, batch, zygotes, tmp_path,
+                                                         tmp_path_factory):
+    pytest.importorskip(NEEDS[framework])
+    z = zygotes(framework, accumulate=2)
+    ref = reference(z, framework, 'generator', tmp_path_factory.getbasetemp(), accumulate=2)
+    r = z.run(framework=framework, loader='generator', folder=str(tmp_path), kill_at_batch=batch)
+    assert r['signal'] == 9, f'the run was not killed ({r}): {err_of(z)}'
+    assert z.run(framework=framework, loader='generator', folder=str(tmp_path)) == \
+        {'signal': 0, 'code': 0}, err_of(z)
+    got = final(tmp_path)
+    assert same(got['model'], ref['model']) and same(got['optimizer'], ref['optimizer'])
 
 @pytest.mark.xfail(strict=True, reason="the Trainer's own resume skips the trained batches without "
                    'loading them and restores the random state after fetching the next batch: a '

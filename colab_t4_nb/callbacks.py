@@ -17,6 +17,7 @@ from .core import runtime, ColabT4Error, check_flag, check_int, check_num, check
 from .amp import AmpChoice, amp_choice, keras_amp
 from .memory import find_batch_size
 from .monitoring import FIELDS, GPUMonitor
+from .checkpoint_format import CheckpointCorrupt
 from .persistence import (CheckpointManager, FolderInUse, ResumableLoader, SessionClock,
                                      drive_checkpoints, rng_state, set_rng_state)
 
@@ -57,8 +58,20 @@ def _pack(folder:Path)->dict:
             for p in sorted(folder.rglob('*')) if p.is_file()}
 
 # %% ../nbs/06b_callbacks.ipynb #797de1aa
-def _unpack(files:dict, dest:Path)->Path:
-    "Write the files `_pack` read under `dest`, which is returned."
+def _unpack(files, dest:Path)->Path:
+    "Write the files `_pack` read under `dest`, which is returned; names that leave `dest` are refused."
+    if not isinstance(files, dict):
+        raise CheckpointCorrupt(f'The checkpoint holds no framework files (files={str(files)[:60]!r}): '
+                                'it is damaged or was not written by a callback.')
+    root = dest.resolve()
+    for name, t in files.items():
+        p = (dest/name).resolve() if isinstance(name, str) and name else root
+        bad = p == root or root not in p.parents or not isinstance(t, torch.Tensor) \
+            or t.dtype != torch.uint8
+        if bad or Path(name).is_absolute() or '..' in Path(name).parts:
+            raise CheckpointCorrupt(f'The checkpoint names a file {name!r} that is not a file '
+                                    'inside its folder: it is damaged or crafted; nothing was '
+                                    'written. Resume from a checkpoint this run saved.')
     for name, t in files.items():
         p = dest/name
         p.parent.mkdir(parents=True, exist_ok=True)
@@ -220,7 +233,9 @@ def _restore(self:_Saver, framework:str)->Path|None:
     st = self._newest(framework)
     if st is None: return None
     self._resumed = st
-    self._tmp = _unpack(st['files'], Path(tempfile.mkdtemp(prefix=f'colab_t4_nb-{framework}-')))
+    tmp = Path(tempfile.mkdtemp(prefix=f'colab_t4_nb-{framework}-'))
+    try: self._tmp = _unpack(st.get('files'), tmp)
+    except CheckpointCorrupt: shutil.rmtree(tmp, ignore_errors=True); raise
     return self._tmp
 
 # %% ../nbs/06b_callbacks.ipynb #0ace2765

@@ -410,3 +410,34 @@ def test_keras_early_stopping_and_lr_plateau_resume(tmp_path):
     got = run(tmp_path/'run')
     assert ref[0] == 3 and got[:4] == ref[:4]
     assert all(np.array_equal(a, b) for a, b in zip(got[4], ref[4]))
+
+# ---------------------------------------------------------------- crafted and mismatched checkpoints
+@pytest.mark.parametrize('name', ['../../outside.txt', '/tmp/colab_t4_nb_outside.txt', 'a/../../x'])
+def test_a_crafted_file_name_is_refused_and_nothing_written(tmp_path, name):
+    "A checkpoint that loads with weights_only=True may still name any file: it must stay inside."
+    C.CheckpointManager(tmp_path/'run').save(3, framework='transformers',
+                                            files={name: C._bytes_tensor(b'gotcha')})
+    before = sorted(p for p in tmp_path.rglob('*'))
+    with pytest.raises(C.CheckpointCorrupt, match='not a file inside its folder'):
+        C.HFCallback(tmp_path/'run').train_kwargs()
+    assert sorted(p for p in tmp_path.rglob('*')) == before
+    assert not Path('/tmp/colab_t4_nb_outside.txt').exists()
+    C.CheckpointManager(tmp_path/'lit').save(3, framework='lightning', rng=C.rng_state())  # no files
+    if C.find_spec('lightning'):
+        with pytest.raises(C.CheckpointCorrupt, match='holds no framework files'):
+            C.LightningCallback(tmp_path/'lit').ckpt_path()
+
+def test_keras_resume_with_another_optimizer_changes_nothing(tmp_path):
+    "All or nothing: a resume that refuses the optimizer leaves the model's weights as they were."
+    keras = pytest.importorskip('keras')
+    pytest.importorskip('tensorflow')
+    keras_run(tmp_path/'run')
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation='relu'),
+                              keras.layers.Dropout(0.3), keras.layers.Dense(1)])
+    model.compile(keras.optimizers.SGD(1e-2, momentum=0.9), 'mse')  # not the Adam it was saved with
+    before = [w.copy() for w in model.get_weights()]
+    cb = C.KerasCallback(tmp_path/'run')
+    x, y = np.zeros((8, 8), 'float32'), np.zeros((8, 1), 'float32')
+    with pytest.raises(C.CallbackError, match='Nothing was changed'):
+        model.fit(x, y, epochs=5, verbose=0, callbacks=[cb], **cb.fit_kwargs())
+    assert all(np.array_equal(a, b) for a, b in zip(model.get_weights(), before))

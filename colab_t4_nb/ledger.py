@@ -97,21 +97,21 @@ def _latest_per_session(recs:list[dict])->list[dict]:
 # %% ../nbs/06_ledger.ipynb #dfbf5815
 @patch
 def _rewrite(self:UsageLedger, repair:bool)->list[dict]:
-    "Under the lock: set a damaged file aside (`repair`) or keep the latest record per session; returns what is kept."
+    "Under the lock: keep the readable records (`repair`) or the latest per session; returns them."
     try:
         with open_locked(self.path) as fd:
             with open(fd, 'rb', closefd=False) as f:
                 recs, bad = _parse_records(f.read().decode('utf-8', 'replace'))
             if repair and not bad: return recs  # another process repaired it first
             keep = recs if repair else _latest_per_session(recs)
-            if repair:
+            if bad:  # the unreadable lines are kept, in a copy of the whole file
                 aside = self.path.with_name(f"{self.path.name}.corrupt-"
                                             f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S%f}")
                 shutil.copyfile(self.path, aside)
             with atomic_write(self.path) as f:
                 f.write(''.join(json.dumps(r) + '\n' for r in keep).encode())
     except FileNotFoundError: return []
-    if repair:
+    if bad:
         warnings.warn(f'Usage ledger {self.path} had {bad} unreadable line(s): it is kept as '
                       f'{aside.name}, and a new ledger was started with its {len(keep)} readable '
                       f'record(s).')

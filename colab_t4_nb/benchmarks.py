@@ -21,7 +21,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from tqdm.auto import tqdm
 
 from .allocation import GPUSpec, NoGPUError, SPECS, spec_for
-from .core import (ColabT4Error, oom_kind, check_callable, check_choice, check_flag,
+from .core import (ColabT4Error, oom_kind, stop_on_signals, check_callable, check_choice, check_flag,
                               check_int, check_num, check_path, check_seq, check_str, check_type)
 from .amp import AmpStep, amp_choice, no_tf32, parse_dtype, plain_amp_step
 from .models import (Encoder, token_batch, token_loss, UNet, cls_batch, hf_bert,
@@ -1001,23 +1001,35 @@ def run_suite(quick:bool=False, # speed, attention and embeddings only (no searc
         print('No CUDA GPU: running small CPU shapes (every row says "CPU quick shapes"); '
               'they say nothing about a GPU.', file=sys.stderr)
     parts, stopped = [], None
-    with t4_rehearsal(verbose=False) if as_t4 else nullcontext(), \
-         tqdm(_plan(names, ctx, quick, cap), desc='colab-t4 bench', disable=not progress,
-              file=sys.stderr) as bar:
-        for label, call in bar:
-            bar.set_postfix_str(label)
-            try: parts.append(_guarded(call, ctx, label))
-            except KeyboardInterrupt: stopped = label; break  # keep what is finished
-            finally: free_memory()
+    # Ctrl-C, SIGTERM (`timeout`) or SIGHUP (a closed notebook) ends the measurements; any later
+    # signal waits until what was measured is saved
+    with stop_on_signals(('SIGINT', 'SIGTERM', 'SIGHUP')) as got:
+        with t4_rehearsal(verbose=False) if as_t4 else nullcontext(), \
+             tqdm(_plan(names, ctx, quick, cap), desc='colab-t4 bench', disable=not progress,
+                  file=sys.stderr) as bar:
+            for label, call in bar:
+                bar.set_postfix_str(label)
+                try: parts.append(_guarded(call, ctx, label))
+                except KeyboardInterrupt: stopped = label; break  # keep what is finished
+                finally: free_memory()
+        by = {'SIGINT': 'Ctrl-C'}.get(got[0], got[0]) if got else 'Ctrl-C'
+        got.append('saving')
+        return _finish(parts, names, ctx, quick, as_t4, folder, stopped and (stopped, by))
+
+
+# %% ../nbs/04_benchmarks.ipynb #f1558501
+def _finish(parts:list, names, ctx, quick:bool, as_t4:bool, folder, stopped)->pd.DataFrame:
+    "The table of the measurements in `parts`, saved in `folder`; `stopped`: (label, signal) or None."
+    label, by = stopped or (None, None)
     if not parts:  # stopped before the first measurement ended: nothing to save
         df = pd.DataFrame(columns=COLUMNS)
-        df.attrs.update(card=ctx.card, torch=torch.__version__, as_t4=as_t4, interrupted=stopped)
+        df.attrs.update(card=ctx.card, torch=torch.__version__, as_t4=as_t4, interrupted=label,
+                        stopped_by=by)
         return df
     df = t4_estimates(pd.concat(parts, ignore_index=True), ctx.spec)
     labels = [n if isinstance(n, str) else n.name for n in names]
     df.attrs.update(card=ctx.card, torch=torch.__version__, quick=quick, workloads=labels,
-                    as_t4=as_t4,
-                    interrupted=stopped)
+                    as_t4=as_t4, interrupted=label, stopped_by=by)
     if folder is not None:
         df.attrs['files'] = {k: str(v) for k, v in save_suite(df, folder).items()}
     return df
@@ -1065,8 +1077,8 @@ def bench_command(argv:list|None=None # arguments after `bench`; None: sys.argv[
         return 1 if 'out=' in str(e) else 2
     df = run_suite(a.quick, names, folder, as_t4=a.as_t4)
     if (stopped := df.attrs.get('interrupted')) and not len(df):
-        print(f'colab-t4 bench: stopped by Ctrl-C during {stopped}, before any measurement '
-              'finished: nothing was saved.', file=sys.stderr)
+        print(f'colab-t4 bench: stopped by {df.attrs["stopped_by"]} during {stopped}, before any '
+              'measurement finished: nothing was saved.', file=sys.stderr)
         return 130
     files = df.attrs['files']
     if a.json: print(json.dumps(json.loads(df.to_json(orient='records')), indent=1))
@@ -1075,8 +1087,9 @@ def bench_command(argv:list|None=None # arguments after `bench`; None: sys.argv[
               + (', rehearsing a T4' if a.as_t4 else ''))
         print(df[_SHOW].to_string(index=False, float_format=lambda v: f'{v:.4g}'))
     if stopped:
-        print(f'colab-t4 bench: stopped by Ctrl-C during {stopped}: the {len(df)} row(s) measured '
-              f'before it are saved in {files["csv"]} and {files["png"]}.', file=sys.stderr)
+        print(f'colab-t4 bench: stopped by {df.attrs["stopped_by"]} during {stopped}: the '
+              f'{len(df)} row(s) measured before it are saved in {files["csv"]} and '
+              f'{files["png"]}.', file=sys.stderr)
         return 130
     print(f'wrote {files["csv"]} and {files["png"]}', file=sys.stderr if a.json else sys.stdout)
     return 0

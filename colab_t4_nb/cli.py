@@ -97,6 +97,7 @@ def _parser()->argparse.ArgumentParser:
     m.add_argument('--ledger', nargs='?', const='', default=None,
                    help='record the session in the usage ledger '
                    '(default file: in the state folder)')
+    m.add_argument('--force', action='store_true', help='replace an existing --plot file')
     return p
 
 # %% ../nbs/07_cli.ipynb #a20c9e1b
@@ -119,7 +120,7 @@ def _run(args:argparse.Namespace)->int:
     elif args.cmd == 'monitor':
         from colab_t4_nb.monitoring import run_monitor
         return run_monitor(args.interval, args.duration, args.csv, args.plot, every=args.every,
-                           ledger=args.ledger)
+                           ledger=args.ledger, force=args.force)
     return 0
 
 # %% ../nbs/07_cli.ipynb #4017ec74

@@ -4,7 +4,7 @@
 
 # %% ../nbs/00_core.ipynb #d248351b
 from __future__ import annotations
-import errno, json, math, numbers, os, socket, sys, tempfile, time
+import errno, json, math, numbers, os, signal, socket, sys, tempfile, threading, time
 from collections.abc import Iterable, Mapping
 from contextlib import contextmanager
 from importlib.util import find_spec
@@ -15,7 +15,7 @@ from typing import Callable
 __all__ = ['COLAB_DRIVE', 'LOCK_STALE_S', 'ColabT4Error', 'ArgumentError', 'ArgumentTypeError', 'check_int', 'check_num',
            'check_str', 'check_choice', 'check_type', 'check_callable', 'check_flag', 'check_seq', 'check_path',
            'check_stateful', 'runtime', 'state_dir', 'cuda_ready', 'needs', 'cuda_sync', 'record', 'oom_kind',
-           'atomic_write', 'file_lock', 'open_locked', 'append_line']
+           'atomic_write', 'file_lock', 'open_locked', 'append_line', 'stop_on_signals']
 
 # %% ../nbs/00_core.ipynb #f8260cab
 class ColabT4Error(Exception):
@@ -433,3 +433,20 @@ def append_line(path:str|Path, # a line-based file (JSON lines); its folder is c
         cut = size > 0 and os.pread(fd, 1, size - 1) != b'\n'
         os.write(fd, (('\n' if cut else '') + line.rstrip('\n') + '\n').encode())
         os.fsync(fd)
+
+# %% ../nbs/00_core.ipynb #7465084d
+@contextmanager
+def stop_on_signals(names:tuple=('SIGTERM', 'SIGHUP'), # the signals that stop the block
+                   )->list:
+    "Inside the block the first of `names` raises `KeyboardInterrupt`; later ones are only listed."
+    got = []  # the signals received, by name; append anything to let every later one wait
+    if threading.current_thread() is not threading.main_thread():
+        yield got; return  # only the main thread may set handlers
+    def handler(signum, frame):
+        got.append(signal.Signals(signum).name)
+        if len(got) == 1: raise KeyboardInterrupt(got[0])
+    old = {s: signal.signal(s, handler)
+           for s in (getattr(signal, n) for n in names if hasattr(signal, n))}
+    try: yield got
+    finally:
+        for s, h in old.items(): signal.signal(s, h)

@@ -4,7 +4,7 @@
 
 # %% ../nbs/06a_monitoring.ipynb #499a92ff
 from __future__ import annotations
-import atexit, csv, errno, math, numbers, os, re, shutil, signal, subprocess, sys, tempfile
+import atexit, csv, errno, json, math, numbers, os, re, shutil, signal, subprocess, sys, tempfile
 import threading, time
 import uuid, warnings, weakref
 from contextlib import contextmanager
@@ -19,7 +19,7 @@ import pynvml
 from fastcore.basics import patch
 
 from .allocation import NoGPUError, parse_smi_csv
-from .core import (ColabT4Error, state_dir, check_callable, check_choice, check_flag,
+from .core import (ColabT4Error, state_dir, stop_on_signals, check_callable, check_choice, check_flag,
                               check_int, check_num, check_path, check_seq, check_type)
 from .ledger import LedgerError, UsageLedger
 from .timing import benchmark
@@ -838,6 +838,9 @@ def _writable(path:Path, what:str, name:str):
     "Raise `MonitorError` unless `path` can be written: an existing file opened to append, else a probe file beside it."
     fix = f'Pass as {name} a {what} path in a folder you can write.'
     if path.is_dir(): raise MonitorError(f'Cannot write the {what} {path}: it is a folder. {fix}')
+    if path.exists() and not path.is_file():  # a named pipe would block the open below
+        raise MonitorError(f'Cannot write the {what} {path}: it is not a regular file (a pipe, a '
+                           f'socket or a device). {fix}')
     try:
         if path.exists():
             with open(path, 'ab'): pass
@@ -861,6 +864,7 @@ def _plot_formats()->list[str]:
 def check_outputs(csv:str|Path|None=None, # the monitor CSV
                   plot_path:str|Path|None=None, # the plot file
                   ledger:str|Path|None=None, # the usage ledger ('' for the default file)
+                  force:bool=False, # replace an existing plot file
                  ):
     "Raise `MonitorError` naming the first output that cannot be written (or a plot format matplotlib cannot save)."
     E = MonitorError
@@ -885,9 +889,24 @@ def check_outputs(csv:str|Path|None=None, # the monitor CSV
         if not p.parent.is_dir():
             raise MonitorError(f'Cannot save the plot to {p}: its folder does not exist.')
         _writable(p, 'plot', 'plot_path')
+        for what, q in (('CSV', csv), ('usage ledger', ledger or None)):
+            if q is not None and Path(q).resolve() == p.resolve():
+                raise MonitorError(f'The plot {p} would overwrite the {what}: name another file '
+                                   'for the plot.')
+        if p.exists() and not check_flag('force', force, err=E):
+            raise MonitorError(f'{p} exists, and the plot would replace it: name another file, or '
+                               'replace it with --force (force=True).')
     if ledger is not None:
         ledger = state_dir()/'usage_ledger.jsonl' if ledger == '' else ledger
         _writable(ledger, 'usage ledger', 'ledger')
+        first = ''
+        if ledger.is_file():
+            with open(ledger, 'rb') as f: first = f.readline().decode('utf-8', 'replace').strip()
+        try: ours = not first or isinstance(json.loads(first), dict)
+        except ValueError: ours = False
+        if not ours:
+            raise MonitorError(f'{ledger} holds something other than usage-ledger records (its '
+                               'first line is not one): pass a new file as ledger.')
 
 # %% ../nbs/06a_monitoring.ipynb #1e9e9405
 def _check_every(every, interval:float)->float:
@@ -928,22 +947,6 @@ def _wait(mon:GPUMonitor, duration, every):
         if every and time.monotonic() >= nxt:
             print(status_text(mon.latest(), mon.names), flush=True); nxt += every
 
-# %% ../nbs/06a_monitoring.ipynb #21585e81
-@contextmanager
-def _stop_on_signals(names:tuple=('SIGTERM', 'SIGHUP'))->list:
-    "Inside the block, the first of these signals stops the run as Ctrl-C does (later ones wait); handlers restored after."
-    got = []
-    if threading.current_thread() is not threading.main_thread():
-        yield got; return  # only the main thread may
-    def handler(signum, frame):
-        got.append(signal.Signals(signum).name)
-        if len(got) == 1: raise KeyboardInterrupt(got[0])
-    old = {s: signal.signal(s, handler)
-           for s in (getattr(signal, n) for n in names if hasattr(signal, n))}
-    try: yield got
-    finally:
-        for s, h in old.items(): signal.signal(s, h)
-
 # %% ../nbs/06a_monitoring.ipynb #41ecb501
 def _report(mon:GPUMonitor, csv:str|None, plot_path:str|None)->int:
     "After a stopped run: print the summary, save the plot, say where the samples are; the exit status."
@@ -973,6 +976,7 @@ def run_monitor(interval:float=1.0, # seconds between samples
                 every:float=10.0, # print the latest sample every so many seconds (at most once per sample); 0: never
                 ledger:str|None=None, # record the session in this ledger ('' for the default file); None: no ledger
                 sources:tuple=('nvml', 'nvidia-smi'), # see `open_source`
+                force:bool=False, # replace an existing plot file
                )->int:
     "Monitor, print status lines and a summary, save CSV and plot; the exit status. No GPU: `NoGPUError`."
     duration = check_num('duration', duration, 0, 366 * 24 * 3600, none=True, err=MonitorError)
@@ -981,7 +985,7 @@ def run_monitor(interval:float=1.0, # seconds between samples
     mon = GPUMonitor(interval, csv=csv, ledger=None if ledger is None else (ledger or True),
                      sources=sources)
     every = _check_every(every, mon.interval)
-    check_outputs(csv, plot_path, ledger)
+    check_outputs(csv, plot_path, ledger, force)
     src, why = open_source(sources)
     if src is None:
         raise NoGPUError(f"No NVIDIA GPU found ({'; '.join(f'{k}: {v}' for k, v in why.items())}): "
@@ -992,7 +996,7 @@ def run_monitor(interval:float=1.0, # seconds between samples
           f"{mon.source.kind}"
           + (f' for {duration:g} s.' if duration else '; Ctrl-C stops.'), flush=True)
     # a SIGTERM (`timeout`) or SIGHUP (a closed terminal) stops it as Ctrl-C does
-    with _stop_on_signals() as got:
+    with stop_on_signals() as got:
         try: _wait(mon, duration, every)
         except KeyboardInterrupt: print(f'Stopped by {got[0]}.' if got else 'Stopped.', flush=True)
         finally: mon.stop()

@@ -1,5 +1,6 @@
 """`colab-t4 bench` end to end through `bench_command`, in a fresh process as a user runs it."""
 import json
+import pytest
 import pandas as pd
 from conftest import python
 
@@ -73,3 +74,21 @@ def test_ctrl_c_keeps_and_saves_the_finished_measurements(cpu_env, tmp_path):
     assert set(df.workload) == {'bert'} and 'iterations/s' in set(df.metric), df
     assert f'stopped by Ctrl-C during attention: the {len(df)} row(s) measured before it are saved in' in r.stderr, r.stderr
     assert (tmp_path/'bench.png').exists() and 'iterations/s' in r.stdout, r.stdout
+
+@pytest.mark.parametrize('sig', ['SIGTERM', 'SIGHUP'])
+def test_a_signal_keeps_the_finished_measurements_and_a_second_waits(cpu_env, tmp_path, sig):
+    "`timeout` (SIGTERM) or a closed notebook (SIGHUP) stops bench as Ctrl-C does; a second Ctrl-C during the save waits."
+    code = ('import os, signal, time\n'
+            'from colab_t4_nb import benchmarks as B\n'
+            f'def stopped(*a, **k): os.kill(os.getpid(), signal.{sig}); time.sleep(10)\n'
+            'B.attention_speedup = stopped\n'
+            'save = B.save_suite\n'
+            'def save_twice(*a, **k):\n'
+            '    os.kill(os.getpid(), signal.SIGINT)  # the second Ctrl-C, in the middle of the save\n'
+            '    return save(*a, **k)\n'
+            'B.save_suite = save_twice\n'
+            f"raise SystemExit(B.bench_command(['--quick', '--models', 'bert', '--out', {str(tmp_path)!r}]))")
+    r = python(code, cpu_env)
+    assert r.returncode == 130 and 'Traceback' not in r.stderr, r.stderr[-3000:]
+    df = pd.read_csv(tmp_path/'bench.csv')
+    assert f'stopped by {sig} during attention: the {len(df)} row(s) measured before it' in r.stderr

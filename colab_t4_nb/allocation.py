@@ -479,16 +479,13 @@ class Budget:
         self.path, self.per_day, self.today = path, per_day, check_callable('today', today)
 
     def _read(self)->dict:
-        try: data = json.loads(self.path.read_text())
+        try: data, why = json.loads(self.path.read_text()), 'has other contents'
         except FileNotFoundError: return {}
-        except (OSError, ValueError) as e:
-            warnings.warn(f'Allocation budget file {self.path} is unreadable ({e}); '
-                          f'starting a new count.')
-            return {}
+        except (OSError, ValueError) as e: data, why = None, f'is unreadable ({e})'
         if not isinstance(data, dict) or not all(isinstance(v, int) for v in data.values()):
-            warnings.warn(f'Allocation budget file {self.path} has unexpected contents; '
-                          f'starting a new count.')
-            return {}
+            raise ArgumentError(f'{self.path} {why}: it is not an allocation budget count, and it '
+                                'is left as it is. Give another budget file (budget_path=, '
+                                '--budget-path), or remove this one to start a new count.')
         return data
 
     def used(self)->int:

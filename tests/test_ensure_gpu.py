@@ -132,3 +132,15 @@ def test_ledger_off_and_unwritable(tmp_path, colab_env):
     assert len(warned) == 1, warned
     assert warned[0].startswith('Could not record this allocation in the usage ledger /proc/no/such/ledger.jsonl')
     assert json.loads(out[-2])['raised'] == 'WrongGPUError'  # the attempt itself went on
+
+def test_a_budget_file_of_other_contents_is_left_alone(tmp_path, colab_env):
+    "A file of the user's given as the budget file is refused, not overwritten, and nothing is handed back."
+    mine = tmp_path/'notes.json'
+    mine.write_text('{"my": "notes"}')
+    out = run(tmp_path, 'K80', DRIVE + f'''
+    attempt(budget=2, budget_path={str(mine)!r})
+    print(json.dumps(colab.calls))
+    ''', colab_env)
+    res, calls = json.loads(out[-2]), json.loads(out[-1])
+    assert res['raised'] == 'ArgumentError' and 'not an allocation budget count' in res['message'], res
+    assert mine.read_text() == '{"my": "notes"}' and ['runtime.unassign'] not in calls, calls

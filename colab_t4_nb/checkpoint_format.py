@@ -188,7 +188,7 @@ def hexdigest(self:_HashingWriter, chunk:int=16 << 20)->str:
 # %% ../nbs/05_checkpoint_format.ipynb #ff7e28b6
 _TRAILER = 256
 _TRAILER_RE = re.compile(rb'colab_t4_nb checkpoint v1 size=(\d+) step=(\d+) seq=(\d+) '
-                         rb'checksum=(\w+:[0-9a-f]+) *\n')
+                         rb'checksum=(\w+:[0-9a-f]+)(?: check=([0-9a-f]{8}))? *\n')
 
 @dataclass(frozen=True)
 class Checkpoint:
@@ -213,7 +213,9 @@ class Checkpoint:
 
 # %% ../nbs/05_checkpoint_format.ipynb #cdcdb52e
 def _trailer(c:Checkpoint)->bytes:
-    t = f'colab_t4_nb checkpoint v1 size={c.size} step={c.step} seq={c.seq} checksum={c.checksum}'.encode()
+    t = f'colab_t4_nb checkpoint v1 size={c.size} step={c.step} seq={c.seq} checksum={c.checksum}'
+    # the fields themselves are checked too: a flipped bit in `seq` must not make an old file newest
+    t = f'{t} check={zlib.crc32(t.encode()):08x}'.encode()
     return t.ljust(_TRAILER - 1) + b'\n'
 
 # %% ../nbs/05_checkpoint_format.ipynb #b4ae9c0a
@@ -227,6 +229,8 @@ def read_trailer(path:str|Path)->Checkpoint|None:
             f.seek(n - _TRAILER); m = _TRAILER_RE.fullmatch(f.read())
     except OSError: return None
     if not m or int(m[1]) != n - _TRAILER: return None
+    if m[5] is not None and int(m[5], 16) != zlib.crc32(m[0][:m.start(5) - len(b' check=')]):
+        return None  # the trailer's own fields are damaged
     try: return Checkpoint(path, int(m[2]), int(m[3]), int(m[1]), m[4].decode())
     except CheckpointError: return None  # a checksum this Python does not know
 

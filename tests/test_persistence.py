@@ -477,3 +477,23 @@ def test_write_into_a_folder_that_takes_no_files_names_the_target(tmp_path):
 def test_write_error_messages_carry_their_cause():
     e = P.write_error(OSError(errno.ELOOP, 'Too many levels of symbolic links', '/d/x'), Path('/d'))
     assert 'see the error above' not in str(e) and 'ELOOP on /d/x' in str(e), str(e)
+
+def test_a_flipped_bit_in_a_save_number_does_not_make_an_old_checkpoint_newest(tmp_path):
+    "The trailer's own fields are checked: an old file whose seq became 9 is damaged, not newest."
+    from colab_t4_nb.testing import small_run, train_step
+    o, ckpt = small_run(), P.CheckpointManager(tmp_path, keep=3)
+    for s in range(3):
+        train_step(o, s)
+        ckpt.save(s + 1, **o)
+    ckpt.release()  # a new process: the folder is free
+    oldest = tmp_path/'ckpt-000000001.pt'
+    data = oldest.read_bytes()
+    i = data.rindex(b'seq=1 ')
+    oldest.write_bytes(data[:i] + b'seq=9 ' + data[i + 6:])  # '1' -> '9': bits flipped
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', P.CheckpointWarning)
+        again = P.CheckpointManager(tmp_path, keep=3)
+        assert again.latest().step == 3
+        assert again.load(**small_run()).step == 3
+        again.save(4, **o)  # rotating keeps the real newest states
+    assert (tmp_path/'ckpt-000000003.pt').exists()

@@ -320,7 +320,7 @@ def _read_manifest(self:CheckpointDir)->tuple:
 # %% ../nbs/05a_persistence.ipynb #22816975
 @patch
 def _write_manifest(self:CheckpointDir, cks:list, retired:list=()):
-    "Write the manifest listing `cks`, and the `retired` files being deleted (so that a later run finishes that)."
+    "Write the manifest listing `cks`, and the `retired` files being deleted (a later run finishes)."
     data = {'format': _FORMAT, 'written': datetime.now(timezone.utc).isoformat(timespec='seconds'),
             'checkpoints': [{**c.as_dict(),
                              **({'found': True} if c.path.name in self._found else {})}
@@ -336,12 +336,18 @@ def _write_manifest(self:CheckpointDir, cks:list, retired:list=()):
 # %% ../nbs/05a_persistence.ipynb #6fc90460
 @patch
 def _retired(self:CheckpointDir)->list[str]:
-    "The files the last save of this folder was deleting, as its manifest says."
+    "The files the last save was deleting, as its manifest says, that are still those very files."
     try: data = json.loads(self.manifest.read_text())
     except (OSError, ValueError): return []
-    names = data.get('retired', []) if isinstance(data, dict) else []
-    if not isinstance(names, list): return []
-    return [n for n in names if isinstance(n, str) and _NAME_RE.fullmatch(n)]
+    entries = data.get('retired', []) if isinstance(data, dict) else []
+    out = []
+    for e in entries if isinstance(entries, list) else []:
+        if not (isinstance(e, dict) and isinstance(e.get('file'), str)
+                and _NAME_RE.fullmatch(e['file'])): continue  # a bare name proves nothing
+        t = read_trailer(self.path/e['file'])
+        if t is not None and (t.seq, t.checksum) == (e.get('seq'), e.get('checksum')):
+            out.append(e['file'])
+    return out
 
 # %% ../nbs/05a_persistence.ipynb #eec28bab
 def _warn(msg): warnings.warn(msg, CheckpointWarning, stacklevel=3)
@@ -465,6 +471,14 @@ def _set_aside(self:CheckpointDir, p:Path, why:str):
     _warn(f'Checkpoint {p} is damaged ({why}): moved to {dst.name}, out of the rotation. Delete '
           'it when you no longer need it.')
 
+# %% ../nbs/05a_persistence.ipynb #21e47833
+def _rotate(d:CheckpointDir, doomed:list, kept:list):
+    "Delete the rotated-out files, then the manifest's note of them: a file put back later stays."
+    _unlink_all(doomed, d.on_drive)
+    try:
+        if not any(p.exists() for p in doomed) and d._may_write(): d._write_manifest(kept)
+    except OSError: pass  # the next save writes the manifest again
+
 # %% ../nbs/05a_persistence.ipynb #840b8c93
 @patch
 def _commit(self:CheckpointDir, c:Checkpoint, old:list):
@@ -490,7 +504,8 @@ def _commit(self:CheckpointDir, c:Checkpoint, old:list):
     ours = sorted(({o.path.name for o in old} | self._written | set(self._retired())) - names
                   - (self._found - self._written))
     doomed = [self.path/n for n in ours if (self.path/n).exists()]
-    try: self._write_manifest(kept, retired=[p.name for p in doomed])
+    retired = [t.as_dict() for t in map(read_trailer, doomed) if t is not None]
+    try: self._write_manifest(kept, retired=retired)
     # the checkpoint is complete and verified: say so, and rotate nothing until it is listed
     except OSError as e:
         _warn(f'Checkpoint {c.path.name} is saved and verified, but {self.manifest} could not be '
@@ -501,7 +516,7 @@ def _commit(self:CheckpointDir, c:Checkpoint, old:list):
     for p in [p for p in doomed if read_trailer(p) is None]:  # damaged, not a rotated-out one
         self._set_aside(p, 'it has no valid trailer'); doomed.remove(p)
     if doomed:
-        self._deleting = threading.Thread(target=_unlink_all, args=(doomed, self.on_drive),
+        self._deleting = threading.Thread(target=_rotate, args=(self, doomed, kept),
                                           name='checkpoint-rotation', daemon=True)
         self._deleting.start()
 

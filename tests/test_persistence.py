@@ -497,3 +497,22 @@ def test_a_flipped_bit_in_a_save_number_does_not_make_an_old_checkpoint_newest(t
         assert again.load(**small_run()).step == 3
         again.save(4, **o)  # rotating keeps the real newest states
     assert (tmp_path/'ckpt-000000003.pt').exists()
+
+def test_a_file_put_back_is_not_deleted_by_a_stale_retired_list(tmp_path):
+    "Rotation deletes only what the run's records prove it wrote: a backup put back, or a name added to the manifest, stays."
+    d = P.CheckpointDir(tmp_path, keep=2)
+    for s in (1, 2, 3): d.save({'step': s}, s)
+    d.settle()
+    backup = tmp_path/'ckpt-000000001.pt'
+    assert not backup.exists() and 'retired' not in json.loads(d.manifest.read_text())  # done
+    d2 = P.CheckpointDir(tmp_path, keep=2)
+    d.release()
+    first = P.CheckpointDir(tmp_path/'elsewhere')
+    c = first.save({'step': 1}, 1, seq=1)
+    os.replace(c.path, backup)  # a backup of ckpt 1 put back
+    man = json.loads(d2.manifest.read_text())
+    man['retired'] = ['ckpt-000000001.pt']  # an edited (or old) manifest naming it
+    d2.manifest.write_text(json.dumps(man))
+    d2.save({'step': 4}, 4)
+    d2.settle()
+    assert backup.exists()

@@ -4,7 +4,7 @@
 
 # %% ../nbs/05a_persistence.ipynb #420f6f86
 from __future__ import annotations
-import atexit, copy, errno, gc, json, numbers, os, pickle, random, re, shutil, socket, subprocess, sys
+import atexit, copy, errno, gc, importlib, json, numbers, os, pickle, random, re, shutil, socket, subprocess, sys
 import threading, time, uuid, warnings, weakref, zipfile
 from collections import OrderedDict, deque
 from collections.abc import Mapping
@@ -114,6 +114,8 @@ class CheckpointDir:
         self._written, self._found = set(), set()
         self.on_drive = (runtime() == 'colab'
                          and (COLAB_DRIVE/'MyDrive') in self.path.absolute().parents)
+        # a folder that must be there to write here: Drive's MyDrive, gone when Drive unmounts
+        self.mount = COLAB_DRIVE/'MyDrive' if self.on_drive else None
 
     @property
     def manifest(self)->Path: return self.path/_MANIFEST
@@ -217,11 +219,24 @@ def _claim(self:CheckpointDir, rec:dict|None)->bool:
 def own(self:CheckpointDir):
     "Make this run the folder's owner (kept until `release`), or raise `FolderInUse` naming the run that is."
     with _OWNERS_LOCK:
+        if self.mount is not None and not self.mount.is_dir():  # never a local stand-in for Drive
+            raise CheckpointWriteError(errno.ENOTCONN, f'Could not write to {self.path}: Google '
+                                       f'Drive is not mounted at {self.mount.parent} any more '
+                                       f'(its {self.mount.name} is gone). Nothing was written '
+                                       'there; mount Drive again.')
         if self._owned:
             rec, _ = self._owner()
             if rec and rec.get('run') == self.run: self._busy = True; return
             self._owned = False
-            raise FolderInUse(f'{self.path} was taken over by {_who(rec or {})}; this manager no '
+            if not self.path.is_dir():
+                raise CheckpointWriteError(errno.ENOENT, f'{self.path} is gone (moved or removed) '
+                                           'since this run saved there; nothing was written. The '
+                                           'next save makes the folder again.')
+            if rec is None:
+                raise FolderInUse(f"{self.path}'s owner record is gone (removed by hand or by a "
+                                  'tool); this manager stops writing there in case another run '
+                                  'does. The next save claims the folder again.')
+            raise FolderInUse(f'{self.path} was taken over by {_who(rec)}; this manager no '
                               'longer writes there. Save this run to another folder.')
         self._mkdir()
         while True:
@@ -912,6 +927,11 @@ def copy_in(self:CheckpointDir, c:Checkpoint)->Checkpoint:
 # %% ../nbs/05a_persistence.ipynb #d33779ea
 @patch
 def _copy_to_mirror(self:CheckpointManager, c:Checkpoint):
+    m = self.mirror.mount
+    if m is not None and not m.is_dir() and runtime() == 'colab':  # Drive went away: mount again
+        try: importlib.import_module('google.colab.drive').mount(str(m.parent))
+        except Exception: pass  # whatever the mount raised, the copy below reports the lost mount
+        else: self.mirror._owned = False  # a new mount: the folder is claimed afresh
     try: self.mirror.copy_in(c); self.mirror_error = None
     except (OSError, CheckpointError) as e:
         self.mirror_error = e
@@ -946,7 +966,7 @@ def drive_checkpoints(name:str|None=None, # the run's folder name; default a new
         drive.mount(str(mountpoint))
     local = Path.cwd()/'checkpoints'/name if local is None else local
     ckpt = CheckpointManager(local, keep, mirror=my_drive/folder/name, name=name, **kwargs)
-    ckpt.mirror.on_drive = True
+    ckpt.mirror.on_drive, ckpt.mirror.mount = True, my_drive
     if new: print(f'Checkpoints go to {ckpt.mirror.path}: resume this run later with '
                   f'drive_checkpoints({name!r}).')
     return ckpt

@@ -1,6 +1,6 @@
 """Checkpoints under fire: SIGKILL at random moments (mid-write included), damaged files, full and
 unwritable disks, crashing training scripts, errors of background saves at exit."""
-import errno, json, math, os, random, signal, subprocess, sys, tempfile, textwrap, time, warnings
+import errno, json, math, os, random, shutil, signal, subprocess, sys, tempfile, textwrap, time, warnings
 from pathlib import Path
 
 import pytest
@@ -516,3 +516,27 @@ def test_a_file_put_back_is_not_deleted_by_a_stale_retired_list(tmp_path):
     d2.save({'step': 4}, 4)
     d2.settle()
     assert backup.exists()
+
+@pytest.mark.parametrize('remounts', [False, True])
+def test_a_vanished_drive_mount_is_reported_and_mounted_again(tmp_path, remounts):
+    "Drive's mount goes away mid-run: no local folder stands in for MyDrive; the next save mounts again."
+    from torch import nn
+    from colab_t4_nb.testing import fake_colab
+    mnt = tmp_path/'drive'
+    with fake_colab() as colab, warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter('always')
+        ckpt = P.drive_checkpoints('demo', mountpoint=mnt, local=tmp_path/'local')
+        ckpt.save(1, model=nn.Linear(4, 4))
+        shutil.rmtree(mnt)  # the FUSE mount dropped: /content/drive is empty
+        if not remounts: colab.mount_error = OSError('credential propagation was unsuccessful')
+        ckpt.save(2, model=nn.Linear(4, 4))
+        ckpt.save(3, model=nn.Linear(4, 4))
+    assert [c.step for c in ckpt.local.checkpoints()] == [3, 2, 1]
+    # at the start, then at each save until a mount works
+    assert colab.calls.count(('drive.mount', str(mnt))) == (2 if remounts else 3)
+    if remounts:
+        assert ckpt.mirror_error is None and [c.step for c in ckpt.mirror.checkpoints()] == [3, 2]
+    else:
+        assert not (mnt/'MyDrive').exists(), 'a local folder stands in for Drive'
+        assert 'Google Drive is not mounted' in str(ckpt.mirror_error)
+        assert any('not mounted' in str(w.message) for w in said)

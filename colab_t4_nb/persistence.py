@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from fastcore.basics import patch, store_attr
 
-from .core import (COLAB_DRIVE, ColabT4Error, ArgumentTypeError, atomic_write, oom_kind, runtime,
+from .core import (COLAB_DRIVE, ColabT4Error, ArgumentTypeError, stop_on_signals, atomic_write, oom_kind, runtime,
                               state_dir, check_callable, check_choice, check_flag, check_int,
                               check_num, check_path, check_seq, check_stateful, check_str,
                               check_type)
@@ -731,6 +731,14 @@ def _mismatch(st:dict, objs:dict, strict:bool)->list[str]:
     return out
 
 # %% ../nbs/05a_persistence.ipynb #930e150a
+def _put_back(o, attrs:dict, sd):
+    "Undo a load into `o`: its own `load_state_dict` of the state it had, or, if it refuses, its attributes."
+    if o is None: return set_rng_state(sd)
+    try: o.load_state_dict(sd)
+    except Exception:  # an object that refuses its own old state: its attributes as they were
+        o.__dict__.clear()
+        o.__dict__.update(attrs)
+
 def _apply(st:dict, objs:dict, name:str, strict:bool, restore_rng:bool):
     "Load `st` into `objs`, the model last; if one refuses, put back those already loaded and raise."
     undo, k = [], None
@@ -739,17 +747,19 @@ def _apply(st:dict, objs:dict, name:str, strict:bool, restore_rng:bool):
             if (o := objs[k]) is None: continue
             if not st.get(k): _warn(f'{name} holds no {k} state; the {k} was left as it '
                                     'is.'); continue
-            undo.append((o, o.state_dict() if k == 'optimizer' else copy.deepcopy(o.state_dict())))
+            # an optimizer's load replaces its state tensors, so references keep the old ones
+            old = o.state_dict() if k == 'optimizer' else copy.deepcopy(o.state_dict())
+            undo.append((o, vars(o).copy(), old))
             o.load_state_dict(st[k])
         if restore_rng:
             k = 'random generators'
-            undo.append((None, rng_state()))
+            undo.append((None, None, rng_state()))
             set_rng_state(st['rng'])
         if objs['model'] is not None:
             k = 'model'
             _unwrap(objs['model']).load_state_dict(st['model'], strict=strict)
     except Exception as e:
-        for o, s in reversed(undo): set_rng_state(s) if o is None else o.load_state_dict(s)
+        for o, attrs, s in reversed(undo): _put_back(o, attrs, s)
         partly = (' (the model may be partly loaded: load again into a new one)'
                   if k == 'model' else '')
         raise CheckpointMismatch(f'{name} could not be loaded into the {k} ({type(e).__name__}: '
@@ -789,7 +799,10 @@ def load(self:CheckpointManager, model=None, optimizer=None, scaler=None,
         raise CheckpointMismatch(f'{c.path.name} does not fit: {"; ".join(problems)}. Nothing was '
                                  'changed. Load it into the model and optimizer it was saved '
                                  'from (strict=False ignores missing and unexpected keys).')
-    _apply(st, objs, c.path.name, strict, restore_rng)
+    with stop_on_signals(('SIGINT',)) as got:  # a Ctrl-C waits until all or nothing is loaded
+        got.append('loading')
+        _apply(st, objs, c.path.name, strict, restore_rng)
+    if len(got) > 1: raise KeyboardInterrupt(got[1])
     self.last_loaded = c
     return Resumed(st['step'], st.get('extras', {}))
 

@@ -540,3 +540,44 @@ def test_a_vanished_drive_mount_is_reported_and_mounted_again(tmp_path, remounts
         assert not (mnt/'MyDrive').exists(), 'a local folder stands in for Drive'
         assert 'Google Drive is not mounted' in str(ckpt.mirror_error)
         assert any('not mounted' in str(w.message) for w in said)
+
+def test_a_failed_load_is_undone_without_the_objects_help(tmp_path):
+    "An optimizer that refuses its own old state is put back all the same, and the error is the package's."
+    from colab_t4_nb.testing import small_run, train_step
+    o, ckpt = small_run(), P.CheckpointManager(tmp_path)
+    train_step(o, 0)
+    ckpt.save(1, **o)
+    fresh = small_run(seed=5)
+    train_step(fresh, 3)
+    opt = fresh['optimizer']
+    before = {id(p): {k: v.clone() for k, v in st.items()} for p, st in opt.state.items()}
+    groups = [{k: v for k, v in g.items() if k != 'params'} for g in opt.param_groups]
+    loads, opt_load = [], opt.load_state_dict
+    def stubborn(sd):
+        loads.append(1)
+        if len(loads) > 1: raise ValueError('not my state')  # refuses the undo
+        opt_load(sd)
+    opt.load_state_dict = stubborn
+    def broken(*a, **k): raise RuntimeError('the model cannot take it')  # fails after the checks
+    fresh['model'].load_state_dict = broken
+    with pytest.raises(P.CheckpointMismatch, match='put back as they were'):
+        ckpt.load(**fresh)
+    assert len(loads) == 2 and {id(p) for p in opt.state} == set(before)
+    assert all(torch.equal(before[id(p)][k], v) for p, st in opt.state.items() for k, v in st.items())
+    assert [{k: v for k, v in g.items() if k != 'params'} for g in opt.param_groups] == groups
+
+def test_ctrl_c_inside_load_waits_until_everything_is_loaded(tmp_path):
+    "A Ctrl-C during load() comes after it: the model and the optimizer are both the checkpoint's."
+    from colab_t4_nb.testing import small_run, train_step
+    o, ckpt = small_run(), P.CheckpointManager(tmp_path)
+    train_step(o, 0)
+    ckpt.save(1, **o)
+    fresh = small_run(seed=5)
+    opt_load = fresh['optimizer'].load_state_dict
+    def interrupted(sd):
+        opt_load(sd)
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C after the optimizer, before the model
+    fresh['optimizer'].load_state_dict = interrupted
+    with pytest.raises(KeyboardInterrupt):
+        ckpt.load(**fresh)
+    assert same_weights(fresh['model'].state_dict(), o['model'].state_dict())

@@ -21,7 +21,8 @@ from torch.utils.flop_counter import FlopCounterMode
 from tqdm.auto import tqdm
 
 from .allocation import GPUSpec, NoGPUError, SPECS, spec_for
-from .core import (ColabT4Error, oom_kind, stop_on_signals, check_callable, check_choice, check_flag,
+from .core import (ColabT4Error, oom_kind, stop_on_signals, check_callable,
+                              check_choice, check_flag,
                               check_int, check_num, check_path, check_seq, check_str, check_type)
 from .amp import AmpStep, amp_choice, no_tf32, parse_dtype, plain_amp_step
 from .models import (Encoder, token_batch, token_loss, UNet, cls_batch, hf_bert,
@@ -1019,7 +1020,7 @@ def run_suite(quick:bool=False, # speed, attention and embeddings only (no searc
 
 # %% ../nbs/04_benchmarks.ipynb #f1558501
 def _finish(parts:list, names, ctx, quick:bool, as_t4:bool, folder, stopped)->pd.DataFrame:
-    "The table of the measurements in `parts`, saved in `folder`; `stopped`: (label, signal) or None."
+    "The table of the measurements in `parts`, saved in `folder`; `stopped`: (label, signal)."
     label, by = stopped or (None, None)
     if not parts:  # stopped before the first measurement ended: nothing to save
         df = pd.DataFrame(columns=COLUMNS)

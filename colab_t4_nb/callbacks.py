@@ -59,9 +59,10 @@ def _pack(folder:Path)->dict:
 
 # %% ../nbs/06b_callbacks.ipynb #797de1aa
 def _unpack(files, dest:Path)->Path:
-    "Write the files `_pack` read under `dest`, which is returned; names that leave `dest` are refused."
+    "Write the files `_pack` read under `dest` (returned); a name that leaves `dest` is refused."
     if not isinstance(files, dict):
-        raise CheckpointCorrupt(f'The checkpoint holds no framework files (files={str(files)[:60]!r}): '
+        raise CheckpointCorrupt('The checkpoint holds no framework files '
+                                f'(files={str(files)[:60]!r}): '
                                 'it is damaged or was not written by a callback.')
     root = dest.resolve()
     for name, t in files.items():
@@ -283,7 +284,8 @@ def on_step_end(self:HFCallback, args, state, control, **kwargs):
 def on_save(self:HFCallback, args, state, control, **kwargs):
     folder = Path(args.output_dir)/f'checkpoint-{state.global_step}'
     if args.should_save and folder.is_dir():
-        self._store(state.global_step, 'transformers', files=_pack(folder), epoch_rng=self._epoch_rng)
+        self._store(state.global_step, 'transformers', files=_pack(folder),
+                    epoch_rng=self._epoch_rng)
 
 # %% ../nbs/06b_callbacks.ipynb #c882df5c
 @patch
@@ -513,7 +515,7 @@ class KerasCallback(_Saver, _Lazy):
 
 # %% ../nbs/06b_callbacks.ipynb #661af078
 @patch
-def fit_kwargs(self:KerasCallback, *callbacks, # Keras callbacks whose state resumes too (EarlyStopping...)
+def fit_kwargs(self:KerasCallback, *callbacks, # Keras callbacks whose state resumes too
               )->dict:
     "`model.fit(..., **cb.fit_kwargs(*callbacks))`: `initial_epoch` of the newest checkpoint, or 0."
     self._resume, self._tracked = self._newest('keras'), callbacks
@@ -529,8 +531,9 @@ def on_train_begin(self:KerasCallback, logs=None):
     if not opt.built: opt.build(self.model.trainable_variables)
     states = r.get('callbacks', [])
     if len(states) != len(self._tracked):
-        raise CallbackError(f'The checkpoint holds the state of {len(states)} callbacks, not of the '
-                            f'{len(self._tracked)} given to fit_kwargs: give the same callbacks.')
+        raise CallbackError(f'The checkpoint holds the state of {len(states)} callbacks, not '
+                            f'of the {len(self._tracked)} given to fit_kwargs: give the same '
+                            'callbacks.')
     model = _values(self.model.variables, r['model_variables'], 'model')
     optimizer = _values(opt.variables, r['optimizer_variables'], 'optimizer')
     for v, a in zip([*self.model.variables, *opt.variables], model + optimizer): v.assign(a)

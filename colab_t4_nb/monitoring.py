@@ -19,7 +19,8 @@ import pynvml
 from fastcore.basics import patch
 
 from .allocation import NoGPUError, parse_smi_csv
-from .core import (ColabT4Error, state_dir, stop_on_signals, check_callable, check_choice, check_flag,
+from .core import (ColabT4Error, state_dir, stop_on_signals, check_callable,
+                              check_choice, check_flag,
                               check_int, check_num, check_path, check_seq, check_type)
 from .ledger import LedgerError, UsageLedger
 from .timing import benchmark

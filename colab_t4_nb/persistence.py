@@ -4,8 +4,8 @@
 
 # %% ../nbs/05a_persistence.ipynb #420f6f86
 from __future__ import annotations
-import atexit, copy, errno, gc, importlib, json, numbers, os, pickle, random, re, shutil, socket, subprocess, sys
-import threading, time, uuid, warnings, weakref, zipfile
+import atexit, copy, errno, gc, importlib, json, numbers, os, pickle, random, re, shutil, socket
+import subprocess, sys, threading, time, uuid, warnings, weakref, zipfile
 from collections import OrderedDict, deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -17,7 +17,8 @@ import numpy as np
 import torch
 from fastcore.basics import patch, store_attr
 
-from .core import (COLAB_DRIVE, ColabT4Error, ArgumentTypeError, stop_on_signals, atomic_write, oom_kind, runtime,
+from .core import (COLAB_DRIVE, ColabT4Error, ArgumentTypeError, stop_on_signals,
+                              atomic_write, oom_kind, runtime,
                               state_dir, check_callable, check_choice, check_flag, check_int,
                               check_num, check_path, check_seq, check_stateful, check_str,
                               check_type)
@@ -335,7 +336,7 @@ def _read_manifest(self:CheckpointDir)->tuple:
 # %% ../nbs/05a_persistence.ipynb #22816975
 @patch
 def _write_manifest(self:CheckpointDir, cks:list, retired:list=()):
-    "Write the manifest listing `cks`, and the `retired` files being deleted (a later run finishes)."
+    "Write the manifest listing `cks`, and the `retired` files being deleted (to finish)."
     data = {'format': _FORMAT, 'written': datetime.now(timezone.utc).isoformat(timespec='seconds'),
             'checkpoints': [{**c.as_dict(),
                              **({'found': True} if c.path.name in self._found else {})}
@@ -732,7 +733,7 @@ def _mismatch(st:dict, objs:dict, strict:bool)->list[str]:
 
 # %% ../nbs/05a_persistence.ipynb #930e150a
 def _put_back(o, attrs:dict, sd):
-    "Undo a load into `o`: its own `load_state_dict` of the state it had, or, if it refuses, its attributes."
+    "Undo a load into `o`: `load_state_dict` of its old state; if it refuses, its old attributes."
     if o is None: return set_rng_state(sd)
     try: o.load_state_dict(sd)
     except Exception:  # an object that refuses its own old state: its attributes as they were
@@ -1114,7 +1115,7 @@ def _free_memory(optimizer):
 # run_resumable's schedule when none is given: a crash loses at most this much work
 DEFAULT_EVERY_MINUTES = 10
 
-def run_resumable(step_fn:Callable, # step_fn(step) runs one step, its data from `step` alone; step_fn(step, batch) with `loader`
+def run_resumable(step_fn:Callable, # step_fn(step), data from `step` alone; step_fn(step, batch) with `loader`
                   ckpt:CheckpointManager, # where checkpoints go and come from
                   steps:int, # train until this many steps are done
                   model=None, optimizer=None, scaler=None, scheduler=None, # saved and restored
@@ -1136,7 +1137,8 @@ def run_resumable(step_fn:Callable, # step_fn(step) runs one step, its data from
         every_minutes = DEFAULT_EVERY_MINUTES
     objs = dict(model=model, optimizer=optimizer, scaler=scaler, scheduler=scheduler)
     for k, o in objs.items(): check_stateful(k, o)
-    if loader is not None and not isinstance(loader, ResumableLoader): loader = ResumableLoader(loader)
+    if loader is not None and not isinstance(loader, ResumableLoader):
+        loader = ResumableLoader(loader)
     def save(step, now=False):
         extras = {} if loader is None else {'loader': loader.state_dict()}
         (ckpt.save if now or not background else ckpt.save_async)(step, **objs, **extras)
@@ -1207,10 +1209,11 @@ def _generators(loader)->list:
 class ResumableLoader:
     "A data loader that resumes mid-epoch as an uninterrupted run goes on: same order, next batch."
     def __init__(self, loader, # a `DataLoader`, a torchdata `StatefulDataLoader`, or any iterable
-                 done:Callable|None=None, # `done()`: batches of the epoch trained; default: handed out
+                 done:Callable|None=None, # `done()`: batches of the epoch trained; default: given
                 ):
         if not callable(getattr(loader, '__iter__', None)):
-            raise ArgumentTypeError(f'loader must be a DataLoader or another iterable, got {loader!r}.')
+            raise ArgumentTypeError(f'loader must be a DataLoader or another iterable, got '
+                                    f'{loader!r}.')
         check_callable('done', done, none=True)
         self.loader, self._done, self.epoch = loader, done, 0
         self._resume, self._begun, self._given, self._over = None, False, 0, False
@@ -1223,10 +1226,12 @@ class ResumableLoader:
 
     @property
     def _stateful(self)->bool:  # torchdata's StatefulDataLoader: it keeps its own position
-        return all(callable(getattr(self.loader, m, None)) for m in ('state_dict', 'load_state_dict'))
+        return all(callable(getattr(self.loader, m, None))
+                   for m in ('state_dict', 'load_state_dict'))
 
     def _here(self)->dict:  # the state the next batch is fetched from
-        return {'rng': rng_state(), **({'loader': self.loader.state_dict()} if self._stateful else {})}
+        own = {'loader': self.loader.state_dict()} if self._stateful else {}
+        return {'rng': rng_state(), **own}
 
     def _snapshot(self)->dict:
         return {'rng': rng_state(), 'generators': [g.get_state() for g in _generators(self.loader)]}
@@ -1299,7 +1304,7 @@ def __iter__(self:ResumableLoader):
         else: batch, pending = pending, it
         if batch is it: break
         self._given += 1
-        if self._given == n:  # end the epoch now: a sampler draws as it ends (torch's RandomSampler)
+        if self._given == n:  # end the epoch now: torch's RandomSampler draws as it ends
             pending = next(it, it)
             self._over = pending is it
         yield batch

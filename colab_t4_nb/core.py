@@ -4,7 +4,7 @@
 
 # %% ../nbs/00_core.ipynb #d248351b
 from __future__ import annotations
-import errno, json, math, numbers, os, signal, socket, sys, tempfile, threading, time
+import errno, inspect, json, math, numbers, os, signal, socket, sys, tempfile, threading, time
 from collections.abc import Iterable, Mapping
 from contextlib import contextmanager
 from importlib.util import find_spec
@@ -160,9 +160,14 @@ def check_callable(name:str, # the argument's name, for the message
                    none:bool=False, # None allowed
                    err:type|None=None, # the error class to raise; default `ArgumentError`
                   ):
-    "`v` if it can be called (None allowed when `none`); otherwise an error naming `name`."
-    if (v is None and none) or callable(v): return v
-    raise _refuse(name, v, 'a function' + (' or None' if none else ''), err, True)
+    "`v` if it can be called and runs when called (None allowed when `none`); else an error."
+    if v is None and none: return v
+    if not callable(v): raise _refuse(name, v, 'a function' + (' or None' if none else ''), err, True)
+    if inspect.isgeneratorfunction(v) or inspect.iscoroutinefunction(v) \
+            or inspect.isasyncgenfunction(v):  # a call would return at once, having run nothing
+        raise _refuse(name, v, 'a plain function', err, True, 'a generator or async function '
+                      'runs none of its body when called; give a function that does the work.')
+    return v
 
 # %% ../nbs/00_core.ipynb #42a44c01
 def check_flag(name:str, # the argument's name, for the message

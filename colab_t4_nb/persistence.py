@@ -4,7 +4,7 @@
 
 # %% ../nbs/05a_persistence.ipynb #420f6f86
 from __future__ import annotations
-import atexit, copy, errno, gc, importlib, json, numbers, os, pickle, random, re, shutil, socket
+import atexit, copy, errno, gc, importlib, inspect, json, numbers, os, pickle, random, re, shutil, socket
 import subprocess, sys, threading, time, uuid, warnings, weakref, zipfile
 from collections import OrderedDict, deque
 from collections.abc import Mapping
@@ -1139,6 +1139,11 @@ def run_resumable(step_fn:Callable, # step_fn(step), data from `step` alone; ste
     for k, o in objs.items(): check_stateful(k, o)
     if loader is not None and not isinstance(loader, ResumableLoader):
         loader = ResumableLoader(loader)
+    try: inspect.signature(step_fn).bind(*((0, None) if loader is not None else (0,)))
+    except TypeError as e:
+        raise ArgumentTypeError(f'step_fn must take {"(step, batch)" if loader else "(step)"}, '
+                                f'got {step_fn!r} ({e}).') from None
+    except ValueError: pass  # no signature to read (a builtin): it is called as it is
     def save(step, now=False):
         extras = {} if loader is None else {'loader': loader.state_dict()}
         (ckpt.save if now or not background else ckpt.save_async)(step, **objs, **extras)

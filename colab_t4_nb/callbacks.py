@@ -4,7 +4,7 @@
 
 # %% ../nbs/06b_callbacks.ipynb #962ddce2
 from __future__ import annotations
-import importlib, os, shutil, tempfile, threading, time, weakref
+import importlib, os, shutil, tempfile, threading, time, warnings, weakref
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Callable
@@ -17,7 +17,7 @@ from .core import runtime, ColabT4Error, check_flag, check_int, check_num, check
 from .amp import AmpChoice, amp_choice, keras_amp
 from .memory import find_batch_size
 from .monitoring import FIELDS, GPUMonitor
-from .checkpoint_format import CheckpointCorrupt
+from .checkpoint_format import CheckpointCorrupt, CheckpointWarning
 from .persistence import (CheckpointManager, FolderInUse, ResumableLoader, SessionClock,
                                      drive_checkpoints, rng_state, set_rng_state)
 
@@ -260,6 +260,11 @@ def train_kwargs(self:HFCallback)->dict:
     folder = self._restore('transformers')
     return {} if folder is None else {'resume_from_checkpoint': str(folder)}
 
+# %% ../nbs/06b_callbacks.ipynb #8abeb33f
+def _hf_batch(args)->list:
+    "The batch a Trainer step takes: per device, accumulated, processes."
+    return [args.per_device_train_batch_size, args.gradient_accumulation_steps, args.world_size]
+
 # %% ../nbs/06b_callbacks.ipynb #27031280
 @patch
 def on_train_begin(self:HFCallback, args, state, control, **kwargs):
@@ -267,6 +272,13 @@ def on_train_begin(self:HFCallback, args, state, control, **kwargs):
         raise CallbackError('save_only_model=True saves no optimizer, scheduler or random state, '
                             'so a run cannot resume from it: leave save_only_model=False.')
     self._start()
+    was, now = (self._resumed or {}).get('batch'), _hf_batch(args)
+    if was is not None and list(was) != now:
+        warnings.warn(f'The checkpoint was trained with batches of {was[0]} x {was[1]} accumulated '
+                      f'x {was[2]} processes; this run has {now[0]} x {now[1]} x {now[2]}. The '
+                      'Trainer skips the steps trained counted in the new batches, which are not '
+                      'the samples already trained: resume with the batch the run was saved '
+                      'with.', CheckpointWarning, stacklevel=2)
 
 @patch
 def on_init_end(self:HFCallback, args, state, control, **kwargs):
@@ -285,7 +297,7 @@ def on_save(self:HFCallback, args, state, control, **kwargs):
     folder = Path(args.output_dir)/f'checkpoint-{state.global_step}'
     if args.should_save and folder.is_dir():
         self._store(state.global_step, 'transformers', files=_pack(folder),
-                    epoch_rng=self._epoch_rng)
+                    epoch_rng=self._epoch_rng, batch=_hf_batch(args))
 
 # %% ../nbs/06b_callbacks.ipynb #c882df5c
 @patch

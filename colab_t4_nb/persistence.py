@@ -1238,6 +1238,11 @@ class ResumableLoader:
         own = {'loader': self.loader.state_dict()} if self._stateful else {}
         return {'rng': rng_state(), **own}
 
+    def _shape(self)->dict:  # what the position in an epoch is counted in
+        try: n = len(self.loader)
+        except TypeError: n = None
+        return {'batch_size': getattr(self.loader, 'batch_size', None), 'length': n}
+
     def _snapshot(self)->dict:
         return {'rng': rng_state(), 'generators': [g.get_state() for g in _generators(self.loader)]}
 
@@ -1258,7 +1263,8 @@ def state_dict(self:ResumableLoader)->dict:
     try: full = done >= len(self.loader)
     except TypeError: full = self._over and done >= self._given  # no length: the end was reached
     if not self._begun or full:  # between epochs: the next one starts from the states of now
-        return {'epoch': self.epoch + self._begun, 'batches': 0, 'now': self._snapshot()}
+        return {'epoch': self.epoch + self._begun, 'batches': 0, 'now': self._snapshot(),
+                **self._shape()}
     before = self._before.get(done)
     if before is None and done == self._given:  # the next batch is fetched after now
         before = self._here()
@@ -1266,7 +1272,7 @@ def state_dict(self:ResumableLoader)->dict:
         raise CheckpointError(f'The loader cannot say where batch {done} of the epoch was (it '
                               f'has handed out {self._given}): save after a batch is trained.')
     return {'epoch': self.epoch, 'batches': done, 'start': self._start, 'before': before,
-            'fetched': done < self._given, 'now': self._snapshot()}
+            'fetched': done < self._given, 'now': self._snapshot(), **self._shape()}
 
 # %% ../nbs/05a_persistence.ipynb #f08d715d
 @patch
@@ -1275,6 +1281,12 @@ def load_state_dict(self:ResumableLoader, state_dict:dict):
     if not isinstance(state_dict, Mapping) or not {'epoch', 'batches', 'now'} <= set(state_dict):
         raise CheckpointMismatch('state_dict must be what ResumableLoader.state_dict() gave, got '
                                  f'{str(state_dict)[:80]!r}.')
+    was, now = {k: state_dict.get(k) for k in self._shape()}, self._shape()
+    if state_dict['batches'] and None not in was.values() and was != now:
+        _warn(f"The checkpoint's loader gave {was['length']} batches of {was['batch_size']} an "
+              f"epoch; this one gives {now['length']} of {now['batch_size']}. The resumed epoch "
+              f"skips {state_dict['batches']} of the new batches, which are not the samples "
+              'already trained: resume with the batch size the run was saved with.')
     self._resume = state_dict
 
 # %% ../nbs/05a_persistence.ipynb #b4de9112

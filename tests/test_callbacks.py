@@ -441,3 +441,29 @@ def test_keras_resume_with_another_optimizer_changes_nothing(tmp_path):
     with pytest.raises(C.CallbackError, match='Nothing was changed'):
         model.fit(x, y, epochs=5, verbose=0, callbacks=[cb], **cb.fit_kwargs())
     assert all(np.array_equal(a, b) for a, b in zip(model.get_weights(), before))
+
+def test_a_batch_size_changed_at_resume_is_named(tmp_path):
+    "Resuming with another batch size skips other samples than those trained: the Trainer and Lightning warn."
+    with pytest.raises(RuntimeError, match='runtime disconnected'):
+        hf_run(tmp_path, tmp_path/'run', crash_at=4)
+    with pytest.warns(C.CheckpointWarning, match='batches of 8 x 1 accumulated x 1 processes; this run has 4 x 1'):
+        hf_run(tmp_path, tmp_path/'run', per_device_train_batch_size=4)
+    pl = pytest.importorskip('lightning.pytorch')
+    def fit(batch, crash=False):
+        class Small(pl.LightningModule):
+            def __init__(self):
+                super().__init__()
+                self.net = torch.nn.Linear(4, 1)
+            def training_step(self, b, i):
+                if crash and self.global_step == 3: raise RuntimeError('runtime disconnected')
+                return self.net(b[0]).pow(2).mean()
+            def configure_optimizers(self): return torch.optim.SGD(self.parameters(), lr=0.1)
+        cb = C.LightningCallback(tmp_path/'lit', every_steps=2, every_minutes=None)
+        trainer = pl.Trainer(max_epochs=1, callbacks=[cb], logger=False, enable_checkpointing=False,
+                             enable_progress_bar=False, enable_model_summary=False, accelerator='cpu')
+        data = torch.utils.data.TensorDataset(torch.randn(32, 4))
+        trainer.fit(Small(), cb.loader(torch.utils.data.DataLoader(data, batch_size=batch)),
+                    ckpt_path=cb.ckpt_path())
+    with pytest.raises(RuntimeError, match='disconnected'): fit(4, crash=True)
+    with pytest.warns(C.CheckpointWarning, match="loader gave 8 batches of 4 an epoch; this one gives 4 of 8"):
+        fit(8)

@@ -144,3 +144,44 @@ def test_trainer_resume_with_a_random_augmentation(tmp_path):
         assert r.returncode == 0, r.stderr[-3000:]
         runs[name] = final(folder)
     assert same(runs['run']['model'], runs['ref']['model'])
+
+# ---------------------------------------------------------------- every source of a loader's order
+def _loaders():
+    ds = torch.utils.data.TensorDataset(torch.arange(20.))
+    g = lambda: torch.Generator().manual_seed(3)
+    rs = lambda: torch.utils.data.RandomSampler(ds, generator=g())
+    return {
+        "the loader's generator": lambda: torch.utils.data.DataLoader(ds, 4, shuffle=True, generator=g()),
+        "the sampler's generator": lambda: torch.utils.data.DataLoader(ds, 4, sampler=rs()),
+        "a batch sampler's sampler": lambda: torch.utils.data.DataLoader(
+            ds, batch_sampler=torch.utils.data.BatchSampler(rs(), 4, drop_last=False)),
+        'a weighted sampler, with replacement': lambda: torch.utils.data.DataLoader(
+            ds, 4, sampler=torch.utils.data.WeightedRandomSampler(torch.ones(20), 20, generator=g())),
+        'a DistributedSampler': lambda: torch.utils.data.DataLoader(
+            ds, 4, sampler=torch.utils.data.DistributedSampler(ds, 2, 1, shuffle=True, seed=3)),
+        'the global generator, two workers': lambda: torch.utils.data.DataLoader(
+            ds, 4, shuffle=True, num_workers=2),
+    }
+
+@pytest.mark.parametrize('kind', list(_loaders()))
+@pytest.mark.parametrize('stop', [2, 5, 8])  # in the first epoch, at its end, in the second
+def test_every_source_of_order_resumes(kind, stop):
+    "Stopped after `stop` batches and resumed by a new loader: the uninterrupted run's three epochs."
+    from colab_t4_nb.persistence import ResumableLoader
+    make = _loaders()[kind]
+    def epochs(rl, n):
+        return [b[0].tolist() for _ in range(n) for b in rl]
+    torch.manual_seed(0)
+    whole = epochs(ResumableLoader(make()), 3)
+    torch.manual_seed(0)
+    first, seen = ResumableLoader(make()), []
+    it = iter(first)
+    while len(seen) < stop:
+        try: seen.append(next(it)[0].tolist())
+        except StopIteration: it = iter(first)
+    state = first.state_dict()
+    torch.manual_seed(9)  # a new process
+    again = ResumableLoader(make())
+    again.load_state_dict(state)
+    rest = epochs(again, 3)
+    assert (seen + rest)[:len(whole)] == whole

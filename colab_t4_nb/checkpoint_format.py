@@ -4,7 +4,7 @@
 
 # %% ../nbs/05_checkpoint_format.ipynb #6ddd1e2f
 from __future__ import annotations
-import errno, hashlib, math, numbers, os, pickle, re, struct, threading, zlib
+import errno, hashlib, math, numbers, os, pickle, re, struct, threading, warnings, zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -298,6 +298,7 @@ def write_checkpoint(path:str|Path, # the final file name
     checksum = check_choice('checksum', checksum, sorted(CHECKSUMS), err=CheckpointError)
     writeback = check_int('writeback', writeback, 1, none=True)
     tmp_prefix = check_str('tmp_prefix', tmp_prefix, none=True)
+    c = None
     try:
         with atomic_write(path, tmp_prefix=tmp_prefix) as f:
             w = _HashingWriter(f, checksum, comment=_TRAILER, writeback=writeback)
@@ -313,5 +314,10 @@ def write_checkpoint(path:str|Path, # the final file name
                 raise
             c = Checkpoint(path, step, seq, w.size, f'{checksum}:{w.hexdigest()}')
             f.write(_trailer(c))
-    except OSError as e: raise write_error(e, path.parent, path) from e
+    except OSError as e:
+        if c is None or read_trailer(path) != c: raise write_error(e, path.parent, path) from e
+        # in place and complete: only syncing its folder failed (EIO on some FUSE mounts)
+        warnings.warn(f'{path} is written and in place, but syncing its folder failed '
+                      f'({e.strerror or e}): it is used, and may not survive a crash of the '
+                      'machine itself.', CheckpointWarning, stacklevel=2)
     return c

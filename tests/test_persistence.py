@@ -581,3 +581,13 @@ def test_ctrl_c_inside_load_waits_until_everything_is_loaded(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         ckpt.load(**fresh)
     assert same_weights(fresh['model'].state_dict(), o['model'].state_dict())
+
+def test_a_folder_sync_failing_after_the_rename_reports_what_is_on_disk(tmp_path, monkeypatch):
+    "EIO from the folder's fsync after the rename (a FUSE mount): the checkpoint is in place and said to be."
+    from colab_t4_nb import core
+    def eio(d): raise OSError(errno.EIO, 'Input/output error')
+    monkeypatch.setattr(core, '_fsync_dir', eio)
+    ckpt = P.CheckpointManager(tmp_path)
+    with pytest.warns(P.CheckpointWarning, match='written and in place, but syncing its folder failed'):
+        c = ckpt.save(1, model=torch.nn.Linear(2, 2))
+    assert c.step == 1 and ckpt.latest() == c

@@ -207,14 +207,14 @@ def check_path(name:str, # the argument's name, for the message
                none:bool=False, # None allowed
                err:type|None=None, # the error class to raise; default `ArgumentError`
               )->Path|None:
-    "`v` as a `Path` (None allowed when `none`); otherwise an error naming `name`."
+    "`v` as a `Path`, `~` expanded (None allowed when `none`); otherwise an error naming `name`."
     if v is None and none: return None
     if not isinstance(v, (str, os.PathLike)) or isinstance(v, bytes):
         raise _refuse(name, v, 'a path (str or Path)' + (' or None' if none else ''), err, True)
     s = os.fspath(v)
     if not isinstance(s, str) or not s.strip() or '\0' in s:
         raise _refuse(name, v, 'a non-empty path without NUL characters', err)
-    return Path(s)
+    return Path(s).expanduser()
 
 # %% ../nbs/00_core.ipynb #8fa99793
 def check_stateful(name:str, # the argument's name, for the message

@@ -99,6 +99,11 @@ _NAME_RE = re.compile(r'ckpt-\d{9,}\.pt')
 # names that mark the manager's files
 _MANIFEST, _OWNER = 'colab_t4_nb-manifest.json', '.colab_t4_nb-owner.json'
 
+def _shown(p:Path)->str:
+    "`p` as a user would name it: relative to the working folder when inside it."
+    r = os.path.relpath(p)
+    return str(p) if r.startswith('..') else r
+
 class CheckpointDir:
     "One folder of checkpoint files and their manifest, owned by one run: atomic writes, checks, keep-N rotation."
     def __init__(self, path:str|Path, # the folder; created on the first save
@@ -108,7 +113,8 @@ class CheckpointDir:
                 ):
         keep = check_int('keep', keep, 1, 10**6)
         checksum = check_choice('checksum', checksum, sorted(CHECKSUMS), err=CheckpointError)
-        self.path, self.keep, self.checksum = check_path('path', path), keep, checksum
+        # absolute: a later os.chdir (or %cd) does not move the folder
+        self.path, self.keep, self.checksum = check_path('path', path).absolute(), keep, checksum
         self.take_over, self.run = check_flag('take_over', take_over), uuid.uuid4().hex[:12]
         self._verified, self._deleting, self._owned, self._busy = {}, None, False, False
         # files this run wrote; files it found and did not write
@@ -125,7 +131,7 @@ class CheckpointDir:
     # this run's temporary files
     def _tmp(self, run:str|None=None)->str: return f'.colab_t4_nb-{run or self.run}-'
     def file_for(self, step:int)->Path: return self.path/f'ckpt-{check_int("step", step):09d}.pt'
-    def __repr__(self): return f'CheckpointDir({str(self.path)!r}, keep={self.keep})'
+    def __repr__(self): return f'CheckpointDir({_shown(self.path)!r}, keep={self.keep})'
 
 # %% ../nbs/05a_persistence.ipynb #6d8b2a48
 class FolderInUse(CheckpointError):
@@ -600,8 +606,8 @@ class CheckpointManager:
     def path(self)->Path: return self.local.path
     def _dirs(self)->list: return [self.local] + ([self.mirror] if self.mirror is not None else [])
     def __repr__(self):
-        mirror = f', mirror={str(self.mirror.path)!r}' if self.mirror else ''
-        return f'CheckpointManager({str(self.path)!r}, keep={self.local.keep}{mirror})'
+        mirror = f', mirror={_shown(self.mirror.path)!r}' if self.mirror else ''
+        return f'CheckpointManager({_shown(self.path)!r}, keep={self.local.keep}{mirror})'
 
 # %% ../nbs/05a_persistence.ipynb #a63a2d28
 @patch

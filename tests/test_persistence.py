@@ -591,3 +591,15 @@ def test_a_folder_sync_failing_after_the_rename_reports_what_is_on_disk(tmp_path
     with pytest.warns(P.CheckpointWarning, match='written and in place, but syncing its folder failed'):
         c = ckpt.save(1, model=torch.nn.Linear(2, 2))
     assert c.step == 1 and ckpt.latest() == c
+
+def test_folders_are_fixed_when_the_manager_is_made(tmp_path, monkeypatch):
+    "`~` is the home folder, and a relative folder stays where it was when %cd moves the notebook."
+    monkeypatch.setenv('HOME', str(tmp_path/'home'))
+    assert P.CheckpointManager('~/runs/x').path == tmp_path/'home'/'runs'/'x'
+    monkeypatch.chdir(tmp_path)
+    rel = P.CheckpointManager('rel')
+    (tmp_path/'other').mkdir()
+    monkeypatch.chdir(tmp_path/'other')  # %cd other
+    rel.save(1, model=torch.nn.Linear(2, 2))
+    assert (tmp_path/'rel'/'ckpt-000000001.pt').exists() and not (tmp_path/'other'/'rel').exists()
+    assert repr(rel) == f"CheckpointManager({str(tmp_path/'rel')!r}, keep=3)"

@@ -117,6 +117,7 @@ class CheckpointDir:
         self.path, self.keep, self.checksum = check_path('path', path).absolute(), keep, checksum
         self.take_over, self.run = check_flag('take_over', take_over), uuid.uuid4().hex[:12]
         self._verified, self._deleting, self._owned, self._busy = {}, None, False, False
+        self._retiring = None  # (files being deleted, checkpoints listed) of the last rotation
         # files this run wrote; files it found and did not write
         self._written, self._found = set(), set()
         self.on_drive = (runtime() == 'colab'
@@ -493,14 +494,6 @@ def _set_aside(self:CheckpointDir, p:Path, why:str):
     _warn(f'Checkpoint {p} is damaged ({why}): moved to {dst.name}, out of the rotation. Delete '
           'it when you no longer need it.')
 
-# %% ../nbs/05a_persistence.ipynb #21e47833
-def _rotate(d:CheckpointDir, doomed:list, kept:list):
-    "Delete the rotated-out files, then the manifest's note of them: a file put back later stays."
-    _unlink_all(doomed, d.on_drive)
-    try:
-        if not any(p.exists() for p in doomed) and d._may_write(): d._write_manifest(kept)
-    except OSError: pass  # the next save writes the manifest again
-
 # %% ../nbs/05a_persistence.ipynb #840b8c93
 @patch
 def _commit(self:CheckpointDir, c:Checkpoint, old:list):
@@ -538,8 +531,9 @@ def _commit(self:CheckpointDir, c:Checkpoint, old:list):
     for p in [p for p in doomed if read_trailer(p) is None]:  # damaged, not a rotated-out one
         self._set_aside(p, 'it has no valid trailer'); doomed.remove(p)
     if doomed:
-        self._deleting = threading.Thread(target=_rotate, args=(self, doomed, kept),
+        self._deleting = threading.Thread(target=_unlink_all, args=(doomed, self.on_drive),
                                           name='checkpoint-rotation', daemon=True)
+        self._retiring = doomed, kept  # `settle` clears the manifest's note once they are gone
         self._deleting.start()
 
 # %% ../nbs/05a_persistence.ipynb #c6f10303
@@ -570,6 +564,11 @@ def save(self:CheckpointDir, obj, # what to save (see `training_state`)
 def settle(self:CheckpointDir):
     "Wait until the old checkpoints handed to the background for deletion are gone."
     if self._deleting is not None: self._deleting.join(); self._deleting = None
+    if self._retiring is None: return
+    (doomed, kept), self._retiring = self._retiring, None
+    try:  # done: a file of that name put back later is not this run's to delete
+        if not any(p.exists() for p in doomed) and self._may_write(): self._write_manifest(kept)
+    except OSError: pass  # the next save writes the manifest again
 
 # %% ../nbs/05a_persistence.ipynb #3ff8cd14
 _live = weakref.WeakSet()  # managers with possibly a save in flight, checked at exit

@@ -444,6 +444,10 @@ def append_line(path:str|Path, # a line-based file (JSON lines); its folder is c
 def stop_on_signals(names:tuple=('SIGTERM', 'SIGHUP'), # the signals that stop the block
                    )->list:
     "Inside the block the first of `names` raises `KeyboardInterrupt`; later ones are only listed."
+    if isinstance(names, str) or not isinstance(names, (tuple, list)) \
+            or not all(isinstance(n, str) for n in names):
+        raise _refuse('names', names, "a tuple of signal names such as ('SIGTERM', 'SIGHUP')",
+                      typ=True)
     got = []  # the signals received, by name; append anything to let every later one wait
     if threading.current_thread() is not threading.main_thread():
         yield got; return  # only the main thread may set handlers

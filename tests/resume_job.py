@@ -13,7 +13,7 @@ where they are loaded (in the main process, or in the loader's workers). Framewo
 (`run_resumable`), hf (the Trainer and `HFCallback`), lightning (`LightningCallback`), keras
 (`KerasCallback`). Loaders: generator (shuffled by the loader's own seeded generator), global
 (shuffled from the global generator), workers (two worker processes)."""
-import argparse, json, os, signal, sys, traceback, warnings
+import argparse, os, signal, sys, warnings
 from pathlib import Path
 
 import numpy as np
@@ -225,23 +225,12 @@ def warm(framework):
     if framework == 'keras': import tensorflow, keras
 
 def zygote(framework):
+    "Import `framework` once, then fork one run per command read from stdin (see zygote.py)."
     torch.set_num_threads(1)  # no thread pools in the forking process
     warm(framework)
-    for line in sys.stdin:
-        cmd = json.loads(line)
-        if cmd['op'] == 'run':
-            pid = os.fork()
-            if pid == 0:
-                os.dup2(2, 1)  # the child's output must not mix with the protocol on stdout
-                code = 0
-                try: run(**cmd["args"])
-                except BaseException: traceback.print_exc(); code = 1
-                sys.stdout.flush(); sys.stderr.flush(); os._exit(code)
-            print(json.dumps({'pid': pid}), flush=True)
-        elif cmd['op'] == 'wait':
-            _, st = os.waitpid(cmd['pid'], 0)
-            print(json.dumps({'signal': os.WTERMSIG(st) if os.WIFSIGNALED(st) else 0,
-                              'code': os.WEXITSTATUS(st) if os.WIFEXITED(st) else None}), flush=True)
+    sys.path.insert(0, str(Path(__file__).parent))
+    from zygote import serve
+    serve(run)
 
 if __name__ == '__main__':
     p = argparse.ArgumentParser()

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import ROOT
+from zygote import Zygote
 
 from colab_t4_nb import checkpoint_format as F, persistence as P
 
@@ -46,53 +47,24 @@ def train(folder, kill_at=None, slow=0.0):
     with open(os.path.join(folder, 'ops.json'), 'w') as f: json.dump(len(OPS), f)
 '''
 
-# A long-lived process that imports torch once and forks one child per run (a fresh interpreter per
-# run would cost seconds each). The parent kills the children; each is reaped only on request, so its
-# pid cannot be reused by another process before the parent is done with it.
+# The run above, forked by a server that imports torch once (zygote.py beside this file)
 ZYGOTE = TRAIN + r'''
 if __name__ == '__main__':
-    import traceback
     import io
     torch.set_num_threads(1)  # no thread pools in the forking process
     o = small_run(); train_step(o, 0)  # warm up once: lazy imports (torch.optim's first step imports a lot) happen here, not per child
     buf = io.BytesIO(); torch.save({k: v.state_dict() for k, v in o.items()}, buf); buf.seek(0); torch.load(buf)
-    for line in sys.stdin:
-        cmd = json.loads(line)
-        if cmd['op'] == 'run':
-            pid = os.fork()
-            if pid == 0:
-                os.dup2(2, 1)  # the child's output must not mix with the protocol on stdout
-                code = 0
-                try: train(**cmd['args'])
-                except BaseException: traceback.print_exc(); code = 1
-                sys.stdout.flush(); sys.stderr.flush(); os._exit(code)
-            print(json.dumps({'pid': pid}), flush=True)
-        elif cmd['op'] == 'wait':
-            _, st = os.waitpid(cmd['pid'], 0)
-            print(json.dumps({'signal': os.WTERMSIG(st) if os.WIFSIGNALED(st) else 0,
-                              'code': os.WEXITSTATUS(st) if os.WIFEXITED(st) else None}), flush=True)
+    sys.path.insert(0, sys.argv[1])
+    from zygote import serve
+    serve(train)
 '''
-
-class Zygote:
-    def __init__(self, tmp:Path, env:dict):
-        (tmp/'zygote.py').write_text(ZYGOTE)
-        self.err = open(tmp/'zygote.err', 'w')
-        self.p = subprocess.Popen([sys.executable, str(tmp/'zygote.py')], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  stderr=self.err, text=True, env=env)
-    def _ask(self, **cmd)->dict:
-        self.p.stdin.write(json.dumps(cmd) + '\n'); self.p.stdin.flush()
-        line = self.p.stdout.readline()
-        assert line, f'zygote died: {Path(self.err.name).read_text()[-3000:]}'
-        return json.loads(line)
-    def start(self, **args)->int: return self._ask(op='run', args={k: str(v) if isinstance(v, Path) else v for k, v in args.items()})['pid']
-    def wait(self, pid:int)->dict: return self._ask(op='wait', pid=pid)
-    def run(self, **args)->dict: return self.wait(self.start(**args))
-    def close(self):
-        self.p.stdin.close(); self.p.wait(timeout=60); self.err.close()
 
 @pytest.fixture
 def zygote(tmp_path, cpu_env):
-    z = Zygote(tmp_path, {**cpu_env, 'PYTHONPATH': os.pathsep.join([str(ROOT), cpu_env.get('PYTHONPATH', '')])})
+    (tmp_path/'train.py').write_text(ZYGOTE)
+    env = {**cpu_env, 'PYTHONPATH': os.pathsep.join([str(ROOT), cpu_env.get('PYTHONPATH', '')])}
+    z = Zygote([sys.executable, str(tmp_path/'train.py'), str(Path(__file__).parent)], env,
+               tmp_path/'zygote.err')
     try: yield z
     finally: z.close()
 
@@ -541,12 +513,19 @@ def test_a_vanished_drive_mount_is_reported_and_mounted_again(tmp_path, remounts
         assert 'Google Drive is not mounted' in str(ckpt.mirror_error)
         assert any('not mounted' in str(w.message) for w in said)
 
-def test_a_failed_load_is_undone_without_the_objects_help(tmp_path):
-    "An optimizer that refuses its own old state is put back all the same, and the error is the package's."
+@pytest.fixture
+def one_step(tmp_path):
+    "A small run trained one step and saved: its objects and its manager."
     from colab_t4_nb.testing import small_run, train_step
     o, ckpt = small_run(), P.CheckpointManager(tmp_path)
     train_step(o, 0)
     ckpt.save(1, **o)
+    return o, ckpt
+
+def test_a_failed_load_is_undone_without_the_objects_help(one_step):
+    "An optimizer that refuses its own old state is put back all the same, and the error is the package's."
+    from colab_t4_nb.testing import small_run, train_step
+    o, ckpt = one_step
     fresh = small_run(seed=5)
     train_step(fresh, 3)
     opt = fresh['optimizer']
@@ -566,12 +545,10 @@ def test_a_failed_load_is_undone_without_the_objects_help(tmp_path):
     assert all(torch.equal(before[id(p)][k], v) for p, st in opt.state.items() for k, v in st.items())
     assert [{k: v for k, v in g.items() if k != 'params'} for g in opt.param_groups] == groups
 
-def test_ctrl_c_inside_load_waits_until_everything_is_loaded(tmp_path):
+def test_ctrl_c_inside_load_waits_until_everything_is_loaded(one_step):
     "A Ctrl-C during load() comes after it: the model and the optimizer are both the checkpoint's."
-    from colab_t4_nb.testing import small_run, train_step
-    o, ckpt = small_run(), P.CheckpointManager(tmp_path)
-    train_step(o, 0)
-    ckpt.save(1, **o)
+    from colab_t4_nb.testing import small_run
+    o, ckpt = one_step
     fresh = small_run(seed=5)
     opt_load = fresh['optimizer'].load_state_dict
     def interrupted(sd):

@@ -5,11 +5,12 @@ cell is a real process killed with SIGKILL and started again with the same comma
 with the weights and optimizer state of an uninterrupted run, bit for bit. The runs are
 `resume_job.py`: a model with dropout, AdamW, a per-step warm-up/decay schedule, and data with a
 random augmentation where they are loaded."""
-import json, os, subprocess, sys
+import os, subprocess, sys
 from pathlib import Path
 
 import pytest
 import torch
+from zygote import Zygote
 
 JOB = Path(__file__).parent/'resume_job.py'
 ROOT = JOB.parent.parent
@@ -28,27 +29,6 @@ def job_env(**extra)->dict:
     for k in ('IN_TEST', 'COLAB_RELEASE_TAG', 'KAGGLE_KERNEL_RUN_TYPE'): env.pop(k, None)
     return env
 
-class Zygote:
-    "A process that imported a framework once and forks one child per run (see resume_job.py)."
-    def __init__(self, framework:str, tmp:Path, env:dict):
-        tmp.mkdir()
-        self.err = open(tmp/f'{framework}.err', 'w')
-        self.p = subprocess.Popen([sys.executable, str(JOB), '--zygote', framework], env=env,
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err,
-                                  text=True, cwd=tmp)
-    def _ask(self, **cmd)->dict:
-        self.p.stdin.write(json.dumps(cmd) + '\n')
-        self.p.stdin.flush()
-        line = self.p.stdout.readline()
-        assert line, f'zygote died: {Path(self.err.name).read_text()[-3000:]}'
-        return json.loads(line)
-    def run(self, **args)->dict:
-        return self._ask(op='wait', pid=self._ask(op='run', args=args)['pid'])
-    def close(self):
-        self.p.stdin.close()
-        self.p.wait(timeout=60)
-        self.err.close()
-
 _ZYGOTES, _REFS = {}, {}
 
 @pytest.fixture(scope='module')
@@ -59,7 +39,9 @@ def zygotes(tmp_path_factory):
             env = {'RESUME_ACCUMULATE': str(accumulate)}
             # the Trainer's resume is exact only without a random augmentation: see the last test
             if framework == 'hf': env['RESUME_NOISE'] = '0'
-            _ZYGOTES[framework, accumulate] = Zygote(framework, tmp/f'{framework}{accumulate}', job_env(**env))
+            err = tmp/f'{framework}-{accumulate}.err'
+            _ZYGOTES[framework, accumulate] = Zygote([sys.executable, str(JOB), '--zygote', framework],
+                                                     job_env(**env), err, cwd=tmp)
         return _ZYGOTES[framework, accumulate]
     yield get
     for z in _ZYGOTES.values(): z.close()
@@ -74,7 +56,7 @@ def same(a, b)->bool:
     if isinstance(a, (list, tuple)): return len(a) == len(b) and all(map(same, a, b))
     return a == b
 
-def err_of(z:Zygote)->str: return Path(z.err.name).read_text()[-3000:]
+def err_of(z:Zygote)->str: return z.errors()
 
 def reference(z:Zygote, framework:str, loader:str, tmp:Path, accumulate:int=1)->dict:
     key = framework, loader, accumulate

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 from fastcore.basics import patch
 
-from .core import (atomic_write, ColabT4Error, check_choice, check_flag, check_int,
+from .core import (atomic_write, ArgumentError, ColabT4Error, check_choice, check_flag, check_int,
                               check_num, check_path, check_stateful, check_str, check_type)
 
 
@@ -188,7 +188,7 @@ def hexdigest(self:_HashingWriter, chunk:int=16 << 20)->str:
 # %% ../nbs/05_checkpoint_format.ipynb #ff7e28b6
 _TRAILER = 256
 _TRAILER_RE = re.compile(rb'colab_t4_nb checkpoint v1 size=(\d+) step=(\d+) seq=(\d+) '
-                         rb'checksum=(\w+:[0-9a-f]+)(?: check=([0-9a-f]{8}))? *\n')
+                         rb'checksum=(\w+:[0-9a-f]+)(?: run=([0-9a-f]{1,32}))?(?: check=([0-9a-f]{8}))? *\n')
 
 @dataclass(frozen=True)
 class Checkpoint:
@@ -198,14 +198,17 @@ class Checkpoint:
     seq:int       # save number: the newest checkpoint has the highest
     size:int      # bytes before the trailer
     checksum:str  # 'algo:hexdigest' of those bytes
+    run:str|None = None  # the training run that wrote it, the same across resumes (None: not recorded)
 
     def __post_init__(self):
         object.__setattr__(self, 'path', check_path('path', self.path))
         for k in ('step', 'seq', 'size'): object.__setattr__(self, k, check_int(k, getattr(self, k)))
         algo, sep, digest = check_str('checksum', self.checksum).partition(':')
         if not sep or not re.fullmatch('[0-9a-f]+', digest):
-            raise ValueError(f"checksum must be 'algo:hexdigest', got {self.checksum!r}.")
+            raise ArgumentError(f"checksum must be 'algo:hexdigest', got checksum={self.checksum!r}.")
         check_choice('checksum algorithm', algo, sorted(CHECKSUMS), err=CheckpointError)
+        if self.run is not None and not re.fullmatch('[0-9a-f]{1,32}', check_str('run', self.run)):
+            raise ArgumentError(f'run must be up to 32 lowercase hex digits, got run={self.run!r}.')
 
     def as_dict(self)->dict:
         return {'file': self.path.name, 'step': self.step, 'seq': self.seq, 'size': self.size,
@@ -214,6 +217,7 @@ class Checkpoint:
 # %% ../nbs/05_checkpoint_format.ipynb #cdcdb52e
 def _trailer(c:Checkpoint)->bytes:
     t = f'colab_t4_nb checkpoint v1 size={c.size} step={c.step} seq={c.seq} checksum={c.checksum}'
+    if c.run: t += f' run={c.run}'
     # the fields themselves are checked too: a flipped bit in `seq` must not make an old file newest
     t = f'{t} check={zlib.crc32(t.encode()):08x}'.encode()
     return t.ljust(_TRAILER - 1) + b'\n'
@@ -229,9 +233,10 @@ def read_trailer(path:str|Path)->Checkpoint|None:
             f.seek(n - _TRAILER); m = _TRAILER_RE.fullmatch(f.read())
     except OSError: return None
     if not m or int(m[1]) != n - _TRAILER: return None
-    if m[5] is not None and int(m[5], 16) != zlib.crc32(m[0][:m.start(5) - len(b' check=')]):
+    if m[6] is not None and int(m[6], 16) != zlib.crc32(m[0][:m.start(6) - len(b' check=')]):
         return None  # the trailer's own fields are damaged
-    try: return Checkpoint(path, int(m[2]), int(m[3]), int(m[1]), m[4].decode())
+    try: return Checkpoint(path, int(m[2]), int(m[3]), int(m[1]), m[4].decode(),
+                      m[5] and m[5].decode())
     except CheckpointError: return None  # a checksum this Python does not know
 
 # %% ../nbs/05_checkpoint_format.ipynb #de5aadfc
@@ -292,6 +297,7 @@ def write_checkpoint(path:str|Path, # the final file name
                      checksum:str='crc32', # 'crc32' or a `hashlib` algorithm
                      writeback:int|None=64 << 20, # bytes between starts of the disk write-back; None: only fsync
                      tmp_prefix:str|None=None, # the temporary file's name starts so (see `atomic_write`)
+                     run:str|None=None, # the training run writing it, recorded in the trailer
                     )->Checkpoint:
     "Save `obj` to `path` atomically, followed by a trailer recording its size and checksum."
     path, step, seq = check_path('path', path), check_int('step', step), check_int('seq', seq)
@@ -312,7 +318,7 @@ def write_checkpoint(path:str|Path, # the final file name
                                           'tensors, numbers, strings and state dicts (extras '
                                           'given to CheckpointManager.save included).') from e
                 raise
-            c = Checkpoint(path, step, seq, w.size, f'{checksum}:{w.hexdigest()}')
+            c = Checkpoint(path, step, seq, w.size, f'{checksum}:{w.hexdigest()}', run)
             f.write(_trailer(c))
     except OSError as e:
         if c is None or read_trailer(path) != c: raise write_error(e, path.parent, path) from e

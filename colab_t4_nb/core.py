@@ -214,7 +214,12 @@ def check_path(name:str, # the argument's name, for the message
     s = os.fspath(v)
     if not isinstance(s, str) or not s.strip() or '\0' in s:
         raise _refuse(name, v, 'a non-empty path without NUL characters', err)
-    return Path(s).expanduser()
+    p = Path(s).expanduser()
+    # Linux's limits (NAME_MAX, PATH_MAX): past them every call on the path fails with ENAMETOOLONG
+    if max(len(os.fsencode(part)) for part in p.parts) > 255 or len(os.fsencode(p)) > 4000:
+        raise _refuse(name, v, 'a path the file system can hold: each name in it at most 255 '
+                      'bytes, the whole at most 4000', err)
+    return p
 
 # %% ../nbs/00_core.ipynb #8fa99793
 def check_stateful(name:str, # the argument's name, for the message

@@ -8,7 +8,7 @@ import atexit, copy, errno, gc, importlib, inspect, json, numbers, os, pickle, r
 import subprocess, sys, threading, time, uuid, warnings, weakref, zipfile
 from collections import OrderedDict, deque
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, NamedTuple
@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from fastcore.basics import patch, store_attr
 
-from .core import (COLAB_DRIVE, ColabT4Error, ArgumentTypeError, stop_on_signals,
+from .core import (COLAB_DRIVE, ColabT4Error, ArgumentError, ArgumentTypeError, stop_on_signals,
                               atomic_write, oom_kind, runtime,
                               state_dir, check_callable, check_choice, check_flag, check_int,
                               check_num, check_path, check_seq, check_stateful, check_str,
@@ -406,6 +406,9 @@ def _rebuild(self:CheckpointDir, problem:str, files:dict)->list[Checkpoint]:
         if why is None: good.append(t)
         else: bad.append(f'{name}: {why}')
     good.sort(key=lambda c: c.seq, reverse=True)
+    runs = sorted({c.run for c in good if c.run})
+    if len(runs) > 1: bad.append(f'the files come from {len(runs)} training runs ({", ".join(runs)}); '
+                                 f'the newest, {good[0].path.name}, from {good[0].run or "?"}')
     # whose they are is unknown: rotation leaves them
     self._found |= {c.path.name for c in good} - self._written
     _warn(f'Manifest {self.manifest} {problem}; rebuilt from the {len(good)} checkpoint file(s) '
@@ -413,6 +416,14 @@ def _rebuild(self:CheckpointDir, problem:str, files:dict)->list[Checkpoint]:
           + (f" (left out {'; '.join(bad)})." if bad else '.'))
     self._try_write_manifest(good)
     return good
+
+# %% ../nbs/05a_persistence.ipynb #9b2349fd
+@patch
+def _lineage(self:CheckpointDir, cks:list)->str|None:
+    "The training run checkpoints `cks` (newest first) belong to: that of the newest one not found here from elsewhere."
+    foreign = self._found - self._written  # files found here, of unknown or other runs
+    return next((c.run for c in cks if c.run and c.path.name not in foreign), None)
+
 
 # %% ../nbs/05a_persistence.ipynb #95f2bf2a
 @patch
@@ -436,9 +447,18 @@ def checkpoints(self:CheckpointDir)->list[Checkpoint]:
         # saved again at this step; manifest update interrupted
         elif t.seq > e['seq']: out[name], changed = t, True
         else: return self._rebuild(f'does not match {name} (edited by hand?)', files)
-    newest = max((c.seq for c in out.values()), default=-1)
+    listed = sorted(out.values(), key=lambda c: c.seq, reverse=True)
+    ours = self._lineage(listed)
     for name, t in files.items():
-        if name not in out and t is not None and t.seq > newest: out[name], changed = t, True
+        if name in out or t is None or t.seq <= (listed[0].seq if listed else -1): continue
+        out[name], changed = t, True  # saved after the manifest was last written...
+        if t.run and ours and t.run != ours:  # ...or copied in from another training run
+            self._found.add(name)  # not this run's to rotate away
+            _warn(f'{self.path/name} (save {t.seq}, step {t.step}) is not listed in '
+                  f'{self.manifest.name} and comes from another training run ({t.run}; the '
+                  f'checkpoints listed here are from {ours}). Being the newest, it is used, and '
+                  'kept out of the rotation; if it was copied here by mistake, move it out of '
+                  f'{self.path}.')
     res = sorted(out.values(), key=lambda c: c.seq, reverse=True)
     if changed: self._try_write_manifest(res)
     return res
@@ -504,9 +524,12 @@ def _commit(self:CheckpointDir, c:Checkpoint, old:list):
     rec, _ = self._owner()
     if not rec or rec.get('run') != self.run:
         self._owned = False
-        raise FolderInUse(f'{self.path} was taken over by {_who(rec or {})} while {c.path.name} '
-                          'was written; it is left there, and nothing was deleted. Save this run '
-                          'to another folder.')
+        what = (f'was taken over by {_who(rec)}' if rec else
+                "lost its owner record (removed by hand or by a tool, or the folder was moved)")
+        raise FolderInUse(f'{self.path} {what} while {c.path.name} was written; the file is left '
+                          'there, and nothing was deleted. '
+                          + ('Save this run to another folder.' if rec else
+                             'The next save claims the folder again.'))
     kept = [c]
     for o in old:
         if len(kept) == self.keep: break
@@ -541,6 +564,7 @@ def _commit(self:CheckpointDir, c:Checkpoint, old:list):
 def save(self:CheckpointDir, obj, # what to save (see `training_state`)
          step:int, # training step, used in the file name
          seq:int|None=None, # save number; default one more than the newest here
+         run:str|None=None, # the training run, recorded in the trailer; default that of the checkpoints here
         )->Checkpoint:
     "Write `obj` as the checkpoint of `step` atomically, record it in the manifest, then rotate."
     step, seq = check_int('step', step), check_int('seq', seq, none=True)
@@ -551,7 +575,7 @@ def save(self:CheckpointDir, obj, # what to save (see `training_state`)
         old = self.checkpoints()
         if seq is None: seq = 1 + max((o.seq for o in old), default=0)
         c = write_checkpoint(self.file_for(step), obj, step, seq, self.checksum,
-                             tmp_prefix=self._tmp())
+                             tmp_prefix=self._tmp(), run=run or self._lineage(old) or self.run)
         self._written.add(c.path.name)
         self._commit(c, old)
     except CheckpointWriteError: raise  # already says which file and why
@@ -588,6 +612,9 @@ class CheckpointManager:
                  take_over:bool=False, # take the folders from another run that may still hold them
                 ):
         name = check_str('name', name, none=True)
+        if name is not None and path is not None:
+            raise ArgumentError(f'name={name!r} names a folder under the default one, and path='
+                                f'{str(path)!r} is the folder itself: give one of them.')
         if name is None: name = _run_name()
         if name in ('.', '..') or set(name) & {'/', '\\'}:
             raise ValueError('name must be a folder name (no slashes), such as "run", got '
@@ -639,8 +666,12 @@ def _listing(self:CheckpointManager, d:CheckpointDir)->list:
 # %% ../nbs/05a_persistence.ipynb #0fd27cf0
 @patch
 def _write(self:CheckpointManager, st:dict)->Checkpoint:
-    seqs = [c.seq for d in self._dirs() for c in self._listing(d)]
-    c = self.local.save(st, st['step'], 1 + max(seqs, default=0))
+    listings = [(d, self._listing(d)) for d in self._dirs()]
+    # one training run across both folders: a resume on a new machine finds it on the mirror
+    runs = [(cks[0].seq, d._lineage(cks)) for d, cks in listings if d._lineage(cks)]
+    run = max(runs)[1] if runs else self.local.run
+    seq = 1 + max((c.seq for _, cks in listings for c in cks), default=0)
+    c = self.local.save(st, st['step'], seq, run)
     self.last_saved = c
     if self.mirror is not None: self._copy_to_mirror(c)
     return c
@@ -924,7 +955,7 @@ def copy_in(self:CheckpointDir, c:Checkpoint)->Checkpoint:
     check_type('c', c, Checkpoint, 'a Checkpoint (from checkpoints() or latest())')
     dst = self.path/c.path.name
     def check(tmp):
-        copy = Checkpoint(tmp, c.step, c.seq, c.size, c.checksum)
+        copy = replace(c, path=tmp)
         why = 'its trailer differs' if read_trailer(tmp) != copy else verify_file(copy)
         if why: raise CheckpointCorrupt(f'The copy of {c.path.name} in {self.path} does not '
                                         f'verify: {why}.')
@@ -936,7 +967,7 @@ def copy_in(self:CheckpointDir, c:Checkpoint)->Checkpoint:
         with open(c.path, 'rb') as src, atomic_write(dst, check, tmp_prefix=self._tmp()) as f:
             shutil.copyfileobj(src, f, 16 << 20)
         self._written.add(dst.name)
-        new = Checkpoint(dst, c.step, c.seq, c.size, c.checksum)
+        new = replace(c, path=dst)
         self._commit(new, old)
     except CheckpointWriteError: raise  # already says which file and why
     except OSError as e: raise write_error(e, self.path) from e
@@ -974,7 +1005,7 @@ def drive_checkpoints(name:str|None=None, # the run's folder name; default a new
                          f'"colab_t4_nb/checkpoints", got {folder!r}.')
     new, name = name is None, _run_name() if name is None else name
     if runtime() != 'colab':
-        ckpt = CheckpointManager(None if local is None else local, keep, name=name, **kwargs)
+        ckpt = CheckpointManager(local, keep, name=name if local is None else None, **kwargs)
         if ckpt.path not in _TOLD:
             _TOLD.add(ckpt.path)
             print(f'Not in Colab: no Google Drive here; checkpoints go to {ckpt.path} only.')
@@ -984,7 +1015,7 @@ def drive_checkpoints(name:str|None=None, # the run's folder name; default a new
         from google.colab import drive
         drive.mount(str(mountpoint))
     local = Path.cwd()/'checkpoints'/name if local is None else local
-    ckpt = CheckpointManager(local, keep, mirror=my_drive/folder/name, name=name, **kwargs)
+    ckpt = CheckpointManager(local, keep, mirror=my_drive/folder/name, **kwargs)
     ckpt.mirror.on_drive, ckpt.mirror.mount = True, my_drive
     if new: print(f'Checkpoints go to {ckpt.mirror.path}: resume this run later with '
                   f'drive_checkpoints({name!r}).')

@@ -41,44 +41,70 @@ def _sdpa_t4():
     return sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
 
 # %% ../nbs/03b_t4.ipynb #b92fd8af
-@contextmanager
 def t4_rehearsal(bf16:str='warn', # 'warn' (as `amp_choice` does for a T4) or 'error' (refuse it)
                  memory:bool=True, # hold PyTorch to a T4's usable memory (on a GPU with more)
                  verbose:bool=True, # print one line naming what was skipped
-                ):
-    "Make the card at hand behave for PyTorch as a T4 would; everything is restored on exit."
-    check_choice('bf16', bf16, ('warn', 'error'))
-    check_flag('memory', memory)
-    check_flag('verbose', verbose)
-    cuda = torch.cuda.is_available()
-    r = Rehearsal(f'cuda:{torch.cuda.current_device()}' if cuda else 'cpu')
-    with ExitStack() as stack:
-        stack.enter_context(decide_as('T4', refuse_bf16=bf16 == 'error'))
-        r.applied.append(f'amp_choice answers as for a T4: fp16 + GradScaler; bf16 {bf16}s')
-        stack.enter_context(no_tf32())
-        r.applied.append('TF32 off for matrix products and cuDNN')
-        stack.enter_context(_sdpa_t4())
-        r.applied.append('attention kernels: memory-efficient and math (no flash)')
-        if not cuda: r.skipped.append('memory cap (no CUDA GPU here)')
-        elif not memory: r.skipped.append('memory cap (memory=False)')
-        else:
-            try: r.applied.append(f'memory held to a T4: {stack.enter_context(cap_memory("T4"))}')
-            except ColabT4Error as e: r.skipped.append(f'memory cap ({e})')
-        if verbose and r.skipped:
-            print(f'T4 rehearsal on {r.device}; skipped: {"; ".join(r.skipped)}.')
-        yield r
+                )->Rehearsal:
+    "A context in which the card at hand behaves for PyTorch as a T4 would; everything is restored on exit."
+    return Rehearsal(check_choice('bf16', bf16, ('warn', 'error')), check_flag('memory', memory),
+                     check_flag('verbose', verbose))
+
 
 # %% ../nbs/03b_t4.ipynb #2e4be2bb
-@dataclass
+_OPEN = []  # the rehearsals entered and not yet undone, oldest first
+
 class Rehearsal:
-    "What `t4_rehearsal` changed on this runtime, and what it could not."
-    device:str                                  # where the code runs: 'cuda:0' or 'cpu'
-    applied:list = field(default_factory=list)  # what holds inside the block
-    skipped:list = field(default_factory=list)  # what does not apply here, and why
+    "What `t4_rehearsal` changes on this runtime, and what it could not; a context manager."
+    def __init__(self, bf16:str='warn', memory:bool=True, verbose:bool=True):
+        self.bf16, self.memory, self.verbose = bf16, memory, verbose
+        self.device = 'cuda:0' if torch.cuda.is_available() else 'cpu'  # where the code runs
+        self.applied, self.skipped = [], []  # what holds inside the block; what does not, and why
+        self._stack, self._left = None, False
+
+    def __enter__(self)->Rehearsal:
+        if self._stack is not None:
+            raise ColabT4Error('This t4_rehearsal block is already in effect'
+                               + (' (left, but a block opened inside it is still open)'
+                                  if self._left else '')
+                               + ': open another with `with t4_rehearsal():`.')
+        cuda = torch.cuda.is_available()
+        self.device, self.applied, self.skipped = (f'cuda:{torch.cuda.current_device()}' if cuda
+                                                   else 'cpu'), [], []
+        with ExitStack() as stack:  # a failure part way undoes what was done
+            stack.enter_context(decide_as('T4', refuse_bf16=self.bf16 == 'error'))
+            self.applied.append(f'amp_choice answers as for a T4: fp16 + GradScaler; bf16 '
+                                f'{self.bf16}s')
+            stack.enter_context(no_tf32())
+            self.applied.append('TF32 off for matrix products and cuDNN')
+            stack.enter_context(_sdpa_t4())
+            self.applied.append('attention kernels: memory-efficient and math (no flash)')
+            if not cuda: self.skipped.append('memory cap (no CUDA GPU here)')
+            elif not self.memory: self.skipped.append('memory cap (memory=False)')
+            else:
+                try: self.applied.append(f'memory held to a T4: {stack.enter_context(cap_memory("T4"))}')
+                except ColabT4Error as e: self.skipped.append(f'memory cap ({e})')
+            self._stack, self._left = stack.pop_all(), False
+        _OPEN.append(self)
+        if self.verbose and self.skipped:
+            print(f'T4 rehearsal on {self.device}; skipped: {"; ".join(self.skipped)}.')
+        return self
+
+    def __exit__(self, *exc):
+        self._left = True
+        # undo from the newest open block down: one left early keeps its settings until those
+        # opened inside it close, so each undo restores the state its own block found
+        while _OPEN and _OPEN[-1]._left:
+            r = _OPEN.pop()
+            stack, r._stack = r._stack, None
+            stack.close()
+        return False
+
+    def __repr__(self): return f'Rehearsal(device={self.device!r}, applied={self.applied!r}, skipped={self.skipped!r})'
 
     def _repr_markdown_(self):
         lines = [f'**Rehearsing a T4 on {self.device}**'] + [f'- {a}' for a in self.applied]
         return '\n'.join(lines + [f'- skipped: {s}' for s in self.skipped])
+
 
 # %% ../nbs/03b_t4.ipynb #706b7fa9
 @dataclass(frozen=True)

@@ -118,6 +118,48 @@ def test_rotation_leaves_checkpoint_files_it_did_not_write(tmp_path):
     assert copied.read_bytes() == theirs.path.read_bytes()
     assert [c.step for c in ckpt.local.checkpoints()] == [7]
 
+def test_a_newer_checkpoint_of_another_run_copied_in_is_named_and_kept(tmp_path):
+    m = nn.Linear(4, 2)
+    mine, other = P.CheckpointManager(tmp_path/'run', keep=2), P.CheckpointManager(tmp_path/'other')
+    for s in (1, 2): mine.save(s, model=m)
+    for s in range(10, 15): theirs = other.save(s, model=m)  # save numbers up to 5: "newer"
+    mine.release(); other.release()
+    copied = tmp_path/'run'/theirs.path.name
+    copied.write_bytes(theirs.path.read_bytes())
+    resumed = P.CheckpointManager(tmp_path/'run', keep=2)
+    with pytest.warns(F.CheckpointWarning, match=f'another training run \\({theirs.run}; the checkpoints '
+                                                 f'listed here are from {mine.last_saved.run}'):
+        assert resumed.latest().path == copied
+    for s in (3, 4, 5): c = resumed.save(s, model=m)
+    resumed.wait()
+    assert c.run == mine.last_saved.run != theirs.run  # the run goes on under its own name
+    assert copied.read_bytes() == theirs.path.read_bytes()  # and the copy is not rotated away
+
+def test_a_resume_on_a_new_machine_continues_the_run_found_on_the_mirror(tmp_path):
+    m = nn.Linear(4, 2)
+    first = P.CheckpointManager(tmp_path/'vm1', mirror=tmp_path/'drive')
+    run = first.save(1, model=m).run
+    first.release()
+    second = P.CheckpointManager(tmp_path/'vm2', mirror=tmp_path/'drive')  # an empty local disk
+    assert second.load(model=m).step == 1
+    assert second.save(2, model=m).run == run
+
+def test_an_owner_record_removed_during_a_background_save_is_named(tmp_path):
+    ckpt, m = P.CheckpointManager(tmp_path), nn.Linear(4, 2)
+    ckpt.save(1, model=m)
+    def write(orig, *a, **k):
+        (tmp_path/'.colab_t4_nb-owner.json').unlink()  # a cleanup tool, a hand, a moved folder
+        return orig(*a, **k)
+    with patched(P, 'write_checkpoint', write):
+        ckpt.save_async(2, model=m)
+        with pytest.raises(P.FolderInUse, match='lost its owner record') as e: ckpt.wait()
+    assert 'run ?' not in str(e.value) and 'next save claims the folder again' in str(e.value)
+    assert ckpt.save(3, model=m).step == 3 and ckpt.load(model=m).step == 3
+
+def test_a_folder_given_both_as_path_and_name_is_refused(tmp_path):
+    with pytest.raises(P.ArgumentError, match="name='n'.*give one of them"):
+        P.CheckpointManager(tmp_path, name='n')
+
 def test_a_second_manager_in_another_thread_is_refused_and_the_first_loses_nothing(tmp_path):
     a, b, m = P.CheckpointManager(tmp_path, keep=2), P.CheckpointManager(tmp_path, keep=2), nn.Linear(4, 2)
     out = {'a': [], 'b': []}

@@ -53,12 +53,26 @@ class UsageLedger:
         session = session if session is not None else uuid.uuid4().hex[:12]
         rec = {'kind': 'session', 'session': session, 'start': _iso(start), 'end': _iso(end),
                'gpu': gpu, 'busy_h': round(float(busy_h), 4), 'runtime': runtime()}
+        self._check_ours()
         try: append_line(self.path, json.dumps(rec))
         except OSError as e:
             raise LedgerError(f'Cannot write the usage ledger {self.path}: {e.strerror or e}. '
                                f'Pass a file in a writable folder, '
                                f'e.g. UsageLedger("usage_ledger.jsonl").') from e
         return session
+
+    def _check_ours(self, text:str|None=None):
+        "Refuse a file of other contents (`text`, default the file's first 64 KiB): nothing of the user's is written over."
+        if text is None:
+            try:
+                with open(self.path, 'rb') as f: text = f.read(1 << 16).decode('utf-8', 'replace')
+            except FileNotFoundError: return
+            except OSError: return  # the write that follows says what is wrong
+        recs, bad = _parse_records(text)
+        if bad and not recs:
+            raise LedgerError(f'{self.path} is not a usage ledger (no line of it is a ledger record); '
+                              'it is left as it is. Give the ledger a file of its own (another '
+                              'name), or leave path out for the default one.')
 
 # %% ../nbs/06_ledger.ipynb #587478bb
 def _check_record(r:dict):
@@ -101,7 +115,9 @@ def _rewrite(self:UsageLedger, repair:bool)->list[dict]:
     try:
         with open_locked(self.path) as fd:
             with open(fd, 'rb', closefd=False) as f:
-                recs, bad = _parse_records(f.read().decode('utf-8', 'replace'))
+                text = f.read().decode('utf-8', 'replace')
+            self._check_ours(text)
+            recs, bad = _parse_records(text)
             if repair and not bad: return recs  # another process repaired it first
             keep = recs if repair else _latest_per_session(recs)
             if bad:  # the unreadable lines are kept, in a copy of the whole file
@@ -121,8 +137,10 @@ def _rewrite(self:UsageLedger, repair:bool)->list[dict]:
 @patch
 def records(self:UsageLedger)->list[dict]:
     "Every readable record, oldest first; a damaged file is set aside and replaced by its readable records."
-    try: recs, bad = _parse_records(self.path.read_bytes().decode('utf-8', 'replace'))
+    try: text = self.path.read_bytes().decode('utf-8', 'replace')
     except FileNotFoundError: return []
+    self._check_ours(text)
+    recs, bad = _parse_records(text)
     return self._rewrite(repair=True) if bad else recs
 
 # %% ../nbs/06_ledger.ipynb #859b6527

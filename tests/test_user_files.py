@@ -1,0 +1,160 @@
+"""No file of the user's is changed, and nothing is written outside the package's own places, by any entry
+point: saves, loads, resumes, the callbacks' restores, Drive, the ledger and the CLI. Each test builds
+a tree of user files (some named as the package names its own), runs one group of entry points in it,
+the ways users get them wrong included, and compares the tree before and after."""
+import contextlib, hashlib, io, json, os, warnings, zlib
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from colab_t4_nb import callbacks as C, persistence as P
+from colab_t4_nb.cli import main
+from colab_t4_nb.core import ColabT4Error
+from colab_t4_nb.testing import fake_colab, fake_nvml, h200_reading
+
+USER_FILES = {
+    'notes.txt': 'my notes', 'data/train.csv': 'x,y\n1,2\n',
+    'gpu.csv': 'date,loss\n2026-12-01,0.3\n',  # a CSV of the user's, not a monitor's
+    'figure.png': 'not really a png', 'budget.txt': 'my budget notes', 'ledger.jsonl': '{"my": "log"}\n',
+    'ck/manifest.json': '{"my": "experiment notes"}', 'ck/notes.md': 'about this run',
+    'ck/ckpt-000000099.pt': 'a file of the user named like a checkpoint',
+    'ck/.ckpt-000000001.pt.abc.tmp': 'theirs', 'ck/colab_t4_nb-manifest.json.bak': 'a backup',
+    'home/notes.txt': 'in the state folder too',
+    'drive/MyDrive/thesis.tex': 'chapter 1',
+    'drive/MyDrive/colab_t4_nb/checkpoints/r/readme.txt': 'mine',
+}
+
+def snapshot(root:Path)->dict:
+    "Every file under `root`: its bytes' digest and modification time."
+    return {str(p.relative_to(root)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+            for p in sorted(root.rglob('*')) if p.is_file()}
+
+@pytest.fixture
+def tree(tmp_path, tmp_path_factory, monkeypatch):
+    "A working folder full of the user's files; yields it, then checks nothing of theirs changed."
+    for k, v in USER_FILES.items():
+        (tmp_path/k).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path/k).write_text(v)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv('HOME', str(tmp_path))
+    monkeypatch.setenv('XDG_CACHE_HOME', str(tmp_path_factory.mktemp('cache')))  # other libraries' caches
+    monkeypatch.setenv('MPLCONFIGDIR', str(tmp_path_factory.mktemp('mpl')))
+    monkeypatch.setenv('COLAB_T4_HOME', str(tmp_path/'home'))
+    monkeypatch.delenv('COLAB_RELEASE_TAG', raising=False)
+    allowed = []  # folders and files the entry points were told to write
+    before = snapshot(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        yield tmp_path, allowed
+    after = snapshot(tmp_path)
+    changed = [k for k in before if after.get(k) != before[k]]
+    assert not changed, f'user files changed or removed: {changed}'
+    outside = [k for k in after if k not in before
+               and not any(Path(k) == Path(a) or Path(a) in Path(k).parents for a in allowed)]
+    assert not outside, f'files written outside the places given: {outside}'
+
+def refused(f, *a, **k):
+    "Call `f`; a deliberate error of the package is an answer too (what is checked is the tree)."
+    try: return f(*a, **k)
+    except ColabT4Error as e: return e
+
+def model(seed=0):
+    torch.manual_seed(seed)
+    return nn.Linear(4, 2)
+
+def test_saves_loads_and_resumes(tree):
+    root, allowed = tree
+    allowed += ['ck', 'home/checkpoints']
+    m = model(); opt = torch.optim.AdamW(m.parameters(), lr=0.1)
+    ckpt = P.CheckpointManager('ck', keep=2)
+    for s in range(1, 5): ckpt.save(s, model=m, optimizer=opt)
+    ckpt.save_async(5, model=m, optimizer=opt); ckpt.wait()
+    again = P.CheckpointManager('ck', keep=2)  # a second manager while the first holds the folder
+    assert isinstance(refused(again.save, 6, model=m), P.FolderInUse)
+    ckpt.release()
+    assert isinstance(refused(again.load, model=nn.Linear(3, 2)), ColabT4Error)  # another shape
+    assert again.load(model=m, optimizer=opt).step == 5
+    refused(again.load, checkpoint='notes.txt', model=m)  # not a checkpoint
+    refused(again.load, checkpoint='ck/ckpt-000000099.pt', model=m)
+    run = P.CheckpointManager(name='default-folder')
+    run.save(1, model=m); run.release(); again.release()
+
+def test_run_resumable_with_a_loader_twice(tree):
+    root, allowed = tree
+    allowed += ['ck']
+    data = torch.utils.data.TensorDataset(torch.randn(12, 4))
+    def go(stop):
+        m = model(); opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        loader = torch.utils.data.DataLoader(data, batch_size=4, shuffle=True,
+                                             generator=torch.Generator().manual_seed(0))
+        def step(i, batch):
+            if i == stop: raise KeyboardInterrupt  # a kill, as far as the folder can tell
+            m(batch[0]).sum().backward(); opt.step(); opt.zero_grad()
+        ckpt = P.CheckpointManager('ck', keep=2)
+        try: P.run_resumable(step, ckpt, 9, m, opt, every_steps=2, loader=loader)
+        except KeyboardInterrupt: pass
+        finally: ckpt.release()
+    go(5); go(None)
+
+def test_callbacks_restoring_crafted_checkpoints(tree):
+    root, allowed = tree
+    allowed += ['crafted']
+    for name in ('../notes.txt', str(root/'notes.txt'), '../../x/../notes.txt'):
+        for cls, fw in ((C.HFCallback, 'transformers'), (C.LightningCallback, 'lightning')):
+            ckpt = P.CheckpointManager('crafted')
+            ckpt.save(3, framework=fw, files={name: b'overwritten'})
+            ckpt.release()
+            cb = cls(P.CheckpointManager('crafted'))
+            got = refused(cb.train_kwargs if cls is C.HFCallback else cb.ckpt_path)
+            assert isinstance(got, ColabT4Error), (name, got)
+            cb.ckpt.release()
+
+def test_a_damaged_checkpoint_is_set_aside_not_deleted(tree):
+    root, allowed = tree
+    allowed += ['ck']
+    ckpt = P.CheckpointManager('ck', keep=2)
+    c = ckpt.save(1, model=model())
+    data = bytearray(c.path.read_bytes()); data[100] ^= 1; c.path.write_bytes(bytes(data))
+    assert isinstance(refused(ckpt.load, model=model()), ColabT4Error)
+    ckpt.save(2, model=model()); ckpt.wait()
+    assert any(p.name.startswith('damaged-') for p in (root/'ck').iterdir())  # kept for the user
+
+def test_drive_checkpoints_and_a_lost_mount(tree):
+    root, allowed = tree
+    allowed += ['checkpoints', 'drive/MyDrive/colab_t4_nb/checkpoints/r']
+    with fake_colab():
+        ckpt = P.drive_checkpoints('r', mountpoint=root/'drive', keep=2)
+        for s in (1, 2, 3): ckpt.save(s, model=model())
+        ckpt.wait(); ckpt.release()
+        P.flush_drive(root/'drive')
+        assert P.drive_checkpoints('r', mountpoint=root/'drive').load(model=model()).step == 3
+
+def test_the_ledger_given_a_users_file(tree):
+    root, allowed = tree
+    from colab_t4_nb.ledger import UsageLedger
+    allowed += ['led.jsonl']
+    refused(lambda: UsageLedger('ledger.jsonl').begin('Tesla T4'))
+    refused(lambda: UsageLedger('notes.txt').records())
+    led = UsageLedger('led.jsonl')
+    led.begin('Tesla T4').update(0.5)
+    assert len(led.records()) >= 1
+
+def test_the_cli_given_the_users_files(tree, capsys):
+    root, allowed = tree
+    allowed += ['home', 'out.csv', 'out.png', 'led2.jsonl']
+    with fake_nvml([h200_reading()]):
+        for argv in (['monitor', '--interval', '0.2', '--duration', '0.5', '--csv', 'gpu.csv'],
+                     ['monitor', '--interval', '0.2', '--duration', '0.5', '--csv', 'out.csv', '--plot', 'figure.png'],
+                     ['monitor', '--interval', '0.2', '--duration', '0.5', '--csv', 'out.csv', '--plot', 'out.csv'],
+                     ['monitor', '--interval', '0.2', '--duration', '0.5', '--ledger', 'ledger.jsonl'],
+                     ['monitor', '--interval', '0.2', '--duration', '0.5', '--csv', 'notes.txt'],
+                     ['monitor', '--interval', '0.2', '--duration', '0.5', '--csv', 'out.csv',
+                      '--plot', 'out.png', '--ledger', 'led2.jsonl'],
+                     ['info'], ['info', '--json']):
+            main(argv)
+        with fake_colab():
+            assert main(['ensure', '--want', 'T4', '--budget', '2', '--budget-path', 'budget.txt']) != 0
+    out = capsys.readouterr()
+    assert 'Traceback' not in out.out + out.err

@@ -230,3 +230,13 @@ def test_the_users_manifest_and_temporary_files_are_left_alone(tmp_path):
     ckpt.wait()
     assert {k: (tmp_path/k).read_text() for k in users} == users
     assert P.CheckpointManager(tmp_path).load(model=nn.Linear(4, 2)).step == 2
+
+def test_paths_past_the_file_systems_limits_are_refused_by_name(tmp_path):
+    from colab_t4_nb.ledger import UsageLedger
+    from colab_t4_nb.core import ColabT4Error
+    long_name, deep = tmp_path/('a' * 300), tmp_path/'/'.join(['b' * 200] * 30)
+    for p in (long_name, deep):
+        for make in (lambda: P.CheckpointManager(p), lambda: P.CheckpointDir(p),
+                     lambda: P.CheckpointManager(tmp_path/'ok', mirror=p), lambda: UsageLedger(p)):
+            with pytest.raises(ColabT4Error, match='a path the file system can hold'): make()
+    assert list(tmp_path.iterdir()) == []

@@ -18,12 +18,12 @@ from fastcore.basics import patch
 from tqdm.auto import tqdm
 
 from .allocation import NoGPUError, spec_for
-from .core import (ColabT4Error, check_callable, check_choice, check_flag, check_int,
+from .core import (ColabT4Error, ArgumentError, MissingPackage, require, check_callable, check_choice, check_flag, check_int,
                               check_num, check_path, check_seq, check_str, check_type)
 from .amp import AmpStep, amp_choice, dtype_name, no_tf32, parse_dtype, plain_amp_step
 from .memory import (cap_memory, find_batch_size, free_memory, peak_memory,
                                 synthetic_step, try_batch)
-from .models import Encoder, MissingPackage, UNet, resnet50, token_batch, token_loss
+from .models import Encoder, UNet, resnet50, token_batch, token_loss
 from .monitoring import (MIN_INTERVAL, GPUMonitor, MonitorError, NVMLSource, SmiSource)
 from .persistence import CheckpointManager, training_state
 from .timing import Timings, benchmark, cpu_timer
@@ -165,7 +165,7 @@ def _arg(k:str, v):
     if k == 'amp': return check_choice(k, v, ('fp16', 'bf16'), err=E)
     if k == 'smi': return check_str(k, v, err=E)
     if k == 'accelerate': return check_flag(k, v, err=E)
-    raise TypeError(f'_args has no check for an argument named {k!r}')
+    raise ArgumentError(f'_args has no check for an argument named {k!r}')
 
 # %% ../nbs/06c_acceptance.ipynb #8c871bd4
 def _args(none:tuple=(), # names that may also be None (finder, sync, cap, amp and smi always may)
@@ -342,9 +342,7 @@ def resnet50_step(amp:str|None='fp16', # autocast dtype, or None for fp32
                   device='cuda')->Callable:
     "`step(batch_size)`: a training step of torchvision's ResNet-50 at 224x224, SGD with momentum."
     amp, = _args(amp=amp)
-    if find_spec('torchvision') is None:  # said first, on a GPU runtime or not
-        raise MissingPackage('resnet50_step needs torchvision: '
-                             '`pip install torchvision` (Colab has it).')
+    require('torchvision', 'resnet50_step')  # said first, on a GPU runtime or not
     device, = _args(device=device)
     torch.manual_seed(0)
     model = resnet50().to(device)

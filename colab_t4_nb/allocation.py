@@ -373,7 +373,7 @@ def _from_nvml():
 def _from_torch():
     if find_spec('torch') is None: raise ImportError('torch is not installed')
     import torch
-    if not torch.cuda.is_available(): raise RuntimeError('torch sees no CUDA device')
+    if not torch.cuda.is_available(): raise NoGPUError('torch sees no CUDA device')
     gpus = []
     for i in range(torch.cuda.device_count()):
         p = torch.cuda.get_device_properties(i)

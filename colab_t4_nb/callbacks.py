@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from fastcore.basics import patch
 
-from .core import runtime, ColabT4Error, check_flag, check_int, check_num, check_path
+from .core import runtime, ColabT4Error, MissingPackage, require, ArgumentTypeError, check_flag, check_int, check_num, check_path
 from .amp import AmpChoice, amp_choice, keras_amp
 from .memory import find_batch_size
 from .monitoring import FIELDS, GPUMonitor
@@ -23,16 +23,12 @@ from .persistence import (CheckpointManager, FolderInUse, ResumableLoader, Sessi
 
 
 # %% auto #0
-__all__ = ['CallbackError', 'MissingFramework', 'HFCallback', 'hf_precision', 'batch_plan', 'hf_settings', 'LightningCallback',
-           'lightning_precision', 'KerasCallback', 'keras_policy']
+__all__ = ['CallbackError', 'HFCallback', 'hf_precision', 'batch_plan', 'hf_settings', 'LightningCallback', 'lightning_precision',
+           'KerasCallback', 'keras_policy']
 
 # %% ../nbs/06b_callbacks.ipynb #775165a3
 class CallbackError(ColabT4Error, ValueError):
     "Settings a callback cannot work with, or a checkpoint that another framework wrote."
-
-# %% ../nbs/06b_callbacks.ipynb #66a4bba7
-class MissingFramework(ColabT4Error, ImportError):
-    "The framework a callback is for is not installed."
 
 # %% ../nbs/06b_callbacks.ipynb #3d7f14bc
 _CKPTS = weakref.WeakValueDictionary()  # folder -> the callback of this process that saves there
@@ -42,8 +38,8 @@ def _manager(run)->CheckpointManager:
     if isinstance(run, CheckpointManager): return run
     if isinstance(run, str) and run and not set(run) & {'/', '\\'}: return drive_checkpoints(run)
     if isinstance(run, (str, os.PathLike)): return CheckpointManager(check_path('run', run))
-    raise TypeError(f'run must be a run name such as "bert-run" (on Drive in Colab), a folder, '
-                    f'or a CheckpointManager, got {run!r} ({type(run).__name__}).')
+    raise ArgumentTypeError(f'run must be a run name such as "bert-run" (on Drive in Colab), a folder, '
+                            f'or a CheckpointManager, got {run!r} ({type(run).__name__}).')
 
 # %% ../nbs/06b_callbacks.ipynb #743350a8
 def _bytes_tensor(b:bytes)->torch.Tensor:
@@ -86,10 +82,10 @@ class _Schedule:
         self.every_steps = check_int('every_steps', every_steps, 1, none=True)
         self.every_minutes = check_num('every_minutes', every_minutes, none=True)
         if session is not None and not isinstance(session, SessionClock):
-            raise TypeError('session must be a SessionClock, None or False, got '
-                            f'{type(session).__name__}.')
+            raise ArgumentTypeError('session must be a SessionClock, None or False, got '
+                                    f'{type(session).__name__}.')
         if not callable(clock):
-            raise TypeError(f'clock must be a function returning seconds, got {clock!r}.')
+            raise ArgumentTypeError(f'clock must be a function returning seconds, got {clock!r}.')
         self.session, self.clock, self.last = session, clock, clock()
 
 # %% ../nbs/06b_callbacks.ipynb #cacd6a1c
@@ -108,17 +104,6 @@ def _default_session(session):
     if session is None and runtime() == 'colab': return SessionClock()
     return None if session is False else session
 
-# %% ../nbs/06b_callbacks.ipynb #84068400
-def _need(pkg:str, # the package, as pip and `import` name it
-          who:str, # what needs it, for the message
-          module:str|None=None, # the module to import; default `pkg`
-         ):
-    "The module, imported; a `MissingFramework` naming the package to install when it is absent."
-    if find_spec(pkg) is None:
-        raise MissingFramework(f'{who} needs {pkg}, which is not installed here: '
-                               f'`pip install {pkg}`.')
-    return importlib.import_module(module or pkg)
-
 # %% ../nbs/06b_callbacks.ipynb #c8ec0005
 _BUILT = {}  # (class, framework base) -> the subclass made of both
 
@@ -126,7 +111,7 @@ class _Lazy:
     "A class that, when first made, becomes a subclass of its framework's class `_module._base`."
     _pkg = _module = _base = None
     def __new__(cls, *args, **kwargs):
-        base = getattr(_need(cls._pkg, cls.__name__, cls._module), cls._base)
+        base = getattr(require(cls._pkg, cls.__name__, cls._module), cls._base)
         if issubclass(cls, base): return object.__new__(cls)
         if (cls, base) not in _BUILT:
             _BUILT[cls, base] = type(cls.__name__, (cls, base), {'__module__': cls.__module__,
@@ -140,8 +125,8 @@ def _monitor(monitor)->tuple:
     if monitor is None:
         return (GPUMonitor(interval=1.0), True) if torch.cuda.is_available() else (None, False)
     if not isinstance(monitor, GPUMonitor):
-        raise TypeError('monitor must be a GPUMonitor, None (one where there is a GPU) or False, '
-                        f'got {type(monitor).__name__}.')
+        raise ArgumentTypeError('monitor must be a GPUMonitor, None (one where there is a GPU) or False, '
+                                f'got {type(monitor).__name__}.')
     return monitor, False
 
 # %% ../nbs/06b_callbacks.ipynb #57990802
@@ -344,7 +329,7 @@ def batch_plan(effective:int, # the effective batch wanted: per-device batch x a
 # %% ../nbs/06b_callbacks.ipynb #42995052
 def _hf_probe(model, dataset, collate_fn, choice:AmpChoice)->Callable:
     "`probe(batch_size)`: one forward and backward pass of `model` on samples of `dataset`."
-    if collate_fn is None: collate_fn = _need('transformers', 'hf_settings').default_data_collator
+    if collate_fn is None: collate_fn = require('transformers', 'hf_settings').default_data_collator
     dev = next(model.parameters()).device
     def probe(bs):
         batch = collate_fn([dataset[i % len(dataset)] for i in range(bs)])
@@ -581,5 +566,5 @@ def keras_policy(device=None, # a card's name ('T4') or a device; None: the card
                 )->str:
     "Keras' mixed-precision policy: 'mixed_float16' on a T4, 'mixed_bfloat16' where native."
     if device is not None: return _POLICIES[_card(device).dtype]
-    if not _need('tensorflow', 'keras_policy').config.list_physical_devices('GPU'): return 'float32'
+    if not require('tensorflow', 'keras_policy').config.list_physical_devices('GPU'): return 'float32'
     with keras_amp() as k: return k.policy

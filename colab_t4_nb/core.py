@@ -4,7 +4,7 @@
 
 # %% ../nbs/00_core.ipynb #d248351b
 from __future__ import annotations
-import errno, inspect, json, math, numbers, os, signal, socket, sys, tempfile, threading, time
+import errno, importlib, inspect, json, math, numbers, os, signal, socket, sys, tempfile, threading, time
 from collections.abc import Iterable, Mapping
 from contextlib import contextmanager
 from importlib.util import find_spec
@@ -14,8 +14,8 @@ from typing import Callable
 # %% auto #0
 __all__ = ['COLAB_DRIVE', 'LOCK_STALE_S', 'ColabT4Error', 'ArgumentError', 'ArgumentTypeError', 'check_int', 'check_num',
            'check_str', 'check_choice', 'check_type', 'check_callable', 'check_flag', 'check_seq', 'check_path',
-           'check_stateful', 'runtime', 'state_dir', 'cuda_ready', 'needs', 'cuda_sync', 'record', 'oom_kind',
-           'atomic_write', 'file_lock', 'open_locked', 'append_line', 'stop_on_signals']
+           'check_stateful', 'runtime', 'state_dir', 'cuda_ready', 'needs', 'MissingPackage', 'require', 'cuda_sync',
+           'record', 'oom_kind', 'atomic_write', 'file_lock', 'open_locked', 'append_line', 'stop_on_signals']
 
 # %% ../nbs/00_core.ipynb #f8260cab
 class ColabT4Error(Exception):
@@ -286,6 +286,21 @@ def needs(what:str, # what the cell would show
     else: return True
     print(f'Skipped on this runtime ({why}): {what}.')
     return False
+
+# %% ../nbs/00_core.ipynb #374914d4
+class MissingPackage(ColabT4Error, ImportError):
+    "An optional package that a feature needs is not installed; the message names what to install."
+
+def require(pkg:str, # the package, as pip and `import` name it
+            who:str, # what needs it, for the message
+            module:str|None=None, # the module to import; default `pkg`
+           ):
+    "The module, imported; a `MissingPackage` naming what to install when `pkg` is absent."
+    if find_spec(check_str('pkg', pkg)) is None:
+        raise MissingPackage(f'{who} needs {pkg}, which is not installed here: '
+                             f'`pip install {pkg}`.')
+    return importlib.import_module(module or pkg)
+
 
 # %% ../nbs/00_core.ipynb #282bd0ce
 def cuda_sync():

@@ -75,17 +75,21 @@ class UsageLedger:
                               'name), or leave path out for the default one.')
 
 # %% ../nbs/06_ledger.ipynb #587478bb
-def _check_record(r:dict):
-    "Raise ValueError, KeyError or TypeError unless `r` is a readable record of its kind."
+def _readable(r)->bool:
+    "True when the parsed JSON line `r` is a record of its kind that the ledger can use."
+    if not isinstance(r, dict): return False
     kind = r.get('kind', 'session')
-    if kind == 'session':
-        _epoch(r['start']), _epoch(r['end']), float(r['busy_h']), str(r['session']), str(r['gpu'])
-    elif kind == 'allocation':
-        _epoch(r['time'])
-        if not (isinstance(r['got'], str) and isinstance(r['wanted'], list)
-                and isinstance(r['action'], str)):
-            raise TypeError(r)
-    elif not isinstance(kind, str): raise TypeError(kind)
+    try:
+        if kind == 'session':
+            _epoch(r['start']), _epoch(r['end']), float(r['busy_h'])
+            return isinstance(r['session'], str) and isinstance(r['gpu'], str)
+        if kind == 'allocation':
+            _epoch(r['time'])
+            return (isinstance(r['got'], str) and isinstance(r['wanted'], list)
+                    and isinstance(r['action'], str))
+    except (ValueError, KeyError, TypeError): return False
+    return isinstance(kind, str)  # a kind of a later version: kept, not counted
+
 
 # %% ../nbs/06_ledger.ipynb #488eaf33
 def _parse_records(text:str)->tuple:
@@ -93,13 +97,12 @@ def _parse_records(text:str)->tuple:
     recs, bad = [], 0
     for line in text.splitlines():
         if not line.strip(): continue
-        try:
-            r = json.loads(line)
-            if not isinstance(r, dict): raise TypeError(type(r).__name__)
-            _check_record(r)
-            recs.append(r)
-        except (ValueError, KeyError, TypeError): bad += 1
+        try: r = json.loads(line)
+        except ValueError: r = None
+        if _readable(r): recs.append(r)
+        else: bad += 1
     return recs, bad
+
 
 # %% ../nbs/06_ledger.ipynb #7b092205
 def _latest_per_session(recs:list[dict])->list[dict]:

@@ -11,13 +11,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from .allocation import NoGPUError
-from .core import (ColabT4Error, ArgumentError, ArgumentTypeError, check_choice,
+from .core import (ColabT4Error, MissingPackage, require, ArgumentError, ArgumentTypeError, check_choice,
                               check_int, check_num, check_str, check_type)
 
 
 # %% auto #0
-__all__ = ['DoubleConv', 'UNet', 'seg_batch', 'MissingPackage', 'hf_bert', 'cls_batch', 'seq_cls_loss', 'Encoder', 'token_batch',
-           'token_loss', 'resnet50', 'mlp']
+__all__ = ['DoubleConv', 'UNet', 'seg_batch', 'hf_bert', 'cls_batch', 'seq_cls_loss', 'Encoder', 'token_batch', 'token_loss',
+           'resnet50', 'mlp']
 
 # %% ../nbs/00d_models.ipynb #bb283983
 # channels of a layer, classes of a head: far above any real model
@@ -65,9 +65,9 @@ class UNet(nn.Module):
             raise ArgumentError(f'x must be images (N, {self.in_ch}, H, W), '
                                 f'got x of shape {tuple(x.shape)}.')
         if x.shape[-1] % 2**self.depth or x.shape[-2] % 2**self.depth:
-            raise ValueError(f'UNet(depth={self.depth}) needs height and width divisible by '
-                             f'{2**self.depth}, got {tuple(x.shape[-2:])}: '
-                             'pad or resize the images.')
+            raise ArgumentError(f'UNet(depth={self.depth}) needs height and width divisible by '
+                                f'{2**self.depth}, got {tuple(x.shape[-2:])}: '
+                                'pad or resize the images.')
         skips = []
         for i, down in enumerate(self.downs):
             skips.append(x := down(x if i == 0 else F.max_pool2d(x, 2)))
@@ -126,16 +126,6 @@ def seg_batch(batch:int=4, # images
     y = torch.randint(n_classes, (batch, size, size), generator=g)
     return x.to(device), y.to(device)
 
-# %% ../nbs/00d_models.ipynb #fa9a16e7
-class MissingPackage(ColabT4Error, ImportError):
-    "A model needs an optional package that is not installed."
-
-# %% ../nbs/00d_models.ipynb #382979ae
-def _require(name:str, what:str):
-    if find_spec(name) is None:
-        raise MissingPackage(f'{what} needs the optional package {name!r}, which is not installed '
-                             f'here: `pip install {name}` (Colab has it), or leave this model out.')
-
 # %% ../nbs/00d_models.ipynb #2391d67b
 def hf_bert(num_labels:int=2, # classes of the classification head
             attn:str='sdpa', # attention implementation: 'sdpa' or 'eager'
@@ -144,7 +134,7 @@ def hf_bert(num_labels:int=2, # classes of the classification head
     "Hugging Face `BertForSequenceClassification` with random weights; BERT-base by default."
     num_labels = check_int('num_labels', num_labels, lo=1, hi=_MAX_CLASSES)
     attn = check_choice('attn', attn, ('sdpa', 'eager'))
-    _require('transformers', 'hf_bert')
+    require('transformers', 'hf_bert')
     from transformers import BertConfig, BertForSequenceClassification
     model = BertForSequenceClassification(
         BertConfig(num_labels=num_labels, attn_implementation=attn, **config))
@@ -245,7 +235,7 @@ def resnet50(num_classes:int=1000 # outputs of the last layer
             )->nn.Module:
     "torchvision's ResNet-50 with random weights."
     num_classes = check_int('num_classes', num_classes, lo=1, hi=_MAX_CLASSES)
-    _require('torchvision', 'resnet50')
+    require('torchvision', 'resnet50')
     from torchvision.models import resnet50 as _resnet50
     return _resnet50(weights=None, num_classes=num_classes)
 

@@ -46,8 +46,8 @@ def set_rng_state(st:dict # from `rng_state`
                  ):
     "Restore the generators `rng_state` captured; CUDA's where there is a GPU, with a warning where there is none."
     if not isinstance(st, Mapping) or not {'python', 'numpy', 'torch'} <= st.keys():
-        raise TypeError('st must be the dict rng_state() returns (keys python, numpy, torch), '
-                        f'got {type(st).__name__}'
+        raise ArgumentTypeError('st must be the dict rng_state() returns (keys python, numpy, torch), '
+                                f'got {type(st).__name__}'
                         + (' with keys '
                            f'{sorted(map(str, st))}' if isinstance(st, Mapping) else '') + '.')
     before = rng_state()
@@ -59,8 +59,8 @@ def set_rng_state(st:dict # from `rng_state`
         torch.set_rng_state(st['torch'])
     except (TypeError, ValueError, KeyError, IndexError, AttributeError, RuntimeError) as e:
         set_rng_state(before)
-        raise ValueError(f'st is not a state rng_state() returned ({type(e).__name__}: {e}); no '
-                         'generator was changed.') from e
+        raise ArgumentError(f'st is not a state rng_state() returned ({type(e).__name__}: {e}); no '
+                            'generator was changed.') from e
     if st.get('cuda'):
         if not torch.cuda.is_available():
             warnings.warn('The checkpoint holds CUDA random states but there is no GPU here; they '
@@ -617,8 +617,8 @@ class CheckpointManager:
                                 f'{str(path)!r} is the folder itself: give one of them.')
         if name is None: name = _run_name()
         if name in ('.', '..') or set(name) & {'/', '\\'}:
-            raise ValueError('name must be a folder name (no slashes), such as "run", got '
-                             f'{name!r}.')
+            raise ArgumentError('name must be a folder name (no slashes), such as "run", got '
+                                f'{name!r}.')
         path, mirror = check_path('path', path, none=True), check_path('mirror', mirror, none=True)
         self.local = CheckpointDir(state_dir()/'checkpoints'/name if path is None else path,
                                    keep, checksum,
@@ -1001,8 +1001,8 @@ def drive_checkpoints(name:str|None=None, # the run's folder name; default a new
     "A `CheckpointManager` that in Colab keeps a verified copy of each checkpoint on Google Drive (mounted if needed)."
     mountpoint, local = check_path('mountpoint', mountpoint), check_path('local', local, none=True)
     if not check_str('folder', folder).strip('/') or '..' in Path(folder).parts:
-        raise ValueError('folder must be a folder path under MyDrive such as '
-                         f'"colab_t4_nb/checkpoints", got {folder!r}.')
+        raise ArgumentError('folder must be a folder path under MyDrive such as '
+                            f'"colab_t4_nb/checkpoints", got {folder!r}.')
     new, name = name is None, _run_name() if name is None else name
     if runtime() != 'colab':
         ckpt = CheckpointManager(local, keep, name=name if local is None else None, **kwargs)
@@ -1055,7 +1055,7 @@ class SessionClock:
         store_attr()
         now = clock()
         if isinstance(now, bool) or not isinstance(now, numbers.Real):
-            raise TypeError(f'clock must return seconds as a number, got {now!r}.')
+            raise ArgumentTypeError(f'clock must return seconds as a number, got {now!r}.')
         self.started, self.active, self._said = now - used_min * 60, now, set()
 
     def touch(self):
@@ -1379,8 +1379,8 @@ class Attempt:
 def _check_cmd(cmd)->list[str]:
     "`cmd` as a list of strings; an error naming `cmd` if it is not a non-empty list of strings and paths."
     if isinstance(cmd, (str, bytes)):
-        raise TypeError('cmd must be a list such as [sys.executable, "train.py"], got the string '
-                        f'{cmd!r}: split it with shlex.split.')
+        raise ArgumentTypeError('cmd must be a list such as [sys.executable, "train.py"], got the string '
+                                f'{cmd!r}: split it with shlex.split.')
     path = lambda n, c: os.fspath(check_type(n, c, (str, os.PathLike), 'a string or path'))
     arg = lambda n, c: check_str(n, path(n, c), empty=True)
     return check_seq('cmd', cmd, arg)
@@ -1407,8 +1407,8 @@ def run_with_restarts(cmd:list, # the command, e.g. [sys.executable, 'train.py']
     tail = check_int('tail', tail, 1, 10**6)
     echo = check_flag('echo', echo)
     cwd = check_path('cwd', cwd, none=True)
-    if cwd is not None and not cwd.is_dir(): raise ValueError('cwd must be an existing folder, '
-                                                              f'got {str(cwd)!r}.')
+    if cwd is not None and not cwd.is_dir(): raise ArgumentError('cwd must be an existing folder, '
+                                                                 f'got {str(cwd)!r}.')
     check_type('env', env, Mapping, 'a dict of str to str (like os.environ)', none=True)
     for k, v in (env or {}).items():
         check_type('env key', k, str); check_type(f'env[{k!r}]', v, str)
@@ -1418,9 +1418,9 @@ def run_with_restarts(cmd:list, # the command, e.g. [sys.executable, 'train.py']
         try: p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                   env=_child_env(env, len(attempts) + 1), cwd=cwd, bufsize=1)
         except (FileNotFoundError, PermissionError, NotADirectoryError) as e:
-            raise ValueError(f'cmd[0]={cmd[0]!r} cannot be run ({e.strerror}): '
-                             'give the program\'s full path, e.g. '
-                             'sys.executable.') from e
+            raise ArgumentError(f'cmd[0]={cmd[0]!r} cannot be run ({e.strerror}): '
+                                'give the program\'s full path, e.g. '
+                                'sys.executable.') from e
         try:
             for line in p.stdout:
                 lines.append(line)

@@ -337,7 +337,7 @@ def train_step(o:dict, # what `small_run` returns
     "One step whose data depends only on `step`; dropout and noise use the global generators."
     import numpy as np, torch
     if not isinstance(o, dict) or not {'model', 'optimizer', 'scheduler', 'scaler'} <= set(o):
-        raise TypeError(f'o must be what small_run() returns, got o={o!r}.'[:200])
+        raise ArgumentTypeError(f'o must be what small_run() returns, got o={o!r}.'[:200])
     step = check_int('step', step, hi=2**62)
     g = torch.Generator().manual_seed(1000 + step)
     x, y = torch.randn(16, 8, generator=g), torch.randn(16, 1, generator=g)

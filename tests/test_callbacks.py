@@ -296,7 +296,7 @@ def test_module_imports_without_the_frameworks():
             "for cls, pkg in [(C.HFCallback, 'transformers'), (C.LightningCallback, 'lightning'),\n"
             "                 (C.KerasCallback, 'tensorflow')]:\n"
             "    try: cls('run-name')\n"
-            "    except C.MissingFramework as e: assert f'`pip install {pkg}`' in str(e), e\n"
+            "    except C.MissingPackage as e: assert f'`pip install {pkg}`' in str(e), e\n"
             "    else: raise SystemExit(f'{cls.__name__} made without {pkg}')\n"
             "print('ok')\n")
     env = {**os.environ, 'CUDA_VISIBLE_DEVICES': ''}

@@ -79,3 +79,14 @@ def test_every_page_has_its_colab_badge_and_a_visible_install_cell():
     for nb in sorted((ROOT/'nbs').glob('*.ipynb')):
         install = next(s for t, s in _cells(nb)[:3] if "'-m', 'pip', 'install'" in s)
         assert '#| hide' not in install, f'{nb.name}: the install cell must be visible (Colab users run it)'
+
+def test_every_deliberate_error_is_a_colab_t4_error():
+    "Core's promise: what the package raises on purpose is a `ColabT4Error` (ArgumentError is also a ValueError)."
+    import ast
+    bare = []
+    for f in sorted((ROOT/'colab_t4_nb').glob('*.py')):
+        for n in ast.walk(ast.parse(f.read_text())):
+            if isinstance(n, ast.Raise) and isinstance(n.exc, ast.Call) and isinstance(n.exc.func, ast.Name) \
+               and n.exc.func.id in ('ValueError', 'TypeError', 'RuntimeError', 'Exception'):
+                bare.append(f'{f.name}:{n.lineno} {n.exc.func.id}')
+    assert not bare, bare

@@ -501,7 +501,7 @@ def save_throughput(model:nn.Module, opt:torch.optim.Optimizer, # the state save
         def managed(): ckpt.save(next(n), model, opt)
         # untimed: the manager's deletions finish, accelerate's files reach the disk, old files go
         def tidy():
-            ckpt.local.settle()
+            ckpt.local.wait()
             for p in sorted(work.glob('plain*.pt'))[:-1]: p.unlink()
             for p in sorted(work.glob('accelerate*')): fsync_tree(p)
             for p in sorted(work.glob('accelerate*'))[:-1]: shutil.rmtree(p)

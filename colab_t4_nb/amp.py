@@ -28,7 +28,7 @@ from .models import Encoder, token_batch, token_loss
 
 # %% auto #0
 __all__ = ['DTYPES', 'MAX_ROUNDS', 'AmpError', 'SkippedStepsError', 'EmulatedBF16Warning', 'SlowAMPWarning', 'parse_dtype',
-           'dtype_name', 'AmpChoice', 'amp_choice', 'amp_dtype', 'decide_as', 'AmpStep', 'plain_amp_step', 'OpCounter',
+           'dtype_name', 'AmpChoice', 'amp_choice', 'decide_as', 'AmpStep', 'plain_amp_step', 'OpCounter',
            'autocast_ops', 'in_fp32', 'softmax32', 'no_tf32', 'TensorCoreCheck', 'matmul_ms', 'tensor_core_check',
            'amp_report', 'step_anatomy', 'math_share', 'lint_dims', 'KerasAmp', 'keras_amp']
 
@@ -238,13 +238,6 @@ def _rehearsed_choice(spec:GPUSpec, refuse_bf16:bool, here:torch.device, want)->
     card = f'{spec.key} (cc {spec.cc[0]}.{spec.cc[1]}), rehearsed on {here}'
     c = _gpu_choice(card, spec.cc, spec, want)
     return dataclasses.replace(c, device_type=here.type)
-
-# %% ../nbs/01_amp.ipynb #db6eef60
-def amp_dtype(device=None, # as for `amp_choice`
-              dtype:str|torch.dtype|None=None, # force a precision
-             )->torch.dtype:
-    "The autocast dtype for `device` (see `amp_choice`)."
-    return amp_choice(device, dtype).dtype
 
 # %% ../nbs/01_amp.ipynb #09a84025
 @contextmanager
@@ -504,7 +497,7 @@ def _probes()->dict:
 
 # %% ../nbs/01_amp.ipynb #ca68557b
 def autocast_ops(device='cpu', # where to run the probes
-                 dtype:str|torch.dtype|None=None, # autocast dtype; None: `amp_dtype(device)`
+                 dtype:str|torch.dtype|None=None, # autocast dtype; None: `amp_choice(device)`'s
                 )->pd.DataFrame:
     "For common operations, the output dtype under autocast for fp32 and for half-precision inputs."
     device = _here(device, 'the probe')
@@ -654,7 +647,7 @@ def matmul_ms(a:torch.Tensor, b:torch.Tensor, # the operands, on one device
 
 # %% ../nbs/01_amp.ipynb #b41c915c
 def tensor_core_check(device=None, # a torch device; None: the GPU if there is one, else the CPU
-                      dtype:str|torch.dtype|None=None, # None: `amp_dtype(device)`
+                      dtype:str|torch.dtype|None=None, # None: `amp_choice(device)`'s
                       n:int|None=None, # matrix size; None: 8192 on a GPU, 256 on the CPU
                       repeats:int=50, warmup:int=10, # timed and untimed products of each dtype
                                                      # (`matmul_ms`)
@@ -706,7 +699,7 @@ def amp_report(model:nn.Module, # the model, on its device
                batch:tuple, # one batch `(*inputs, target)`
                loss_fn:Callable|None=None, # as for `AmpStep`
                dtype:str|torch.dtype|None=None, # AMP precision;
-                                                # None: `amp_dtype` of the model's device
+                                                # None: `amp_choice` for the model's device
                opt_fn:Callable=_still, # params -> optimizer;
                                        # default AdamW at lr 0 (weights unchanged)
                repeats:int=20, warmup:int=3, # rounds of `benchmark`

@@ -37,8 +37,8 @@ from .timing import benchmark
 __all__ = ['LIMITS', 'COLUMNS', 'T4_COLUMNS', 'WORKLOADS', 'GUIDE', 'DEFAULT_WORKLOADS', 'BenchError', 'Context', 'context',
            'Workload', 'workload', 'workloads', 'step_flops', 'peak_tflops', 'train_speed', 'size_search',
            'train_step_fn', 'memory_limits', 'longest_sequence', 'attention_speedup', 'embedding_throughput',
-           'cudnn_benchmark', 'recipe_step', 'recipe', 't4_estimate', 't4_estimates', 'check_workloads', 'writable_dir',
-           'plot_suite', 'save_suite', 'run_suite', 'bench_command']
+           'cudnn_benchmark', 'recipe_step', 'recipe', 't4_figure', 't4_figures', 'writable_dir', 'plot_suite',
+           'save_suite', 'run_suite', 'bench_command']
 
 # %% ../nbs/04_benchmarks.ipynb #691808dd
 class BenchError(ColabT4Error, ValueError):
@@ -797,7 +797,7 @@ GUIDE = pd.DataFrame([dict(card=c, torch='-', precision='not stated', workload=w
 _MEMORY_UNITS = ('samples', 'tokens', 'GiB')
 
 # %% ../nbs/04_benchmarks.ipynb #9a968e8d
-def t4_estimate(row:dict, # a row of `COLUMNS` + `T4_COLUMNS`
+def t4_figure(row:dict, # a row of `COLUMNS` + `T4_COLUMNS`
                 spec:GPUSpec|None, # the card it was measured on; None: the CPU or an unknown card
                )->tuple:
     ("The row's value for a T4 and how it was had: (estimate, low, high, method), NaN where there "
@@ -819,7 +819,7 @@ def t4_estimate(row:dict, # a row of `COLUMNS` + `T4_COLUMNS`
     return nan, nan, nan, 'no estimate: not a time the T4 model predicts'
 
 # %% ../nbs/04_benchmarks.ipynb #6394f55a
-def t4_estimates(df:pd.DataFrame, # rows of `COLUMNS`, all from one card
+def t4_figures(df:pd.DataFrame, # rows of `COLUMNS`, all from one card
                  spec:GPUSpec|None, # that card's spec row; None: the CPU or an unknown card
                 )->pd.DataFrame:
     ("`df` with `T4_COLUMNS` complete: measured on a T4, the model's prediction, or the memory "
@@ -827,14 +827,14 @@ def t4_estimates(df:pd.DataFrame, # rows of `COLUMNS`, all from one card
     _table('df', df)
     check_type('spec', spec, GPUSpec, 'a GPUSpec (see SPECS)', none=True, err=BenchError)
     df = df.reindex(columns=list(dict.fromkeys([*df.columns, *T4_COLUMNS])))
-    est = [t4_estimate(r, spec) for r in df.to_dict('records')]
+    est = [t4_figure(r, spec) for r in df.to_dict('records')]
     for j, c in enumerate(T4_COLUMNS): df[c] = [e[j] for e in est]
     return df
 
 # %% ../nbs/04_benchmarks.ipynb #fb6ff088
 DEFAULT_WORKLOADS = ('unet', 'bert')
 
-def _check_workloads(names, arg:str)->list:
+def _check_workloads(names, arg:str='workloads')->list:
     "`names` as a list of known workload names or `Workload`s, repeats dropped; else `BenchError`."
     if names is None: return list(DEFAULT_WORKLOADS)
     if isinstance(names, (str, Workload)): names = [names]
@@ -846,12 +846,6 @@ def _check_workloads(names, arg:str)->list:
         raise BenchError(f'Unknown workload{"s" if len(bad) > 1 else ""} {what}. '
                          f'Known workloads: {", ".join(WORKLOADS)}.')
     return list(dict.fromkeys(names))
-
-# %% ../nbs/04_benchmarks.ipynb #3946bf94
-def check_workloads(names:list|str|None, # workload names (or `Workload`s); None: the defaults
-                   )->list:
-    "`names` as a list of known workloads; `BenchError` listing the known ones for any other."
-    return _check_workloads(names, 'names')
 
 # %% ../nbs/04_benchmarks.ipynb #c80370e6
 def writable_dir(out:str|Path # the folder for results; created if missing
@@ -1027,7 +1021,7 @@ def _finish(parts:list, names, ctx, quick:bool, as_t4:bool, folder, stopped)->pd
         df.attrs.update(card=ctx.card, torch=torch.__version__, as_t4=as_t4, interrupted=label,
                         stopped_by=by)
         return df
-    df = t4_estimates(pd.concat(parts, ignore_index=True), ctx.spec)
+    df = t4_figures(pd.concat(parts, ignore_index=True), ctx.spec)
     labels = [n if isinstance(n, str) else n.name for n in names]
     df.attrs.update(card=ctx.card, torch=torch.__version__, quick=quick, workloads=labels,
                     as_t4=as_t4, interrupted=label, stopped_by=by)
@@ -1066,7 +1060,7 @@ def bench_command(argv:list|None=None # arguments after `bench`; None: sys.argv[
     try: a = p.parse_args(argv)
     except SystemExit as e: return int(e.code or 0)
     try:
-        names = check_workloads(a.models)
+        names = _check_workloads(a.models, '--models')
         if not a.quick and not torch.cuda.is_available():
             print('colab-t4 bench: no CUDA GPU here, and the full suite (batch and sequence '
                   "searches, the recipe) says nothing about a GPU on a CPU: pass --quick for the "

@@ -90,7 +90,7 @@ class _Schedule:
 
 # %% ../nbs/06b_callbacks.ipynb #cacd6a1c
 @patch
-def due(self:_Schedule, step:int, last:bool=False)->tuple:
+def decide(self:_Schedule, step:int, last:bool=False)->tuple:
     "(save now, stop now) after `step` steps."
     cut = self.session.due() if self.session is not None else None
     minutes = self.every_minutes is not None and \
@@ -272,7 +272,7 @@ def on_init_end(self:HFCallback, args, state, control, **kwargs):
 # %% ../nbs/06b_callbacks.ipynb #df04d18a
 @patch
 def on_step_end(self:HFCallback, args, state, control, **kwargs):
-    save, stop = self.schedule.due(state.global_step, state.global_step >= state.max_steps)
+    save, stop = self.schedule.decide(state.global_step, state.global_step >= state.max_steps)
     if save: control.should_save = True
     if stop: control.should_training_stop, self.stopped = True, 'session limit'
 
@@ -423,7 +423,7 @@ def on_train_batch_end(self:LightningCallback, trainer, pl_module, outputs, batc
     if (figs := _gpu_figures(self.monitor)) and trainer.logger is not None \
             and trainer.global_step % trainer.log_every_n_steps == 0:
         trainer.logger.log_metrics(figs, step=trainer.global_step)
-    save, stop = self.schedule.due(trainer.global_step)
+    save, stop = self.schedule.decide(trainer.global_step)
     self._cut = self._cut or stop
     cycle_end = (self._done % trainer.accumulate_grad_batches == 0
                  or self._done >= trainer.num_training_batches)
@@ -549,7 +549,7 @@ def on_epoch_end(self:KerasCallback, epoch, logs=None):
     if logs is not None: logs.update(_gpu_figures(self.monitor))
     if self._cut: return  # an unfinished epoch: the next session resumes from the last epoch end
     done = epoch + 1
-    if self.schedule.due(done, done >= self.params.get('epochs', done))[0]:
+    if self.schedule.decide(done, done >= self.params.get('epochs', done))[0]:
         self._store(done, 'keras', model_variables=_arrays(self.model.variables),
                     optimizer_variables=_arrays(self.model.optimizer.variables), rng=rng_state(),
                     callbacks=[_cb_state(cb) for cb in self._tracked])

@@ -28,8 +28,8 @@ from .checkpoint_format import *
 # %% auto #0
 __all__ = ['OWNER_STALE_S', 'DEFAULT_EVERY_MINUTES', 'rng_state', 'set_rng_state', 'training_state', 'CheckpointDir',
            'FolderInUse', 'CheckpointManager', 'Resumed', 'drive_checkpoints', 'flush_drive', 'SessionEnding',
-           'SessionClock', 'is_oom', 'is_context_lost', 'CudaContextLost', 'RunReport', 'run_resumable',
-           'ResumableLoader', 'RestartLimit', 'Attempt', 'run_with_restarts']
+           'SessionClock', 'is_context_lost', 'CudaContextLost', 'RunReport', 'run_resumable', 'ResumableLoader',
+           'RestartLimit', 'Attempt', 'run_with_restarts']
 
 # %% ../nbs/05a_persistence.ipynb #8fbdefe5
 def rng_state()->dict:
@@ -282,7 +282,7 @@ def own(self:CheckpointDir):
 def release(self:CheckpointDir):
     "Give the folder up: remove this run's owner record, so that another run may save there."
     with _OWNERS_LOCK:
-        self.settle()
+        self.wait()
         rec, _ = self._owner()
         if self._owned and rec and rec.get('run') == self.run:
             self.owner_file.unlink(missing_ok=True)
@@ -556,7 +556,7 @@ def _commit(self:CheckpointDir, c:Checkpoint, old:list):
     if doomed:
         self._deleting = threading.Thread(target=_unlink_all, args=(doomed, self.on_drive),
                                           name='checkpoint-rotation', daemon=True)
-        self._retiring = doomed, kept  # `settle` clears the manifest's note once they are gone
+        self._retiring = doomed, kept  # `wait` clears the manifest's note once they are gone
         self._deleting.start()
 
 # %% ../nbs/05a_persistence.ipynb #c6f10303
@@ -568,7 +568,7 @@ def save(self:CheckpointDir, obj, # what to save (see `training_state`)
         )->Checkpoint:
     "Write `obj` as the checkpoint of `step` atomically, record it in the manifest, then rotate."
     step, seq = check_int('step', step), check_int('seq', seq, none=True)
-    self.settle()
+    self.wait()
     try:
         self.own()
         self._clean_tmp()
@@ -585,7 +585,7 @@ def save(self:CheckpointDir, obj, # what to save (see `training_state`)
 
 # %% ../nbs/05a_persistence.ipynb #3ca4ca18
 @patch
-def settle(self:CheckpointDir):
+def wait(self:CheckpointDir):
     "Wait until the old checkpoints handed to the background for deletion are gone."
     if self._deleting is not None: self._deleting.join(); self._deleting = None
     if self._retiring is None: return
@@ -916,7 +916,7 @@ def save_async(self:CheckpointManager, step:int, model=None, optimizer=None, sca
 def wait(self:CheckpointManager)->Checkpoint|None:
     "Wait for the save in flight (raising its error) and for old files being deleted; return the last checkpoint saved."
     self._settle()
-    for d in self._dirs(): d.settle()
+    for d in self._dirs(): d.wait()
     return self.last_saved
 
 # %% ../nbs/05a_persistence.ipynb #8de52b7e
@@ -959,7 +959,7 @@ def copy_in(self:CheckpointDir, c:Checkpoint)->Checkpoint:
         why = 'its trailer differs' if read_trailer(tmp) != copy else verify_file(copy)
         if why: raise CheckpointCorrupt(f'The copy of {c.path.name} in {self.path} does not '
                                         f'verify: {why}.')
-    self.settle()
+    self.wait()
     try:
         self.own()
         self._clean_tmp()
@@ -1095,11 +1095,6 @@ def due(self:SessionClock)->str|None:
             self._said.add((limit, 'due')); return limit
     return None
 
-# %% ../nbs/05a_persistence.ipynb #eec2978e
-def is_oom(e:BaseException)->bool:
-    "True for an out-of-memory error, as `oom_kind` recognises them."
-    return oom_kind(e) is not None
-
 # %% ../nbs/05a_persistence.ipynb #06325451
 _LOST = ('device-side assert triggered', 'an illegal memory access was encountered',
          'unspecified launch failure',
@@ -1107,7 +1102,7 @@ _LOST = ('device-side assert triggered', 'an illegal memory access was encounter
 
 def is_context_lost(e:BaseException)->bool:
     "True for a CUDA error after which the process's CUDA context is unusable (device-side assert, illegal access)."
-    return isinstance(e, RuntimeError) and not is_oom(e) and any(m in str(e) for m in _LOST)
+    return isinstance(e, RuntimeError) and oom_kind(e) is None and any(m in str(e) for m in _LOST)
 
 # %% ../nbs/05a_persistence.ipynb #7d6fbbe6
 class CudaContextLost(ColabT4Error):
@@ -1209,7 +1204,7 @@ def run_resumable(step_fn:Callable, # step_fn(step), data from `step` alone; ste
                                       'this process cannot use the GPU any more. Run the script '
                                       'with `run_with_restarts` to go on from the last '
                                       'checkpoint.') from e
-            if not is_oom(e): raise
+            if oom_kind(e) is None: raise
             tries[step] = tries.get(step, 0) + 1
             if tries[step] > max_oom:
                 raise CheckpointError(f'Out of memory at step {step} {tries[step]} times; lower '

@@ -474,7 +474,7 @@ def test_a_file_put_back_is_not_deleted_by_a_stale_retired_list(tmp_path):
     "Rotation deletes only what the run's records prove it wrote: a backup put back, or a name added to the manifest, stays."
     d = P.CheckpointDir(tmp_path, keep=2)
     for s in (1, 2, 3): d.save({'step': s}, s)
-    d.settle()
+    d.wait()
     backup = tmp_path/'ckpt-000000001.pt'
     assert not backup.exists() and 'retired' not in json.loads(d.manifest.read_text())  # done
     d2 = P.CheckpointDir(tmp_path, keep=2)
@@ -486,7 +486,7 @@ def test_a_file_put_back_is_not_deleted_by_a_stale_retired_list(tmp_path):
     man['retired'] = ['ckpt-000000001.pt']  # an edited (or old) manifest naming it
     d2.manifest.write_text(json.dumps(man))
     d2.save({'step': 4}, 4)
-    d2.settle()
+    d2.wait()
     assert backup.exists()
 
 @pytest.mark.parametrize('remounts', [False, True])

@@ -18,7 +18,7 @@ from fastcore.basics import patch
 from tqdm.auto import tqdm
 
 from .allocation import NoGPUError, spec_for
-from .core import (ColabT4Error, ArgumentError, MissingPackage, require, check_callable, check_choice, check_flag, check_int,
+from .core import (ColabT4Error, ArgumentError, MissingPackage, as_card, require, check_callable, check_choice, check_flag, check_int,
                               check_num, check_path, check_seq, check_str, check_type)
 from .amp import AmpStep, amp_choice, dtype_name, no_tf32, parse_dtype, plain_amp_step
 from .memory import (cap_memory, find_batch_size, free_memory, peak_memory,
@@ -120,18 +120,16 @@ SECONDS = {'interval': (MIN_INTERVAL, 3600), 'block_s': (0.001, 3600), 'warmup_s
 
 # %% ../nbs/06c_acceptance.ipynb #096ad979
 def _device(device)->torch.device:
-    "`device` as a torch device that is here; None: the GPU if there is one, else the CPU."
-    if device is None: return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
-    E, n = AcceptanceError, torch.cuda.device_count()
-    check_type('device', device, (str, torch.device), "a torch device ('cuda:1') or None", err=E)
-    try: dev = torch.device(device)
-    except (RuntimeError, ValueError):
-        raise E(f"device={device!r} is not a torch device: pass 'cpu', 'cuda' or None.") from None
-    if dev.type not in ('cpu', 'cuda'): raise E(f"device={device!r}: pass 'cpu' or 'cuda'.")
-    if dev.type == 'cuda' and (dev.index or 0) >= n:
-        raise NoGPUError(f'device={device!r}, but this runtime has {n} CUDA GPU(s): '
-                         "pass device='cpu' for a toy-size run, or pick a GPU runtime.")
+    "`device` (see `as_card`) as the CPU or a CUDA GPU of this runtime; None: the GPU if there is one."
+    try: dev = as_card(device).device
+    except NoGPUError as e:
+        raise NoGPUError(f"{e.args[0]} For a toy-size run pass device='cpu', or pick a GPU "
+                         'runtime.') from None
+    except ColabT4Error as e: raise AcceptanceError(e.args[0] if e.args else str(e)) from None
+    if dev is None or dev.type not in ('cpu', 'cuda'):
+        raise AcceptanceError(f"device={device!r}: pass 'cpu', 'cuda' or None.")
     return dev
+
 
 # %% ../nbs/06c_acceptance.ipynb #4598ada9
 def _cap(cap):

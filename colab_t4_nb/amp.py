@@ -21,7 +21,7 @@ from fastcore.basics import patch, store_attr
 
 from .allocation import (GPU, GPUSpec, NoGPUError, SPECS, UnknownGPUError, native_bf16,
                                     spec_for)
-from .core import (ColabT4Error, needs, record, check_callable, check_choice, check_int,
+from .core import (Card, ColabT4Error, as_card, needs, record, check_callable, check_choice, check_int,
                               check_num, check_str, check_type)
 from .timing import benchmark, cpu_timer
 from .models import Encoder, token_batch, token_loss
@@ -69,47 +69,6 @@ def parse_dtype(dtype:str|torch.dtype # 'fp16', 'bf16', 'fp32', an alias, or a t
 # %% ../nbs/01_amp.ipynb #2742c49a
 def dtype_name(dtype:torch.dtype)->str: return {v: k for k, v in DTYPES.items()}[parse_dtype(dtype)]
 
-# %% ../nbs/01_amp.ipynb #8e31a4bd
-def _cc(cc:tuple)->tuple:
-    "A compute capability `(major, minor)`, checked."
-    if len(cc) != 2 or not all(isinstance(v, numbers.Integral) and not isinstance(v, bool)
-                               and v >= 0 for v in cc):
-        raise AmpError(f'A compute capability is (major, minor), e.g. (7, 5) for a T4; '
-                       f'got device={cc!r}')
-    return tuple(int(v) for v in cc)
-
-# %% ../nbs/01_amp.ipynb #f57149fd
-_TORCH_DEVICES = (r'(cpu|cuda|mps|xpu|xla|meta|hip|ipu|hpu|mtia|lazy|vulkan|mkldnn|opengl|opencl|'
-                  r'ideep|ve|fpga|maia|privateuseone)(:\d+)?')
-
-# %% ../nbs/01_amp.ipynb #51966a17
-def _torch_device(device)->torch.device|None:
-    ("`device` as a torch device when it names one ('cuda:0', 'cpu', 0, a torch.device); "
-     "None for a card's name.")
-    if isinstance(device, torch.device): return device
-    if isinstance(device, numbers.Integral) and not isinstance(device, bool):
-        if device < 0: raise AmpError(f'A CUDA device index is >= 0, got device={device!r}')
-        return torch.device('cuda', int(device))
-    if isinstance(device, str) and re.fullmatch(_TORCH_DEVICES, device.strip()):
-        return torch.device(device.strip())
-    if isinstance(device, str): return None
-    raise AmpError(f"device={device!r} is not a device: pass a torch device ('cuda:0', 'cpu'), "
-                   "a GPU or GPUSpec, a card's name ('Tesla T4'), a compute capability ((7, 5)), "
-                   "or None for the device here.")
-
-# %% ../nbs/01_amp.ipynb #7409a465
-def _cuda_props(device, dev:torch.device):
-    "The properties of CUDA device `dev`; `NoGPUError` naming `device` when it is not here."
-    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    idx = dev.index if dev.index is not None else (torch.cuda.current_device() if n else 0)
-    if idx >= n:
-        raise NoGPUError(f"device={device!r}: this runtime has {n} CUDA GPU(s). "
-                         "Pass 'cpu', None for the device here, "
-                         "or a card's name ('T4') or compute capability ((7, 5)) "
-                         "to decide for a card "
-                         'that is not here.')
-    return torch.cuda.get_device_properties(idx)
-
 # %% ../nbs/01_amp.ipynb #129ea694
 def _fast_fp16(cc, spec)->bool|None:
     ("Does the card do fp16 matrix math faster than fp32? "
@@ -119,28 +78,15 @@ def _fast_fp16(cc, spec)->bool|None:
     return tuple(cc) >= (7, 0) or tuple(cc) in {(5, 3), (6, 0), (6, 2)}
 
 # %% ../nbs/01_amp.ipynb #2fd05a2e
-def _card(device)->tuple:
-    "(device type, description, compute capability, spec row) for `device`."
-    if isinstance(device, GPUSpec): return 'cuda', device.key, device.cc, device
-    if isinstance(device, GPU):
-        spec = device.spec
-        return 'cuda', device.name, device.cc or (spec.cc if spec else None), spec
-    if isinstance(device, tuple): return 'cuda', 'a GPU', _cc(device), None
-    if device is None: device = 'cuda' if torch.cuda.is_available() else 'cpu'
-    dev = _torch_device(device)
-    if dev is None:
-        try: spec = spec_for(device)
-        except UnknownGPUError as e:
-            raise AmpError(f"device={device!r} is neither a torch device ('cpu', 'cuda:0') "
-                           f"nor a card: {e}") from None
-        return 'cuda', spec.key, spec.cc, spec
-    if dev.type == 'cpu': return 'cpu', 'the CPU', None, None
-    if dev.type != 'cuda':
+def _card(device)->Card:
+    "`as_card(device)`, for a CUDA GPU or the CPU: what autocast runs on."
+    c = as_card(device)
+    if c.type not in ('cuda', 'cpu'):
         raise AmpError(f"device={device!r}: only CUDA GPUs and the CPU are handled here; "
-                       f"autocast on {dev.type} is not. "
+                       f"autocast on {c.type} is not. "
                        "Pass a CUDA device, 'cpu', or a card's name to decide for that card.")
-    p = _cuda_props(device, dev)
-    return 'cuda', p.name, (p.major, p.minor), spec_for(p.name, strict=False)
+    return c
+
 
 # %% ../nbs/01_amp.ipynb #4e185983
 @dataclass(frozen=True)
@@ -175,8 +121,8 @@ def amp_choice(device=None, # torch device, `GPU`, `GPUSpec`, driver name or com
      "fp16 + GradScaler below cc 8.0, bf16 on the CPU.")
     want = None if dtype is None else parse_dtype(dtype)
     if (stand := _stand_in(device)) is not None: return _rehearsed_choice(*stand, want)
-    kind, name, cc, spec = _card(device)
-    if kind == 'cpu':
+    c = _card(device)
+    if c.type == 'cpu':
         if want == torch.float16:
             raise AmpError("fp16 autocast on the CPU is slow and barely supported: "
                            "use dtype='bf16' (the CPU default) or 'fp32'.")
@@ -185,8 +131,7 @@ def amp_choice(device=None, # torch device, `GPU`, `GPUSpec`, driver name or com
                          'CPU autocast uses bf16; it is faster only on CPUs '
                          'with bf16 matrix units, elsewhere it saves memory.'
                          if dt == torch.bfloat16 else 'AMP off: everything in fp32.')
-    card = name if cc is None else f'{name} (cc {cc[0]}.{cc[1]})'
-    return _gpu_choice(card, cc, spec, want)
+    return _gpu_choice(str(c), c.cc, c.spec, want)
 
 # %% ../nbs/01_amp.ipynb #18fcdc7a
 def _gpu_choice(card, cc, spec, want)->AmpChoice:
@@ -224,9 +169,8 @@ _DECIDE_AS = contextvars.ContextVar('colab_t4_nb_decide_as', default=None)
 def _stand_in(device)->tuple|None:
     ("(card spec, refuse bf16, device here) when `decide_as` is on "
      "and `device` means the device at hand; else None.")
-    if (stand := _DECIDE_AS.get()) is None or isinstance(device, (GPU, GPUSpec, tuple)): return None
-    if device is None: here = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
-    else: here = _torch_device(device)
+    if (stand := _DECIDE_AS.get()) is None: return None
+    here = as_card(device).device  # None for a card named, not here
     return None if here is None else (*stand, here)
 
 # %% ../nbs/01_amp.ipynb #ff78ecd0
@@ -241,13 +185,16 @@ def _rehearsed_choice(spec:GPUSpec, refuse_bf16:bool, here:torch.device, want)->
 
 # %% ../nbs/01_amp.ipynb #09a84025
 @contextmanager
-def decide_as(card:str|GPUSpec='T4', # the card `amp_choice` answers for
-              refuse_bf16:bool=False, # raise `AmpError` for bf16 where `card` only emulates it;
+def decide_as(device='T4', # the card `amp_choice` answers for (see `as_card`)
+              refuse_bf16:bool=False, # raise `AmpError` for bf16 where the card only emulates it;
                                       # False: warn
              ):
-    ("Inside the block, `amp_choice` asked about the device here decides as for `card` "
+    ("Inside the block, `amp_choice` asked about the device here decides as for `device` "
      "(a rehearsal).")
-    spec = card if isinstance(card, GPUSpec) else spec_for(card)
+    spec = as_card(device).spec
+    if spec is None:
+        raise AmpError(f'device={device!r}: decide_as needs a card of the spec table, such as '
+                       "'T4' or 'A100-SXM4-40GB'.")
     token = _DECIDE_AS.set((spec, refuse_bf16))
     try: yield spec
     finally: _DECIDE_AS.reset(token)
@@ -471,15 +418,11 @@ def _rounds(repeats, warmup)->tuple:
 # %% ../nbs/01_amp.ipynb #f34392b4
 def _here(device, what:str)->torch.device:
     "`device` as a torch device of this runtime; None: the GPU if there is one, else the CPU."
-    if device is None: return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
-    if isinstance(device, numbers.Integral) and not isinstance(device, bool):
-        _check_int('device', device, 0, 1023)
-    dev = _torch_device(device)
+    dev = as_card(device).device  # `NoGPUError` naming `device` when it is not here
     if dev is None:
         raise AmpError(f"device={device!r}: {what} runs here, "
                        "so it needs a torch device ('cuda', 'cpu').")
-    if dev.type == 'cuda': _cuda_props(device, dev)  # `NoGPUError` naming `device` when not here
-    elif dev.type != 'cpu':
+    if dev.type not in ('cuda', 'cpu'):
         raise AmpError(f"device={device!r}: {what} runs on 'cpu' or a CUDA GPU.")
     return dev
 
@@ -657,7 +600,7 @@ def tensor_core_check(device=None, # a torch device; None: the GPU if there is o
     dev = _here(device, 'the check')
     n = _check_int('n', n, hi=2**15) if n is not None else None
     repeats, warmup = _rounds(repeats, warmup)
-    ch, spec = amp_choice(dev, dtype), _card(dev)[3]
+    ch, spec = amp_choice(dev, dtype), as_card(dev).spec
     if not ch.enabled: raise AmpError('dtype fp32 leaves nothing to compare: pass fp16 or bf16.')
     n = n if n is not None else (8192 if dev.type == 'cuda' else 256)
     a, b = torch.randn(n, n, device=dev), torch.randn(n, n, device=dev)

@@ -21,7 +21,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from tqdm.auto import tqdm
 
 from .allocation import GPUSpec, NoGPUError, SPECS, spec_for
-from .core import (ColabT4Error, oom_kind, stop_on_signals, check_callable,
+from .core import (ColabT4Error, as_card, oom_kind, stop_on_signals, check_callable,
                               check_choice, check_flag,
                               check_int, check_num, check_path, check_seq, check_str, check_type)
 from .amp import AmpStep, amp_choice, no_tf32, parse_dtype, plain_amp_step
@@ -88,27 +88,15 @@ def _module(model)->torch.device:
         raise BenchError(f'model={type(model).__name__} has no parameters: pass the model to train')
     return p.device
 
-# %% ../nbs/04_benchmarks.ipynb #b445c74b
-def _as_device(device)->torch.device:
-    "`device` as a torch device ('cpu', 'cuda', 'cuda:1', a GPU index); `BenchError` otherwise."
-    check_type('device', device, (torch.device, str, int),
-               "a torch device ('cpu', 'cuda') or a GPU index", err=BenchError)
-    if isinstance(device, int): return torch.device('cuda', _int('device', device, lo=0))
-    try: dev = torch.device(device)
-    except (RuntimeError, ValueError): dev = None
+# %% ../nbs/04_benchmarks.ipynb #11407733
+def _device(device)->torch.device:
+    "`device` (see `as_card`) as the CPU or a CUDA GPU of this runtime; None: the GPU if there is one."
+    dev = as_card(device).device  # `NoGPUError` for a GPU this runtime lacks
     if dev is None or dev.type not in ('cpu', 'cuda'):
-        raise BenchError(f"device must be 'cpu', 'cuda', 'cuda:N' or a GPU index, "
+        raise BenchError(f"device must be 'cpu', 'cuda', 'cuda:N' or a GPU index of this runtime, "
                          f"got device={device!r}")
     return dev
 
-# %% ../nbs/04_benchmarks.ipynb #11407733
-def _device(device)->torch.device:
-    "`device` as a device of this runtime (None: the GPU if there is one); `NoGPUError` if absent."
-    if device is None: return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
-    dev, n = _as_device(device), torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if dev.type == 'cuda' and (dev.index or 0) >= n:
-        raise NoGPUError(f"device={device!r}: this runtime has {n} CUDA GPU(s): pass None or 'cpu'")
-    return dev
 
 # %% ../nbs/04_benchmarks.ipynb #243d775b
 def _table(name:str, df)->pd.DataFrame:
@@ -138,7 +126,7 @@ class Context:
     as_t4:bool = False   # measured under `t4_rehearsal`, labelled as such in every row
 
     def __post_init__(self):
-        self.device = _as_device(self.device)
+        check_type('device', self.device, torch.device, 'a torch.device (see context)', err=BenchError)
         _texts(card=self.card)
         check_type('spec', self.spec, GPUSpec, 'a GPUSpec (see SPECS)', none=True, err=BenchError)
         _flags(small=self.small, quick=self.quick, as_t4=self.as_t4)
@@ -317,13 +305,14 @@ def step_flops(model:nn.Module, # the model, on its device
 # %% ../nbs/04_benchmarks.ipynb #d9bc4312
 _PEAK = {'fp32': 'fp32_tflops', 'fp16': 'fp16_tflops', 'bf16': 'bf16_tflops'}
 
-def peak_tflops(spec:GPUSpec|None, # a spec-table row
+def peak_tflops(device, # the card (see `as_card`): 'T4', a spec row, a device here
                 precision:str, # 'fp32' (TF32 off), 'fp16' or 'bf16'
                )->float|None:
-    "The datasheet matrix rate of `spec` in `precision`; None where the table has none."
-    check_type('spec', spec, GPUSpec, 'a GPUSpec (see SPECS)', none=True, err=BenchError)
+    "The datasheet matrix rate of `device` in `precision`; None where the table has none (the CPU included)."
     check_choice('precision', precision, list(_PEAK), err=BenchError)
+    spec = as_card(device).spec
     return getattr(spec, _PEAK[precision]) if spec is not None else None
+
 
 # %% ../nbs/04_benchmarks.ipynb #b883e5f5
 def _amp_name(ctx:Context)->str: return amp_choice(ctx.device).name
@@ -368,7 +357,7 @@ def train_speed(wl:str|Workload='unet', # the workload
     est = {p: _predict(c) for p, c in calls.items()}
     rows, note = [], w.describe(ctx, bs)
     for p in calls:
-        ms, peak, e = t.median(p), peak_tflops(ctx.spec, p), est[p]
+        ms, peak, e = t.median(p), peak_tflops(ctx.spec or ctx.device, p), est[p]
         tf = per * bs / ms / 1e9
         rows += [ctx.row(p, w.name, 'iterations/s', 1e3 / ms, 'it/s', note,
                          _t4(e, lambda m: 1e3 / m, 'step')),

@@ -14,7 +14,7 @@ import pandas as pd
 import pynvml
 
 from .allocation import GPU, GPUSpec, gpu_info, parse_smi_table, spec_for
-from .core import (ColabT4Error, needs, check_callable, check_choice, check_flag,
+from .core import (ColabT4Error, as_card, needs, check_callable, check_choice, check_flag,
                               check_int, check_num, check_seq, check_str, check_type)
 from .timing import benchmark
 
@@ -103,18 +103,21 @@ def _here()->tuple:
     return cc, (g.spec.sms if g.spec else None), g.name
 
 # %% ../nbs/03_kernels.ipynb #e4cd27f7
-def _resolve(card)->tuple:
-    "(Arch, SM count or None, label) for `card`."
-    if card is None: cc, sms, label = _here(); return arch(cc), sms, label
-    if isinstance(card, GPU):
-        return arch(card.cc or card.spec.cc), (card.spec.sms if card.spec else None), card.name
-    if isinstance(card, GPUSpec): return arch(card.cc), card.sms, card.key
-    if isinstance(card, str) and not re.fullmatch(r'\s*\d+\.\d+\s*', card):
-        s = spec_for(card); return arch(s.cc), s.sms, s.key
-    try: a = arch(card)
-    except KernelError as e:
-        raise KernelError(f'card={card!r} is not a card or compute capability: {e}') from None
-    return a, None, f'cc {a.name}'
+def _resolve(device)->tuple:
+    "(Arch, SM count or None, label) for `device`: see `as_card`, or a compute capability as `arch` reads it."
+    if device is None: cc, sms, label = _here(); return arch(cc), sms, label
+    if isinstance(device, (str, float)) and re.fullmatch(r'\s*\d+(\.\d+)?\s*', str(device)):
+        a = arch(device); return a, None, f'cc {a.name}'
+    try: c = as_card(device)
+    except ColabT4Error as e:
+        raise KernelError(f'device={device!r} is not a card or compute capability: '
+                          f'{e.args[0] if e.args else e}') from None
+    if c.cc is None:
+        raise KernelError(f'device={device!r} is not a GPU: occupancy is computed for a CUDA card '
+                          "or compute capability, such as 'T4' or (7, 5).")
+    a = arch(c.cc)
+    return a, (c.spec.sms if c.spec else None), (c.name if c.name != 'a GPU' else f'cc {a.name}')
+
 
 # %% ../nbs/03_kernels.ipynb #862481a8
 @dataclass
@@ -208,13 +211,13 @@ def _smem_limit(a:Arch, smem:int, carveout:int|None)->tuple:
 def occupancy(block:int, # threads per block, a multiple of 32
               regs:int=0, # registers per thread (`ptxas -v`, `numRegs`, Triton's `n_regs`)
               smem:int=0, # shared memory per block, static plus dynamic, bytes
-              card=None, # compute capability or card (see `arch`); None: the GPU here
+              device=None, # compute capability or card (see `arch`); None: the GPU here
               carveout:int|None=None, # preferred shared-memory carveout, % of the maximum (Volta+)
               barriers:int=0, # named barriers a block uses (Hopper counts them: 2 per block slot)
              )->Occupancy:
     "Resident blocks and warps per SM, the occupancy and the limiting resource for one launch configuration."
     check_int('carveout', carveout, hi=100, none=True, err=KernelError)
-    a, sms, label = _resolve(card)
+    a, sms, label = _resolve(device)
     block, regs, smem = (int(v) if isinstance(v, numbers.Integral) and not isinstance(v, bool)
                          else v
                          for v in (block, regs, smem))
@@ -238,17 +241,17 @@ def occupancy(block:int, # threads per block, a multiple of 32
 # %% ../nbs/03_kernels.ipynb #8061fa1c
 def best_block_size(regs:int=0, # registers per thread
                     smem:int|Callable=0, # shared memory per block, bytes, or a function of block size
-                    card=None, # compute capability or card; None: the GPU here
+                    device=None, # compute capability or card; None: the GPU here
                     max_block:int=1024, # the kernel's limit (`maxThreadsPerBlock`), down to a warp
                     carveout:int|None=None, # see `occupancy`
                    )->Occupancy:
     "The block size with the most resident threads per SM, as `cudaOccupancyMaxPotentialBlockSize` chooses it."
     max_block = check_int('max_block', max_block, lo=32, hi=1024, err=KernelError)
     check_int('carveout', carveout, hi=100, none=True, err=KernelError)
-    a, _, _ = _resolve(card)
+    a, _, _ = _resolve(device)
     best = None
     for b in range(min(max_block, a.max_threads_block) // a.warp * a.warp, 0, -a.warp):
-        try: o = occupancy(b, regs, smem(b) if callable(smem) else smem, card, carveout)
+        try: o = occupancy(b, regs, smem(b) if callable(smem) else smem, device, carveout)
         except KernelError:
             if callable(smem): continue
             raise
@@ -260,15 +263,15 @@ def best_block_size(regs:int=0, # registers per thread
     return best
 
 # %% ../nbs/03_kernels.ipynb #8f499ca4
-def candidates(regs:int=0, smem:int|Callable=0, card=None, max_block:int=1024,
+def candidates(regs:int=0, smem:int|Callable=0, device=None, max_block:int=1024,
                carveout:int|None=None)->list[int]:
     "Power-of-two block sizes (32-1024) that reach the best occupancy for these resources."
     max_block = check_int('max_block', max_block, lo=32, hi=1024, err=KernelError)
-    best = best_block_size(regs, smem, card, max_block, carveout)
+    best = best_block_size(regs, smem, device, max_block, carveout)
     out = []
     for b in (32, 64, 128, 256, 512, 1024):
         if b > max_block: break
-        try: o = occupancy(b, regs, smem(b) if callable(smem) else smem, card, carveout)
+        try: o = occupancy(b, regs, smem(b) if callable(smem) else smem, device, carveout)
         except KernelError: continue
         if o.warps >= best.warps: out.append(b)
     return out
@@ -288,7 +291,7 @@ _MAX_N = 2**36  # elements: 128 GB of fp16, more than any card holds
 _MAX_GRID = 2**31 - 1  # blocks in a grid's x dimension: CUDA's limit from compute capability 3.0 on
 
 def launch_config(n:int, # elements to process
-                  card=None, # compute capability or card; None: the GPU here
+                  device=None, # compute capability or card; None: the GPU here
                   regs:int=0, # registers per thread of the kernel
                   smem:int|Callable=0, # shared memory per block, bytes, or a function of block size
                   per_thread:int=1, # elements each thread handles
@@ -298,15 +301,15 @@ def launch_config(n:int, # elements to process
     n = check_int('n', n, lo=1, hi=_MAX_N, err=KernelError)  # 2**36 elements: 128 GB of fp16
     per_thread = check_int('per_thread', per_thread, lo=1, hi=_MAX_N, err=KernelError)
     check_flag('grid_stride', grid_stride, err=KernelError)
-    a, sms, _ = _resolve(card)
+    a, sms, _ = _resolve(device)
     sm = (lambda b: smem(b)) if callable(smem) else (lambda b: smem)
-    cands = ([b for b in candidates(regs, smem, card) if b >= 64]
-             or [best_block_size(regs, smem, card).block])
+    cands = ([b for b in candidates(regs, smem, device) if b >= 64]
+             or [best_block_size(regs, smem, device).block])
     block = min(cands, key=lambda b: abs(math.log2(b / 256)))
     threads = -(-n // per_thread)
     while sms and -(-threads // block) < sms and any(c < block for c in cands):
         block = max(c for c in cands if c < block)
-    occ = occupancy(block, regs, sm(block), card)
+    occ = occupancy(block, regs, sm(block), device)
     grid = -(-threads // block)
     if grid_stride and sms: grid = min(grid, occ.blocks * sms)
     if grid > _MAX_GRID:
@@ -317,18 +320,18 @@ def launch_config(n:int, # elements to process
 
 # %% ../nbs/03_kernels.ipynb #6a1c6f68
 def compare_launch(ns:list, # element counts
-                   card=None, regs:int=0, smem:int=0)->pd.DataFrame:
+                   device=None, regs:int=0, smem:int=0)->pd.DataFrame:
     "`min(n, 1024)` threads per block against `launch_config`: blocks, SMs used, occupancy."
     ns = check_seq('ns', ns, lambda k, v: check_int(k, v, lo=1, hi=_MAX_N, err=KernelError),
                    hi=1000, err=KernelError)
     check_int('regs', regs, hi=255, err=KernelError)
     check_int('smem', smem, hi=2**20, err=KernelError)
-    a, sms, label = _resolve(card)
+    a, sms, label = _resolve(device)
     rows = []
     for n in ns:
         g_block = _up(min(n, 1024), a.warp)
-        g = occupancy(g_block, regs, smem, card)
-        lc = launch_config(n, card, regs, smem)
+        g = occupancy(g_block, regs, smem, device)
+        lc = launch_config(n, device, regs, smem)
         g_grid = -(-n // min(n, 1024))
         rows.append({'card': label, 'n': n, 'regs': regs,
                      'guide block': min(n, 1024), 'guide grid': g_grid,
@@ -495,22 +498,22 @@ def _gbs(nbytes:int, ms:float)->float: return nbytes / ms / 1e6
 def tune_bias_gelu(x, bias, # as for `bias_gelu`
                    elems:tuple=(4, 8, 16), # elements per thread to try with each warp count
                    repeats:int=30, # interleaved timed rounds
-                   card=None, # default: the GPU here
+                   device=None, # default: the GPU here
                   )->pd.DataFrame:
     "Time `bias_gelu`'s candidate launches beside a copy, the `min(n, 1024)` launch and PyTorch's ops."
     import torch
     _check_xb(x, bias)
     elem = lambda k, v: check_int(k, v, lo=1, hi=_MAX_TRITON_BLOCK // 32, err=KernelError)
     elems = check_seq('elems', elems, elem, hi=16, err=KernelError)
-    repeats = check_int('repeats', repeats, lo=1, hi=1000, err=KernelError); _resolve(card)
+    repeats = check_int('repeats', repeats, lo=1, hi=1000, err=KernelError); _resolve(device)
     y = torch.empty_like(x)
     cols_p2 = 1 << (x.shape[-1] - 1).bit_length()
-    cands = candidates(*kernel_resources(bias_gelu(x, bias, 1024, 4, out=y)[1]), card)
+    cands = candidates(*kernel_resources(bias_gelu(x, bias, 1024, 4, out=y)[1]), device)
     configs, info = {}, {}
     for w in sorted({b // 32 for b in cands}):
         for blk in sorted({32 * w * e for e in elems if 32 * w * e <= cols_p2}):
             regs, smem = kernel_resources(ck := bias_gelu(x, bias, blk, w, out=y)[1])
-            occ = occupancy(32 * w, regs, smem, card)
+            occ = occupancy(32 * w, regs, smem, device)
             info[f'triton {blk}/{w}w'] = dict(block_elems=blk, num_warps=w, regs=regs, smem=smem,
                                               occupancy=occ.occupancy, blocks_per_sm=occ.blocks,
                                               func=ck.function)
@@ -521,7 +524,7 @@ def tune_bias_gelu(x, bias, # as for `bias_gelu`
     info['guide: min(n, 1024) threads'] = dict(block_elems=1024, num_warps=32, regs=regs, smem=smem,
                                                  func=g.function,
                                                  occupancy=occupancy(1024, regs, smem,
-                                                                     card).occupancy)
+                                                                     device).occupancy)
     variants = {'copy (device to device)': lambda: y.copy_(x),
                 'guide: min(n, 1024) threads': lambda: bias_gelu(x, bias, 1024, 32, out=y),
                 'torch: gelu(x + bias)': lambda: torch.nn.functional.gelu(x + bias,

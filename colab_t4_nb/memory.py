@@ -17,7 +17,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from .allocation import NoGPUError, UnknownGPUError, nvml_gpus, spec_for
-from .core import (ColabT4Error, cuda_sync, oom_kind, ArgumentTypeError, check_callable,
+from .core import (ColabT4Error, as_card, cuda_sync, oom_kind, ArgumentTypeError, check_callable,
                               check_choice, check_flag, check_int, check_num, check_seq, check_str,
                               check_type)
 from .timing import benchmark
@@ -353,21 +353,23 @@ def accumulation(target:int, # the effective batch size wanted
 REPORTED_MIB = {'T4': 15360, 'K80': 11441, 'H200': 143771}  # total memory the driver reports, recorded (see `reading`)
 
 # %% ../nbs/02_memory.ipynb #afc9b5d4
-def usable_memory(card:str # a spec-table key or a driver's name: 'T4', 'Tesla T4', 'NVIDIA H200'
+def usable_memory(device='T4', # a card's name ('T4', 'Tesla T4'), a GPU here, a spec row: see `as_card`
                  )->int:
-    "Bytes of GPU memory a program on `card` sees: the driver's recorded total, else 15/16 of the datasheet's size."
-    card = check_str('card', card)
-    try: spec = spec_for(card)
-    except UnknownGPUError as e: raise UnknownGPUError(f'card={card!r}: {e}') from None
+    "Bytes of GPU memory a program on `device` sees: the driver's recorded total, else 15/16 of the datasheet's size."
+    spec = as_card(device).spec
+    if spec is None:
+        raise UnknownGPUError(f'device={device!r} is not a card of the spec table: pass a name '
+                              "such as 'T4' or 'Tesla T4'.")
     if spec.key in REPORTED_MIB: return REPORTED_MIB[spec.key] * 2**20
     warnings.warn(f'No recorded reading for {spec.key}: estimating its usable memory as 15/16 '
                   f'of the {spec.mem_gb} GB datasheet figure.')
     return int(spec.mem_gb * 2**30 * 15 / 16)
 
+
 # %% ../nbs/02_memory.ipynb #8d35e47a
 class cap_memory:
-    "Hold PyTorch's allocations on `device` to what `card` offers; the previous cap comes back on exit or `.restore()`."
-    def __init__(self, card:str|int='T4', # a spec-table card, or a number of bytes
+    "Hold PyTorch's allocations on `device` to what the card `like` offers; the previous cap comes back on exit or `.restore()`."
+    def __init__(self, like:str|int='T4', # the card to imitate (see `usable_memory`), or a number of bytes
                  device:int|str|None=None, # CUDA device; default the current one
                  cuda=None, # the `torch.cuda` module (a stand-in in tests)
                 ):
@@ -378,18 +380,18 @@ class cap_memory:
             raise ArgumentTypeError('cuda must be the torch.cuda module (or a stand-in with its '
                                     f'functions) or None, got cuda={self.cuda!r}')
         if not self.cuda.is_available():
-            raise NoGPUError(f'cap_memory(card={card!r}, device={device!r}) needs a CUDA GPU; '
+            raise NoGPUError(f'cap_memory(like={like!r}, device={device!r}) needs a CUDA GPU; '
                              'this runtime has none, so there is nothing to cap.')
-        bytes_given = isinstance(card, numbers.Integral) and not isinstance(card, bool)
-        card = check_int('card', card, 1, 2**50) if bytes_given else check_str('card', card)
+        bytes_given = isinstance(like, numbers.Integral) and not isinstance(like, bool)
+        if bytes_given: like = check_int('like', like, 1, 2**50)
         if isinstance(device, str) and not re.fullmatch(r'cuda(:\d+)?', device.strip()):
             raise DeviceError(f"device is a CUDA device ('cuda:0', 0) or None, got {device=}")
         if not isinstance(device, str): device = check_int('device', device, hi=1023, none=True)
         self.device = self.cuda.current_device() if device is None else device
         self.total = self.cuda.get_device_properties(self.device).total_memory
-        self.limit = card if isinstance(card, int) else usable_memory(card)
+        self.limit = like if bytes_given else usable_memory(like)
         if self.limit > self.total:
-            raise ColabT4Error(f'Cannot cap at {card!r}: {self.limit / 2**30:.1f} GiB '
+            raise ColabT4Error(f'Cannot cap at like={like!r}: {self.limit / 2**30:.1f} GiB '
                                f'is more than this GPU has ({self.total / 2**30:.1f} GiB).')
         get = getattr(self.cuda, 'get_per_process_memory_fraction', None)
         self.previous = get(self.device) if get else 1.0
@@ -406,14 +408,16 @@ class cap_memory:
 
 # %% ../nbs/02_memory.ipynb #78f537e6
 def _device(device=None, name:str='device')->torch.device:
-    "`device` as a torch device (`name` is what the error calls it); None: the GPU if there is one, else the CPU."
-    if device is None: return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
-    if isinstance(device, bool) or not isinstance(device, (str, int, torch.device)):
-        raise DeviceError(f"{name}={device!r} is not a torch device: pass 'cuda', 'cpu' or None")
-    try: return torch.device(device)
-    except (RuntimeError, TypeError) as e:
-        raise DeviceError(f"{name}={device!r} is not a torch device: pass 'cuda', 'cuda:1', 'cpu' or None "
-                          f"({e})") from None
+    "`device` (see `as_card`) as a torch device of this runtime; errors name it as `name`."
+    try: dev = as_card(device).device
+    except ColabT4Error as e:
+        if name == 'device': raise
+        raise DeviceError(f'{name}={device!r}: {e.args[0] if e.args else e}') from None
+    if dev is None:
+        raise DeviceError(f"{name}={device!r} names a card, not a device of this runtime: pass "
+                          "'cuda', 'cuda:1', 'cpu' or None")
+    return dev
+
 
 # %% ../nbs/02_memory.ipynb #237ca06d
 class peak_memory:

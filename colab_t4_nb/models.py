@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .allocation import NoGPUError
-from .core import (ColabT4Error, MissingPackage, require, ArgumentError, ArgumentTypeError, check_choice,
+from .allocation import NoGPUError, UnknownGPUError
+from .core import (ColabT4Error, MissingPackage, as_card, require, ArgumentError, ArgumentTypeError, check_choice,
                               check_int, check_num, check_str, check_type)
 
 
@@ -77,24 +77,16 @@ class UNet(nn.Module):
 
 # %% ../nbs/00d_models.ipynb #8ee4a017
 def _device(device, name:str='device', err=None)->torch.device|None:
-    "`device` as a torch device that is here ('cpu', 'cuda', 'cuda:1') or None; errors name `name`."
+    "`device` (see `as_card`) as a CPU, CUDA or meta device of this runtime, or None; errors name `name`."
     if device is None: return None
-    if isinstance(device, bool) or not isinstance(device, (str, int, torch.device)):
-        raise (err or ArgumentTypeError)(f"{name} must be a torch device ('cpu', 'cuda:0') or "
-                                         f"None, got {name}={device!r}.")
-    if isinstance(device, int): check_int(name, device, hi=1023, err=err)  # torch wraps larger
-    try: dev = torch.device(device)
-    except (RuntimeError, TypeError, ValueError, OverflowError):
-        raise (err or ArgumentError)(f"{name}={device!r} is not a torch device: "
-                                     "pass 'cpu', 'cuda', 'cuda:1' or None.") from None
-    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if dev.type == 'cuda' and (dev.index or 0) >= n:
-        raise NoGPUError(f"{name}={device!r}: this runtime has {n} CUDA GPU(s); "
-                         "pass 'cpu' or None.")
-    if dev.type not in ('cpu', 'cuda', 'meta'):
-        raise (err or ArgumentError)(f"{name}={device!r}: only 'cpu' and CUDA devices "
-                                     "are handled here.")
+    try: dev = as_card(device).device  # `NoGPUError` for a GPU this runtime lacks
+    except (ArgumentError, UnknownGPUError) as e:
+        raise (err or ArgumentError)(f'{name}={device!r}: {e.args[0] if e.args else e}') from None
+    if dev is None or dev.type not in ('cpu', 'cuda', 'meta'):
+        raise (err or ArgumentError)(f"{name}={device!r}: pass 'cpu', 'cuda', 'cuda:1', 'meta' "
+                                     'or None.')
     return dev
+
 
 # %% ../nbs/00d_models.ipynb #2aa10198
 def _seed(seed, err=None)->int: return check_int('seed', seed, hi=2**64 - 1, err=err)

@@ -19,7 +19,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
 from .allocation import SPECS
-from .core import (ColabT4Error, ArgumentError, check_callable, check_choice,
+from .core import (ColabT4Error, ArgumentError, as_card, check_callable, check_choice,
                               check_flag, check_int, check_num, check_seq, check_str, check_type)
 from .amp import AmpError, decide_as, no_tf32, parse_dtype
 from .models import Encoder
@@ -628,14 +628,15 @@ def _published()->list:
 PUBLISHED = _published()
 
 # %% ../nbs/03b_t4.ipynb #72e6bc24
-def _device(device:str)->str:
-    "`device` checked: a torch device this runtime has."
-    try: d = torch.device(device)
-    except RuntimeError: d = None
-    if d is None or (d.index or 0) >= {'meta': 1, 'cpu': 1, 'cuda': torch.cuda.device_count()}.get(d.type, 0):
+def _device(device)->torch.device:
+    "`device` (see `as_card`): the meta tensors, the CPU or a CUDA GPU this runtime has."
+    try: dev = as_card(device).device
+    except ColabT4Error: dev = None
+    if dev is None or dev.type not in ('meta', 'cpu', 'cuda'):
         raise ArgumentError(f"device must be 'meta', 'cpu' or a CUDA device this runtime has "
                             f"(pass device=None to count only), got device={device!r}.")
-    return device
+    return dev
+
 
 # %% ../nbs/03b_t4.ipynb #0b37e3cb
 def validation_table(measurements:list|None=None, # `T4Measurement`s; None: `PUBLISHED`
@@ -645,7 +646,7 @@ def validation_table(measurements:list|None=None, # `T4Measurement`s; None: `PUB
      "and the error; measurements of one workload are counted once.")
     item = lambda n, m: check_type(n, m, T4Measurement)
     ms = PUBLISHED if measurements is None else check_seq('measurements', measurements, item)
-    dev = _device(check_str('device', device, none=True) or 'meta')
+    dev = _device('meta' if device is None else device)
     rows, done = [], {}
     for m in ms:
         if m.workload not in done:

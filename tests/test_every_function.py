@@ -61,7 +61,7 @@ def _examples(tmp:Path)->dict:
         make_batch=lambda: (lambda n: (torch.randn(n, 4), torch.randn(n, 2))), model_fn=lambda: _model,
         x=lambda: torch.randn(2, 4), logits=lambda: torch.randn(2, 3, 5), target=lambda: torch.zeros(2, 3, dtype=torch.long),
         folder=lambda: tmp/'folder', path=lambda: tmp/'file', out=lambda: tmp/'out', where=lambda: tmp/'where',
-        spec=lambda: t4, specs=lambda: [t4], gpu=lambda: 'Tesla T4', card=lambda: 'Tesla T4', name=lambda: 'T4',
+        spec=lambda: t4, specs=lambda: [t4], gpu=lambda: 'Tesla T4', card=lambda: 'Tesla T4', like=lambda: 'T4', name=lambda: 'T4',
         names=lambda: ['a'], text=lambda: '', e=lambda: RuntimeError('CUDA out of memory. Tried to allocate 2.00 MiB'),
         exc=lambda: RuntimeError('boom'), variants=lambda: {'a': lambda: None}, a=lambda: 'a', b=lambda: 'b',
         device=lambda: 'cpu', dtype=lambda: 'fp32', precision=lambda: 'fp32', cc=lambda: (7, 5), size=lambda: 2,
@@ -105,7 +105,7 @@ def _examples(tmp:Path)->dict:
     from types import SimpleNamespace
     from colab_t4_nb import kernels as K
     monitor = lambda: SimpleNamespace(start=lambda: None, stop=lambda: None, clock=lambda: 1.7e9, df=ex['df']())
-    ex.update(occupancy=lambda: K.occupancy(256, card='T4'), bias=lambda: torch.zeros(4), monitor=monitor,
+    ex.update(occupancy=lambda: K.occupancy(256, device='T4'), bias=lambda: torch.zeros(4), monitor=monitor,
               ck=lambda: SimpleNamespace(n_regs=32, metadata=SimpleNamespace(shared=1024)))
 
     # -- acceptance, results, persistence, checkpoint_format, monitoring, ledger, cli: examples

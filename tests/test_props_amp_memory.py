@@ -193,9 +193,9 @@ def test_checkpoint_every(n, model):
     if r is not None: assert sum(len(s.module) for s in r) == 5
 
 @PROPS_TINY
-@given(card=DEVICES)
-def test_usable_memory(card):
-    r = call(memory.usable_memory, card=card)
+@given(device=DEVICES)
+def test_usable_memory(device):
+    r = call(memory.usable_memory, device=device)
     if r is not None: assert r > 2**30
 
 @PROPS_TINY

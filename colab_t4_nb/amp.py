@@ -260,67 +260,82 @@ class AmpStep:
             sd = self.scaler.state_dict()
             self._scale, self._tracker = sd['scale'], sd['_growth_tracker']
 
-# %% ../nbs/01_amp.ipynb #7aa50496
-@patch
-def _found_inf(self:AmpStep):
-    st = getattr(self.scaler, '_per_optimizer_states', {}).get(id(self.opt))
-    infs = list(st['found_inf_per_device'].values()) if st else []
-    return infs[0] if infs else None
+    def _found_inf(self):
+        st = getattr(self.scaler, '_per_optimizer_states', {}).get(id(self.opt))
+        infs = list(st['found_inf_per_device'].values()) if st else []
+        return infs[0] if infs else None
 
-# %% ../nbs/01_amp.ipynb #a706abf8
-@patch
-def _next_scale(self:AmpStep, bad:bool):
-    s = self.scaler
-    if bad: self._scale, self._tracker = self._scale * s.get_backoff_factor(), 0
-    else:
-        self._tracker += 1
-        if self._tracker == s.get_growth_interval():
-            grown = self._scale * s.get_growth_factor()
-            self._scale, self._tracker = (grown if math.isfinite(grown) else self._scale), 0
+    def _next_scale(self, bad:bool):
+        s = self.scaler
+        if bad: self._scale, self._tracker = self._scale * s.get_backoff_factor(), 0
+        else:
+            self._tracker += 1
+            if self._tracker == s.get_growth_interval():
+                grown = self._scale * s.get_growth_factor()
+                self._scale, self._tracker = (grown if math.isfinite(grown) else self._scale), 0
 
-# %% ../nbs/01_amp.ipynb #cb7f0c1f
-@patch
-def _read(self:AmpStep, check:bool=True):
-    ("Fetch the pending record in one transfer; "
-     "raise `SkippedStepsError` after `max_skips` bad steps in a row.")
-    if not self._pending: return
-    losses = [l.float().reshape(()) for l, _ in self._pending]
-    flags = [(~torch.isfinite(l) if f is None else f.to(l.device)).float().reshape(())
-             for l, (_, f) in zip(losses, self._pending)]
-    extra = ([self.scaler._get_scale_async().float().reshape(()).to(losses[0].device)]
-             if self.scaler else [])
-    vals = torch.stack(losses + flags + extra).tolist()
-    n = len(losses)
-    for loss, flag in zip(vals[:n], vals[n:2*n]):
-        bad = flag > 0
-        self.log.append({'step': len(self.log), 'loss': loss,
-                         'scale': self._scale if self.scaler else None,
-                         'skipped': bad and self.scaler is not None, 'finite': math.isfinite(loss)})
-        if self.scaler: self._next_scale(bad)
-        self._bad = self._bad + 1 if bad else 0
-    if self.scaler: self._scale = vals[-1]
-    self._pending, self.reads = [], self.reads + 1
-    if check and self._bad >= self.max_skips: raise self._error()
+    def _read(self, check:bool=True):
+        ("Fetch the pending record in one transfer; "
+         "raise `SkippedStepsError` after `max_skips` bad steps in a row.")
+        if not self._pending: return
+        losses = [l.float().reshape(()) for l, _ in self._pending]
+        flags = [(~torch.isfinite(l) if f is None else f.to(l.device)).float().reshape(())
+                 for l, (_, f) in zip(losses, self._pending)]
+        extra = ([self.scaler._get_scale_async().float().reshape(()).to(losses[0].device)]
+                 if self.scaler else [])
+        vals = torch.stack(losses + flags + extra).tolist()
+        n = len(losses)
+        for loss, flag in zip(vals[:n], vals[n:2*n]):
+            bad = flag > 0
+            self.log.append({'step': len(self.log), 'loss': loss,
+                             'scale': self._scale if self.scaler else None,
+                             'skipped': bad and self.scaler is not None, 'finite': math.isfinite(loss)})
+            if self.scaler: self._next_scale(bad)
+            self._bad = self._bad + 1 if bad else 0
+        if self.scaler: self._scale = vals[-1]
+        self._pending, self.reads = [], self.reads + 1
+        if check and self._bad >= self.max_skips: raise self._error()
 
-# %% ../nbs/01_amp.ipynb #e9449a26
-@patch
-def _error(self:AmpStep)->SkippedStepsError:
-    h = pd.DataFrame(self.log).set_index('step')
-    last = h.iloc[-self._bad:]
-    if self.scaler:
-        what = ('were skipped by the loss scaler (inf/NaN gradients); the loss scale fell '
-                f'{last.scale.iloc[0]:g} -> {last.scale.iloc[-1]:g}')
-    else: what = 'had a non-finite loss (without a loss scaler nothing skips them)'
-    if math.isfinite(last.loss.iloc[-1]):
-        way = ('The loss is finite but its gradients overflow fp16 at every scale tried: '
-               'train in bf16 where the card has it '
-               'natively, or find the layer that overflows.')
-    else:
-        way = ('The loss itself is not finite: '
-               'check the batch for inf/NaN and lower the learning rate.')
-    return SkippedStepsError(f'{self._bad} training steps in a row {what}; '
-                             f'last loss {last.loss.iloc[-1]}. {way} '
-                             "The record is in this error's `.history`.", h)
+    def _error(self)->SkippedStepsError:
+        h = pd.DataFrame(self.log).set_index('step')
+        last = h.iloc[-self._bad:]
+        if self.scaler:
+            what = ('were skipped by the loss scaler (inf/NaN gradients); the loss scale fell '
+                    f'{last.scale.iloc[0]:g} -> {last.scale.iloc[-1]:g}')
+        else: what = 'had a non-finite loss (without a loss scaler nothing skips them)'
+        if math.isfinite(last.loss.iloc[-1]):
+            way = ('The loss is finite but its gradients overflow fp16 at every scale tried: '
+                   'train in bf16 where the card has it '
+                   'natively, or find the layer that overflows.')
+        else:
+            way = ('The loss itself is not finite: '
+                   'check the batch for inf/NaN and lower the learning rate.')
+        return SkippedStepsError(f'{self._bad} training steps in a row {what}; '
+                                 f'last loss {last.loss.iloc[-1]}. {way} '
+                                 "The record is in this error's `.history`.", h)
+
+    def _repr_markdown_(self):
+        h = self.history
+        sc = f', loss scale {h.scale.iloc[0]:g} -> {self._scale:g}' if self.scaler and len(h) else ''
+        gs = " + GradScaler" if self.scaler else ""
+        return f'`AmpStep` in **{self.choice.name}**{gs}: {len(h)} steps, {self.skipped} skipped{sc}'
+
+    def __call__(self, *batch)->torch.Tensor:
+        "Train on `batch`; returns the loss (detached, still on the device: reading it is up to you)."
+        with self.choice.autocast(): loss = self.loss(*batch)
+        (self.scaler.scale(loss) if self.scaler else loss).backward()
+        if self.clip is not None:
+            if self.scaler: self.scaler.unscale_(self.opt)
+            nn.utils.clip_grad_norm_(self.params, self.clip)
+        if self.scaler:
+            self.scaler.step(self.opt)
+            found = self._found_inf()
+            self.scaler.update()
+        else: self.opt.step(); found = None
+        self.opt.zero_grad(set_to_none=True)
+        self._pending.append((loss.detach(), found))
+        if len(self._pending) >= self.check_every: self._read()
+        return loss.detach()
 
 # %% ../nbs/01_amp.ipynb #9205edb2
 @patch
@@ -343,33 +358,6 @@ def skipped(self:AmpStep)->int:
     "Optimizer steps the GradScaler skipped (inf/NaN gradients)."
     self._read(check=False)
     return sum(r['skipped'] for r in self.log)
-
-# %% ../nbs/01_amp.ipynb #8c990956
-@patch
-def _repr_markdown_(self:AmpStep):
-    h = self.history
-    sc = f', loss scale {h.scale.iloc[0]:g} -> {self._scale:g}' if self.scaler and len(h) else ''
-    gs = " + GradScaler" if self.scaler else ""
-    return f'`AmpStep` in **{self.choice.name}**{gs}: {len(h)} steps, {self.skipped} skipped{sc}'
-
-# %% ../nbs/01_amp.ipynb #4faadc6d
-@patch
-def __call__(self:AmpStep, *batch)->torch.Tensor:
-    "Train on `batch`; returns the loss (detached, still on the device: reading it is up to you)."
-    with self.choice.autocast(): loss = self.loss(*batch)
-    (self.scaler.scale(loss) if self.scaler else loss).backward()
-    if self.clip is not None:
-        if self.scaler: self.scaler.unscale_(self.opt)
-        nn.utils.clip_grad_norm_(self.params, self.clip)
-    if self.scaler:
-        self.scaler.step(self.opt)
-        found = self._found_inf()
-        self.scaler.update()
-    else: self.opt.step(); found = None
-    self.opt.zero_grad(set_to_none=True)
-    self._pending.append((loss.detach(), found))
-    if len(self._pending) >= self.check_every: self._read()
-    return loss.detach()
 
 # %% ../nbs/01_amp.ipynb #8d962e92
 def plain_amp_step(model:nn.Module, opt:torch.optim.Optimizer, loss_fn:Callable,
@@ -515,6 +503,8 @@ class TensorCoreCheck:
                              'of peak': [self.fp32_fraction, self.amp_fraction]},
                             index=['fp32 (TF32 off)', self.dtype])
 
+    def _repr_markdown_(self): return self.verdict + '\n\n' + _md_table(self.df)
+
 # %% ../nbs/01_amp.ipynb #b295adf3
 @patch(as_prop=True)
 def verdict(self:TensorCoreCheck)->str:
@@ -541,10 +531,6 @@ def _md_table(df:pd.DataFrame)->str:
     rows = ['| ' + ' | '.join([str(i), *map(f, r)]) + ' |'
             for i, r in zip(df.index, df.itertuples(index=False))]
     return '\n'.join(lines + rows)
-
-# %% ../nbs/01_amp.ipynb #21783d1d
-@patch
-def _repr_markdown_(self:TensorCoreCheck): return self.verdict + '\n\n' + _md_table(self.df)
 
 # %% ../nbs/01_amp.ipynb #3867c002
 def _gpu_warmup(fn:Callable, calls:int, least_ms:float):

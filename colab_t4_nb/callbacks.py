@@ -171,58 +171,49 @@ class _Saver:
         return (f'{type(self).__name__}({self.ckpt!r}, saves={self.saves}, '
                 f'resumed_from={self.resumed_from})')
 
+    def _start(self):
+        "Training starts: minutes count from now; our monitor samples (one a crashed run left stops)."
+        self._claim()
+        self._training = threading.get_ident()
+        self.schedule.last = self.schedule.clock()
+        if self._own_monitor and not self.monitor.running:
+            for m in list(_SAMPLING): m.stop()
+            self.monitor.start(); _SAMPLING.add(self.monitor)
+
+    def _end(self):
+        "Training ended: stop our monitor, remove the folder a resume was read from."
+        self._training = None
+        if self._own_monitor and self.monitor.running: self.monitor.stop()
+        if self._tmp is not None: shutil.rmtree(self._tmp, ignore_errors=True); self._tmp = None
+
+    def _store(self, step:int, framework:str, **state):
+        "Save `state` (the framework's name with it) as the checkpoint of `step`."
+        self.ckpt.save(step, framework=framework, **state)
+        self.saves += 1; self.schedule.last = self.schedule.clock()
+
+    def _newest(self, framework:str)->dict|None:
+        "The state of the newest good checkpoint (None if none); another framework's is refused."
+        if self.ckpt.latest() is None: return None
+        r = self.ckpt.load(restore_rng=False)
+        if r.extras.get('framework') != framework:
+            held = r.extras.get('framework') or 'no framework state'
+            raise CallbackError(f'{self.ckpt.last_loaded.path} was not saved by {type(self).__name__} '
+                                f'(it holds {held}): give this run its own folder.')
+        self.resumed_from = r.step
+        return r.extras
+
+    def _restore(self, framework:str)->Path|None:
+        "The framework's files of the newest checkpoint, written into a new local folder; None if none."
+        st = self._newest(framework)
+        if st is None: return None
+        self._resumed = st
+        tmp = Path(tempfile.mkdtemp(prefix=f'colab_t4_nb-{framework}-'))
+        try: self._tmp = _unpack(st.get('files'), tmp)
+        except CheckpointCorrupt: shutil.rmtree(tmp, ignore_errors=True); raise
+        return self._tmp
+
 # %% ../nbs/06b_callbacks.ipynb #fb8f5141
 _SAMPLING = weakref.WeakSet()  # the monitors callbacks started
-
-@patch
-def _start(self:_Saver):
-    "Training starts: minutes count from now; our monitor samples (one a crashed run left stops)."
-    self._claim()
-    self._training = threading.get_ident()
-    self.schedule.last = self.schedule.clock()
-    if self._own_monitor and not self.monitor.running:
-        for m in list(_SAMPLING): m.stop()
-        self.monitor.start(); _SAMPLING.add(self.monitor)
-
-# %% ../nbs/06b_callbacks.ipynb #d0564c9a
-@patch
-def _end(self:_Saver):
-    "Training ended: stop our monitor, remove the folder a resume was read from."
-    self._training = None
-    if self._own_monitor and self.monitor.running: self.monitor.stop()
-    if self._tmp is not None: shutil.rmtree(self._tmp, ignore_errors=True); self._tmp = None
-
-# %% ../nbs/06b_callbacks.ipynb #8647db4e
-@patch
-def _store(self:_Saver, step:int, framework:str, **state):
-    "Save `state` (the framework's name with it) as the checkpoint of `step`."
-    self.ckpt.save(step, framework=framework, **state)
-    self.saves += 1; self.schedule.last = self.schedule.clock()
-
-# %% ../nbs/06b_callbacks.ipynb #6b0f819d
-@patch
-def _newest(self:_Saver, framework:str)->dict|None:
-    "The state of the newest good checkpoint (None if none); another framework's is refused."
-    if self.ckpt.latest() is None: return None
-    r = self.ckpt.load(restore_rng=False)
-    if r.extras.get('framework') != framework:
-        held = r.extras.get('framework') or 'no framework state'
-        raise CallbackError(f'{self.ckpt.last_loaded.path} was not saved by {type(self).__name__} '
-                            f'(it holds {held}): give this run its own folder.')
-    self.resumed_from = r.step
-    return r.extras
-
-# %% ../nbs/06b_callbacks.ipynb #b3ba4cb1
-@patch
-def _restore(self:_Saver, framework:str)->Path|None:
-    "The framework's files of the newest checkpoint, written into a new local folder; None if none."
-    st = self._newest(framework)
-    if st is None: return None
-    self._resumed = st
-    tmp = Path(tempfile.mkdtemp(prefix=f'colab_t4_nb-{framework}-'))
-    try: self._tmp = _unpack(st.get('files'), tmp)
-    except CheckpointCorrupt: shutil.rmtree(tmp, ignore_errors=True); raise
-    return self._tmp
 
 # %% ../nbs/06b_callbacks.ipynb #0ace2765
 class HFCallback(_Saver, _Lazy):
@@ -379,6 +370,15 @@ class LightningCallback(_Saver, _Lazy):
         "Lightning's `precision=` for the card here (see `lightning_precision`)."
         return lightning_precision()
 
+    def _save(self, trainer):
+        "Let Lightning write its checkpoint into a staging folder, and store that in the manager."
+        stage = Path(tempfile.mkdtemp(prefix='colab_t4_nb-lightning-'))
+        try:
+            trainer.save_checkpoint(stage/'lightning.ckpt')  # every process takes part
+            if trainer.is_global_zero: self._store(trainer.global_step, 'lightning', files=_pack(stage))
+        finally: shutil.rmtree(stage, ignore_errors=True)
+        self._saved_at = trainer.global_step
+
 # %% ../nbs/06b_callbacks.ipynb #3d849f1d
 @patch
 def ckpt_path(self:LightningCallback)->str|None:
@@ -400,17 +400,6 @@ def loader(self:LightningCallback, loader)->ResumableLoader:
     rl = ResumableLoader(loader, lambda: self._done)
     self._loaders.append(rl)
     return rl
-
-# %% ../nbs/06b_callbacks.ipynb #3323505f
-@patch
-def _save(self:LightningCallback, trainer):
-    "Let Lightning write its checkpoint into a staging folder, and store that in the manager."
-    stage = Path(tempfile.mkdtemp(prefix='colab_t4_nb-lightning-'))
-    try:
-        trainer.save_checkpoint(stage/'lightning.ckpt')  # every process takes part
-        if trainer.is_global_zero: self._store(trainer.global_step, 'lightning', files=_pack(stage))
-    finally: shutil.rmtree(stage, ignore_errors=True)
-    self._saved_at = trainer.global_step
 
 # %% ../nbs/06b_callbacks.ipynb #cce77d19
 @patch

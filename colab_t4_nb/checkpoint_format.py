@@ -125,43 +125,37 @@ class _HashingWriter:
 
     def flush(self): pass
 
-# %% ../nbs/05_checkpoint_format.ipynb #82155d18
-@patch
-def _put(self:_HashingWriter, b):
-    n = len(b)
-    if self.h is not None: self.h.update(b)
-    elif n >= _BIG:
-        self._run = None
-        if self._hole is None: self._hole = [self.size, 0, None]; self.pieces.append(self._hole)
-        self._hole[1] += n
-    else:
-        if self._hole is not None: self._descriptor(b)
-        if self._run is None: self._run = [self.size, 0, 0]; self.pieces.append(self._run)
-        self._run[1] += n; self._run[2] = zlib.crc32(b, self._run[2])
-    self.f.write(b); self.size += n
-    if self.writeback and self.size - self._started >= self.writeback: self._start_writeback()
+    def _put(self, b):
+        n = len(b)
+        if self.h is not None: self.h.update(b)
+        elif n >= _BIG:
+            self._run = None
+            if self._hole is None: self._hole = [self.size, 0, None]; self.pieces.append(self._hole)
+            self._hole[1] += n
+        else:
+            if self._hole is not None: self._descriptor(b)
+            if self._run is None: self._run = [self.size, 0, 0]; self.pieces.append(self._run)
+            self._run[1] += n; self._run[2] = zlib.crc32(b, self._run[2])
+        self.f.write(b); self.size += n
+        if self.writeback and self.size - self._started >= self.writeback: self._start_writeback()
 
-# %% ../nbs/05_checkpoint_format.ipynb #d17506b7
-@patch
-def _descriptor(self:_HashingWriter, b):
-    "Take the CRC of the record data just written from the data descriptor `b`, if that is what `b` is."
-    hole, self._hole = self._hole, None
-    if bytes(b[:4]) != _DESC or len(b) not in (16, 24): return
-    crc, size = struct.unpack('<IIQQ' if len(b) == 24 else '<IIII', bytes(b))[1::2]
-    if size == hole[1] and crc: hole[2] = crc
+    def _descriptor(self, b):
+        "Take the CRC of the record data just written from the data descriptor `b`, if that is what `b` is."
+        hole, self._hole = self._hole, None
+        if bytes(b[:4]) != _DESC or len(b) not in (16, 24): return
+        crc, size = struct.unpack('<IIQQ' if len(b) == 24 else '<IIII', bytes(b))[1::2]
+        if size == hole[1] and crc: hole[2] = crc
 
-# %% ../nbs/05_checkpoint_format.ipynb #00e95e7c
-@patch
-def _start_writeback(self:_HashingWriter):
-    "Ask the kernel to start writing the bytes written since the last call to disk, without waiting for it."
-    fadvise = getattr(os, 'posix_fadvise', None)
-    # not on this system (macOS, Windows): stop asking
-    if fadvise is None: self.writeback = None; return
-    try:
-        self.f.flush()
-        fadvise(self.f.fileno(), self._started, self.size - self._started, os.POSIX_FADV_DONTNEED)
-    except (OSError, ValueError): self.writeback = None  # not a real file: stop asking
-    self._started = self.size
+    def _start_writeback(self):
+        "Ask the kernel to start writing the bytes written since the last call to disk, without waiting for it."
+        fadvise = getattr(os, 'posix_fadvise', None)
+        # not on this system (macOS, Windows): stop asking
+        if fadvise is None: self.writeback = None; return
+        try:
+            self.f.flush()
+            fadvise(self.f.fileno(), self._started, self.size - self._started, os.POSIX_FADV_DONTNEED)
+        except (OSError, ValueError): self.writeback = None  # not a real file: stop asking
+        self._started = self.size
 
 # %% ../nbs/05_checkpoint_format.ipynb #5fe658d8
 @patch

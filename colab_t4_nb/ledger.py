@@ -74,6 +74,29 @@ class UsageLedger:
                               'it is left as it is. Give the ledger a file of its own (another '
                               'name), or leave path out for the default one.')
 
+    def _rewrite(self, repair:bool)->list[dict]:
+        "Under the lock: keep the readable records (`repair`) or the latest per session; returns them."
+        try:
+            with open_locked(self.path) as fd:
+                with open(fd, 'rb', closefd=False) as f:
+                    text = f.read().decode('utf-8', 'replace')
+                self._check_ours(text)
+                recs, bad = _parse_records(text)
+                if repair and not bad: return recs  # another process repaired it first
+                keep = recs if repair else _latest_per_session(recs)
+                if bad:  # the unreadable lines are kept, in a copy of the whole file
+                    aside = self.path.with_name(f"{self.path.name}.corrupt-"
+                                                f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S%f}")
+                    shutil.copyfile(self.path, aside)
+                with atomic_write(self.path) as f:
+                    f.write(''.join(json.dumps(r) + '\n' for r in keep).encode())
+        except FileNotFoundError: return []
+        if bad:
+            warnings.warn(f'Usage ledger {self.path} had {bad} unreadable line(s): it is kept as '
+                          f'{aside.name}, and a new ledger was started with its {len(keep)} readable '
+                          f'record(s).')
+        return keep
+
 # %% ../nbs/06_ledger.ipynb #587478bb
 def _readable(r)->bool:
     "True when the parsed JSON line `r` is a record of its kind that the ledger can use."
@@ -110,31 +133,6 @@ def _latest_per_session(recs:list[dict])->list[dict]:
     last = {r['session']: k for k, r in enumerate(recs) if r.get('kind', 'session') == 'session'}
     return [r for k, r in enumerate(recs)
             if r.get('kind', 'session') != 'session' or last[r['session']] == k]
-
-# %% ../nbs/06_ledger.ipynb #dfbf5815
-@patch
-def _rewrite(self:UsageLedger, repair:bool)->list[dict]:
-    "Under the lock: keep the readable records (`repair`) or the latest per session; returns them."
-    try:
-        with open_locked(self.path) as fd:
-            with open(fd, 'rb', closefd=False) as f:
-                text = f.read().decode('utf-8', 'replace')
-            self._check_ours(text)
-            recs, bad = _parse_records(text)
-            if repair and not bad: return recs  # another process repaired it first
-            keep = recs if repair else _latest_per_session(recs)
-            if bad:  # the unreadable lines are kept, in a copy of the whole file
-                aside = self.path.with_name(f"{self.path.name}.corrupt-"
-                                            f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S%f}")
-                shutil.copyfile(self.path, aside)
-            with atomic_write(self.path) as f:
-                f.write(''.join(json.dumps(r) + '\n' for r in keep).encode())
-    except FileNotFoundError: return []
-    if bad:
-        warnings.warn(f'Usage ledger {self.path} had {bad} unreadable line(s): it is kept as '
-                      f'{aside.name}, and a new ledger was started with its {len(keep)} readable '
-                      f'record(s).')
-    return keep
 
 # %% ../nbs/06_ledger.ipynb #5f297bfe
 @patch

@@ -158,23 +158,21 @@ class SizeResult:
                 f'largest_ok={self.largest_ok}, smallest_oom={self.smallest_oom}, '
                 f'trials={len(self.trials)}, seconds={self.seconds:.2f})')
 
+    def _repr_markdown_(self):
+        oom = f'{self.smallest_oom} ran out of memory' if self.smallest_oom else 'nothing ran out of memory'
+        head = (f'**{self.what} {self.size}** (largest that ran {self.steps} steps: {self.largest_ok}; '
+                f'{oom}; margin {self.margin:.1%}) '
+                f'after {len(self.trials)} trials in {self.seconds:.2f} s\n\n')
+        rows = '\n'.join(f'| {i} | {t.size} | {"ok" if t.ok else "OOM (" + str(t.error) + ")"} | {t.seconds:.3f} |'
+                         for i, t in enumerate(self.trials))
+        return head + '| trial | size | result | seconds |\n|---|---|---|---|\n' + rows
+
 # %% ../nbs/02_memory.ipynb #b7b41b36
 class BatchSizeResult(SizeResult):
     "What `find_batch_size` chose (`.batch_size`), and every trial it made."
     what = 'batch size'
     @property
     def batch_size(self)->int: return self.size
-
-# %% ../nbs/02_memory.ipynb #c5c5fce8
-@patch
-def _repr_markdown_(self:SizeResult):
-    oom = f'{self.smallest_oom} ran out of memory' if self.smallest_oom else 'nothing ran out of memory'
-    head = (f'**{self.what} {self.size}** (largest that ran {self.steps} steps: {self.largest_ok}; '
-            f'{oom}; margin {self.margin:.1%}) '
-            f'after {len(self.trials)} trials in {self.seconds:.2f} s\n\n')
-    rows = '\n'.join(f'| {i} | {t.size} | {"ok" if t.ok else "OOM (" + str(t.error) + ")"} | {t.seconds:.3f} |'
-                     for i, t in enumerate(self.trials))
-    return head + '| trial | size | result | seconds |\n|---|---|---|---|\n' + rows
 
 # %% ../nbs/02_memory.ipynb #a844b03e
 def find_batch_size(fn:Callable, # `fn(batch_size)` runs one training step

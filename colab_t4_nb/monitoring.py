@@ -176,18 +176,29 @@ class NVMLSource:
         "Release NVML (once)."
         if self.nvml is not None: self.nvml.nvmlShutdown(); self.nvml = None
 
-# %% ../nbs/06a_monitoring.ipynb #33cb15fd
-@patch
-def _read_each(self:NVMLSource, i:int)->tuple:
-    h, vals, skip = self.handles[i], [], self.unsupported[i]
-    for name, width, f in self.calls[i]:
-        if name not in skip:
-            try: vals += f(h); continue
-            except self.nvml.NVMLError as e:
-                if e.value == self.nvml.NVML_ERROR_NOT_SUPPORTED: skip.add(name)
-                else: self.errors.append((i, name, str(e)))
-        vals += [_NAN] * width
-    return tuple(vals)
+    def _read_each(self, i:int)->tuple:
+        h, vals, skip = self.handles[i], [], self.unsupported[i]
+        for name, width, f in self.calls[i]:
+            if name not in skip:
+                try: vals += f(h); continue
+                except self.nvml.NVMLError as e:
+                    if e.value == self.nvml.NVML_ERROR_NOT_SUPPORTED: skip.add(name)
+                    else: self.errors.append((i, name, str(e)))
+            vals += [_NAN] * width
+        return tuple(vals)
+
+    def _torch_mem(self, i:int)->tuple:
+        torch = self.torch_module or sys.modules.get('torch')
+        if torch is None or not torch.cuda.is_initialized(): return (_NAN, _NAN)
+        if self._torch_index is None:
+            ids = {str(torch.cuda.get_device_properties(j).uuid): j
+                   for j in range(torch.cuda.device_count())}
+            self._torch_index = {k: ids.get(u.split('-', 1)[-1]) for k, u in self.uuids.items()}
+        j = self._torch_index.get(i)
+        if j is None: return (_NAN, _NAN)
+        s = torch.cuda.memory_stats_as_nested_dict(j)
+        return (s['allocated_bytes']['all']['current'] / BYTES_PER_MIB,
+                s['reserved_bytes']['all']['current'] / BYTES_PER_MIB)
 
 # %% ../nbs/06a_monitoring.ipynb #7e41afc6
 @patch
@@ -204,21 +215,6 @@ def read_gpu(self:NVMLSource, i:int)->tuple:
 def read(self:NVMLSource)->list[tuple]:
     "One reading of every GPU: a tuple of `FIELDS` values per GPU."
     return [self.read_gpu(i) for i in self.gpus]
-
-# %% ../nbs/06a_monitoring.ipynb #b48aae62
-@patch
-def _torch_mem(self:NVMLSource, i:int)->tuple:
-    torch = self.torch_module or sys.modules.get('torch')
-    if torch is None or not torch.cuda.is_initialized(): return (_NAN, _NAN)
-    if self._torch_index is None:
-        ids = {str(torch.cuda.get_device_properties(j).uuid): j
-               for j in range(torch.cuda.device_count())}
-        self._torch_index = {k: ids.get(u.split('-', 1)[-1]) for k, u in self.uuids.items()}
-    j = self._torch_index.get(i)
-    if j is None: return (_NAN, _NAN)
-    s = torch.cuda.memory_stats_as_nested_dict(j)
-    return (s['allocated_bytes']['all']['current'] / BYTES_PER_MIB,
-            s['reserved_bytes']['all']['current'] / BYTES_PER_MIB)
 
 # %% ../nbs/06a_monitoring.ipynb #06352e66
 SMI_QUERY = ['index', 'name', 'utilization.gpu', 'utilization.memory', 'memory.used',
@@ -417,6 +413,64 @@ class GPUMonitor:
         # rows in the CSV; times it was made again
         self._flushed, self.csv_recreated = deque(maxlen=max_rows), 0
 
+    def _is_due(self, what:str, now:float)->bool:
+        if now < self._due.get(what, -math.inf): return False
+        self._due[what] = now + self.every[what]
+        return True
+
+    def _warn_once(self, what:str, e:Exception):
+        self.errors.append((what, str(e)))
+        if what not in self._warned:
+            self._warned.add(what)
+            warnings.warn(f'GPUMonitor: {what} failed ({e}); sampling goes on and it is retried.')
+
+    def _csv_gone(self)->bool:
+        "True when the CSV open for appending is no longer the file at its path (it or its folder was removed)."
+        try: return not os.path.samestat(os.fstat(self._csvf.fileno()), os.stat(self.csv))
+        except OSError: return True
+
+    def _reopen_csv(self):
+        "Create the removed CSV again, with its header and the samples written to it that are still in memory."
+        f = _open_csv(Path(self.csv))  # a MonitorError keeps the rows pending: `unwritten` counts them
+        try: self._csvf.close()
+        except OSError: pass
+        self._csvf, n = f, len(self._flushed)
+        self._pending[:0] = self._flushed; self._flushed.clear()
+        self.csv_recreated += 1
+        warnings.warn(f'GPUMonitor: {self.csv} was removed while monitoring; created it again with its '
+                      f'header and the {n} earlier sample(s) still in memory.')
+
+    def _flush(self, sync:bool=False):
+        "Write the pending rows to the CSV, made again if it was removed; on a failing disk keep them and retry later."
+        try:
+            if self._csv_gone(): self._reopen_csv()
+            csv.writer(self._csvf).writerows(_csv_row(r, self.names) for r in self._pending)
+            self._csvf.flush()
+            if sync: os.fsync(self._csvf.fileno())
+            self._flushed.extend(self._pending); self._pending.clear()
+        except (OSError, MonitorError) as e:
+            self._warn_once('writing the CSV', e)
+            del self._pending[:-self._rows.maxlen]
+
+    def _ledger_update(self, now:float):
+        try: self._session.update(self.busy_s / 3600, now)
+        except (OSError, MonitorError, LedgerError) as e: self._warn_once('updating the usage ledger', e)
+
+    def _run(self):
+        nxt = time.monotonic()
+        while not self._stop.is_set():
+            try: self.run_once()
+            # a bug must not end the thread silently: `stop` raises it in the caller's thread
+            except Exception as e:
+                self._crash = e; return
+            nxt += self.interval
+            if (delay := nxt - time.monotonic()) < 0: nxt, delay = time.monotonic(), 0
+            self._stop.wait(delay)
+
+    def __enter__(self): return self.start()
+
+    def __exit__(self, *exc): self.stop()
+
 # %% ../nbs/06a_monitoring.ipynb #a99c69e1
 def _gpu_label(names)->str:
     names = list(names)
@@ -528,13 +582,6 @@ def _csv_row(row:tuple, names:dict)->list:
             names.get(g, ''), *('' if v != v else v for v in vals),
             '|'.join(decode_reasons(vals[FIELDS.index('throttle')]))]
 
-# %% ../nbs/06a_monitoring.ipynb #acf38680
-@patch
-def _is_due(self:GPUMonitor, what:str, now:float)->bool:
-    if now < self._due.get(what, -math.inf): return False
-    self._due[what] = now + self.every[what]
-    return True
-
 # %% ../nbs/06a_monitoring.ipynb #fb80e61f
 @patch
 def run_once(self:GPUMonitor)->list[tuple]:
@@ -549,54 +596,6 @@ def run_once(self:GPUMonitor)->list[tuple]:
         self._view.update(status_text(rows, self.names))
     if self._session is not None and self._is_due('ledger', now): self._ledger_update(now)
     return rows
-
-# %% ../nbs/06a_monitoring.ipynb #bb16251c
-@patch
-def _warn_once(self:GPUMonitor, what:str, e:Exception):
-    self.errors.append((what, str(e)))
-    if what not in self._warned:
-        self._warned.add(what)
-        warnings.warn(f'GPUMonitor: {what} failed ({e}); sampling goes on and it is retried.')
-
-# %% ../nbs/06a_monitoring.ipynb #390b2a42
-@patch
-def _csv_gone(self:GPUMonitor)->bool:
-    "True when the CSV open for appending is no longer the file at its path (it or its folder was removed)."
-    try: return not os.path.samestat(os.fstat(self._csvf.fileno()), os.stat(self.csv))
-    except OSError: return True
-
-# %% ../nbs/06a_monitoring.ipynb #1f1879c6
-@patch
-def _reopen_csv(self:GPUMonitor):
-    "Create the removed CSV again, with its header and the samples written to it that are still in memory."
-    f = _open_csv(Path(self.csv))  # a MonitorError keeps the rows pending: `unwritten` counts them
-    try: self._csvf.close()
-    except OSError: pass
-    self._csvf, n = f, len(self._flushed)
-    self._pending[:0] = self._flushed; self._flushed.clear()
-    self.csv_recreated += 1
-    warnings.warn(f'GPUMonitor: {self.csv} was removed while monitoring; created it again with its '
-                  f'header and the {n} earlier sample(s) still in memory.')
-
-# %% ../nbs/06a_monitoring.ipynb #2c9f7d4c
-@patch
-def _flush(self:GPUMonitor, sync:bool=False):
-    "Write the pending rows to the CSV, made again if it was removed; on a failing disk keep them and retry later."
-    try:
-        if self._csv_gone(): self._reopen_csv()
-        csv.writer(self._csvf).writerows(_csv_row(r, self.names) for r in self._pending)
-        self._csvf.flush()
-        if sync: os.fsync(self._csvf.fileno())
-        self._flushed.extend(self._pending); self._pending.clear()
-    except (OSError, MonitorError) as e:
-        self._warn_once('writing the CSV', e)
-        del self._pending[:-self._rows.maxlen]
-
-# %% ../nbs/06a_monitoring.ipynb #170f9b10
-@patch
-def _ledger_update(self:GPUMonitor, now:float):
-    try: self._session.update(self.busy_s / 3600, now)
-    except (OSError, MonitorError, LedgerError) as e: self._warn_once('updating the usage ledger', e)
 
 # %% ../nbs/06a_monitoring.ipynb #6fd4bcd0
 def read_csv(path:str|Path # a CSV written by `GPUMonitor(csv=...)`
@@ -620,19 +619,6 @@ def read_csv(path:str|Path # a CSV written by `GPUMonitor(csv=...)`
 
 # %% ../nbs/06a_monitoring.ipynb #4f55aa04
 _RUNNING = weakref.WeakSet()
-
-# %% ../nbs/06a_monitoring.ipynb #bd9486f8
-@patch
-def _run(self:GPUMonitor):
-    nxt = time.monotonic()
-    while not self._stop.is_set():
-        try: self.run_once()
-        # a bug must not end the thread silently: `stop` raises it in the caller's thread
-        except Exception as e:
-            self._crash = e; return
-        nxt += self.interval
-        if (delay := nxt - time.monotonic()) < 0: nxt, delay = time.monotonic(), 0
-        self._stop.wait(delay)
 
 # %% ../nbs/06a_monitoring.ipynb #7955536e
 @patch
@@ -666,14 +652,6 @@ def stop(self:GPUMonitor, timeout:float=10.0)->GPUMonitor:
         raise MonitorError(f'The sampling thread stopped on an error: '
                            f'{type(e).__name__}: {e}') from e
     return self
-
-# %% ../nbs/06a_monitoring.ipynb #94e7171b
-@patch
-def __enter__(self:GPUMonitor): return self.start()
-
-# %% ../nbs/06a_monitoring.ipynb #87c57e56
-@patch
-def __exit__(self:GPUMonitor, *exc): self.stop()
 
 # %% ../nbs/06a_monitoring.ipynb #cf35e29c
 @atexit.register

@@ -134,6 +134,183 @@ class CheckpointDir:
     def file_for(self, step:int)->Path: return self.path/f'ckpt-{check_int("step", step):09d}.pt'
     def __repr__(self): return f'CheckpointDir({_shown(self.path)!r}, keep={self.keep})'
 
+    def _owner(self)->tuple:
+        "The folder's owner record ({} while it is unreadable) and its age in seconds; (None, None) when it has none."
+        try:
+            with open(self.owner_file, 'rb') as f:
+                age, text = time.time() - os.fstat(f.fileno()).st_mtime, f.read()
+        except FileNotFoundError: return None, None
+        try: rec = json.loads(text)
+        except ValueError: rec = {}
+        return (rec if isinstance(rec, dict) else {}), age
+
+    def _record(self)->bytes:
+        return json.dumps({'format': 'colab_t4_nb owner v1', 'run': self.run,
+                           'host': socket.gethostname(),
+                           'pid': os.getpid(), 'proc_start': _proc_start(os.getpid()),
+                           'since': datetime.now(timezone.utc).isoformat(timespec='seconds')}).encode()
+
+    def _claim(self, rec:dict|None)->bool:
+        "Write this run's owner record: a new file when there is none (`rec` None), else over `rec`'s. True if done."
+        if rec is None:
+            try: fd = os.open(self.owner_file, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError: return False  # another run was quicker: look again
+            try: os.write(fd, self._record()); os.fsync(fd)
+            finally: os.close(fd)
+        else:
+            with atomic_write(self.owner_file, tmp_prefix=self._tmp()) as f: f.write(self._record())
+        return self._owner()[0].get('run') == self.run
+
+    def _may_write(self)->bool:
+        "True when no other run is writing the folder (its manifest may be rebuilt)."
+        rec, age = self._owner()
+        if rec is None or rec.get('run') == self.run: return True
+        # a manager of this process
+        if rec.get('host') == socket.gethostname() and rec.get('pid') == os.getpid():
+            other = _OWNERS.get(os.path.realpath(self.path), lambda: None)()
+            return other is None or not other._owned or not other._busy
+        return bool(rec) and not _alive(rec, age)
+
+    def _read_manifest(self)->tuple:
+        "(entries, None) or (None, what is wrong with the manifest); a folder of an older version has `manifest.json`."
+        try: data = json.loads(self.manifest.read_text())
+        except FileNotFoundError:
+            try: text = (self.path/'manifest.json').read_text()
+            except OSError: return None, 'is missing'
+            if not _ours(text): return None, 'is missing'  # a manifest.json of the user's own
+            data = json.loads(text)
+        except (OSError, ValueError) as e: return None, f'is unreadable ({type(e).__name__}: {e})'
+        ok = (isinstance(data, dict) and data.get('format') == _FORMAT
+              and isinstance(data.get('checkpoints'), list))
+        ok = ok and all(isinstance(e, dict) and all(isinstance(e.get(k), t) for k, t in _ENTRY.items())
+                        and _NAME_RE.fullmatch(e['file']) for e in data['checkpoints'])
+        if ok:
+            try:
+                for e in data['checkpoints']:
+                    Checkpoint(self.path/e['file'], e['step'], e['seq'], e['size'], e['checksum'])
+            # negative numbers, an unknown checksum...
+            except (TypeError, ValueError, CheckpointError): ok = False
+        return (data['checkpoints'], None) if ok else (None, 'has unexpected contents')
+
+    def _write_manifest(self, cks:list, retired:list=()):
+        "Write the manifest listing `cks`, and the `retired` files being deleted (to finish)."
+        data = {'format': _FORMAT, 'written': datetime.now(timezone.utc).isoformat(timespec='seconds'),
+                'checkpoints': [{**c.as_dict(),
+                                 **({'found': True} if c.path.name in self._found else {})}
+                                for c in cks], **({'retired': list(retired)} if retired else {})}
+        with atomic_write(self.manifest, tmp_prefix=self._tmp()) as f:
+            f.write(json.dumps(data, indent=1).encode())
+        # an older version's manifest, now superseded; one of the user's stays
+        old = self.path/'manifest.json'
+        try:
+            if old.exists() and _ours(old.read_text()): old.unlink()
+        except OSError: pass
+
+    def _retired(self)->list[str]:
+        "The files the last save was deleting, as its manifest says, that are still those very files."
+        try: data = json.loads(self.manifest.read_text())
+        except (OSError, ValueError): return []
+        entries = data.get('retired', []) if isinstance(data, dict) else []
+        out = []
+        for e in entries if isinstance(entries, list) else []:
+            if not (isinstance(e, dict) and isinstance(e.get('file'), str)
+                    and _NAME_RE.fullmatch(e['file'])): continue  # a bare name proves nothing
+            t = read_trailer(self.path/e['file'])
+            if t is not None and (t.seq, t.checksum) == (e.get('seq'), e.get('checksum')):
+                out.append(e['file'])
+        return out
+
+    def _try_write_manifest(self, cks:list):
+        # another run holds the folder: its manifest is its own to update
+        if not self._may_write(): return
+        try: self._write_manifest(cks)
+        except OSError as e: _warn(f'Could not update {self.manifest} ({e}); it will be rebuilt on '
+                                   'the next save.')
+
+    def _rebuild(self, problem:str, files:dict)->list[Checkpoint]:
+        good, bad = [], []
+        for name, t in sorted(files.items()):
+            why = 'it has no valid trailer' if t is None else self.verify(t)
+            if why is None: good.append(t)
+            else: bad.append(f'{name}: {why}')
+        good.sort(key=lambda c: c.seq, reverse=True)
+        runs = sorted({c.run for c in good if c.run})
+        if len(runs) > 1: bad.append(f'the files come from {len(runs)} training runs ({", ".join(runs)}); '
+                                     f'the newest, {good[0].path.name}, from {good[0].run or "?"}')
+        # whose they are is unknown: rotation leaves them
+        self._found |= {c.path.name for c in good} - self._written
+        _warn(f'Manifest {self.manifest} {problem}; rebuilt from the {len(good)} checkpoint file(s) '
+              'that verify'
+              + (f" (left out {'; '.join(bad)})." if bad else '.'))
+        self._try_write_manifest(good)
+        return good
+
+    def _lineage(self, cks:list)->str|None:
+        "The training run checkpoints `cks` (newest first) belong to: that of the newest one not found here from elsewhere."
+        foreign = self._found - self._written  # files found here, of unknown or other runs
+        return next((c.run for c in cks if c.run and c.path.name not in foreign), None)
+
+    def _mkdir(self):
+        try: self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as e: raise write_error(e, self.path, making=True) from e
+
+    def _clean_tmp(self, run:str|None=None):
+        "Remove the temporary files left by run `run` (default this one); no other file."
+        for p in self.path.glob(f'{self._tmp(run)}*.tmp'): p.unlink(missing_ok=True)
+
+    def _set_aside(self, p:Path, why:str):
+        "Rename the damaged checkpoint `p` to `damaged-<name>` (out of rotation's reach), with a warning."
+        dst, n = p.with_name(f'damaged-{p.name}'), 1
+        while dst.exists(): dst, n = p.with_name(f'damaged-{n}-{p.name}'), n + 1
+        try: os.rename(p, dst)
+        except OSError as e: _warn(f'Checkpoint {p} is damaged ({why}) and could not be set aside '
+                                   f'({e}).'); return
+        _warn(f'Checkpoint {p} is damaged ({why}): moved to {dst.name}, out of the rotation. Delete '
+              'it when you no longer need it.')
+
+    def _commit(self, c:Checkpoint, old:list):
+        "Check `c` on disk, list it in the manifest with the newest `keep - 1` others that verify, delete the rest."
+        if read_trailer(c.path) != c:
+            raise CheckpointCorrupt(f'{c.path} does not read back as written: the file system lost '
+                                    'data.')
+        rec, _ = self._owner()
+        if not rec or rec.get('run') != self.run:
+            self._owned = False
+            what = (f'was taken over by {_who(rec)}' if rec else
+                    "lost its owner record (removed by hand or by a tool, or the folder was moved)")
+            raise FolderInUse(f'{self.path} {what} while {c.path.name} was written; the file is left '
+                              'there, and nothing was deleted. '
+                              + ('Save this run to another folder.' if rec else
+                                 'The next save claims the folder again.'))
+        kept = [c]
+        for o in old:
+            if len(kept) == self.keep: break
+            if o.path == c.path: continue
+            why = self.verify(o)
+            if why is None: kept.append(o)
+            elif o.path.exists() and o.path.name not in self._found: self._set_aside(o.path, why)
+        # rotation takes only files of this folder's runs: listed, retired, written
+        names = {k.path.name for k in kept}
+        ours = sorted(({o.path.name for o in old} | self._written | set(self._retired())) - names
+                      - (self._found - self._written))
+        doomed = [self.path/n for n in ours if (self.path/n).exists()]
+        retired = [t.as_dict() for t in map(read_trailer, doomed) if t is not None]
+        try: self._write_manifest(kept, retired=retired)
+        # the checkpoint is complete and verified: say so, and rotate nothing until it is listed
+        except OSError as e:
+            _warn(f'Checkpoint {c.path.name} is saved and verified, but {self.manifest} could not be '
+                  f'updated ({e}); it is found from its own trailer, the next save records it, and no '
+                  'older checkpoint was deleted.')
+            return
+        self._written &= names
+        for p in [p for p in doomed if read_trailer(p) is None]:  # damaged, not a rotated-out one
+            self._set_aside(p, 'it has no valid trailer'); doomed.remove(p)
+        if doomed:
+            self._deleting = threading.Thread(target=_unlink_all, args=(doomed, self.on_drive),
+                                              name='checkpoint-rotation', daemon=True)
+            self._retiring = doomed, kept  # `wait` clears the manifest's note once they are gone
+            self._deleting.start()
+
 # %% ../nbs/05a_persistence.ipynb #6d8b2a48
 class FolderInUse(CheckpointError):
     "The checkpoint folder belongs to another run that may still be going."
@@ -167,18 +344,6 @@ def _who(rec:dict)->str:
     return (f"run {rec.get('run', '?')} (process {rec.get('pid', '?')} on {rec.get('host', '?')}, "
             f"since {rec.get('since', '?')})")
 
-# %% ../nbs/05a_persistence.ipynb #8648fdbf
-@patch
-def _owner(self:CheckpointDir)->tuple:
-    "The folder's owner record ({} while it is unreadable) and its age in seconds; (None, None) when it has none."
-    try:
-        with open(self.owner_file, 'rb') as f:
-            age, text = time.time() - os.fstat(f.fileno()).st_mtime, f.read()
-    except FileNotFoundError: return None, None
-    try: rec = json.loads(text)
-    except ValueError: rec = {}
-    return (rec if isinstance(rec, dict) else {}), age
-
 # %% ../nbs/05a_persistence.ipynb #93436e94
 _BEATING, _BEAT = weakref.WeakSet(), []
 
@@ -201,26 +366,6 @@ def _heartbeat(d:CheckpointDir):
 # %% ../nbs/05a_persistence.ipynb #63b8517e
 # folder -> the CheckpointDir of this process that owns it (weakly)
 _OWNERS, _OWNERS_LOCK = {}, threading.RLock()
-
-@patch
-def _record(self:CheckpointDir)->bytes:
-    return json.dumps({'format': 'colab_t4_nb owner v1', 'run': self.run,
-                       'host': socket.gethostname(),
-                       'pid': os.getpid(), 'proc_start': _proc_start(os.getpid()),
-                       'since': datetime.now(timezone.utc).isoformat(timespec='seconds')}).encode()
-
-# %% ../nbs/05a_persistence.ipynb #24ea8bee
-@patch
-def _claim(self:CheckpointDir, rec:dict|None)->bool:
-    "Write this run's owner record: a new file when there is none (`rec` None), else over `rec`'s. True if done."
-    if rec is None:
-        try: fd = os.open(self.owner_file, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError: return False  # another run was quicker: look again
-        try: os.write(fd, self._record()); os.fsync(fd)
-        finally: os.close(fd)
-    else:
-        with atomic_write(self.owner_file, tmp_prefix=self._tmp()) as f: f.write(self._record())
-    return self._owner()[0].get('run') == self.run
 
 # %% ../nbs/05a_persistence.ipynb #d3cfd590
 @patch
@@ -289,18 +434,6 @@ def release(self:CheckpointDir):
         self._owned = False
         _BEATING.discard(self)
 
-# %% ../nbs/05a_persistence.ipynb #3a322e13
-@patch
-def _may_write(self:CheckpointDir)->bool:
-    "True when no other run is writing the folder (its manifest may be rebuilt)."
-    rec, age = self._owner()
-    if rec is None or rec.get('run') == self.run: return True
-    # a manager of this process
-    if rec.get('host') == socket.gethostname() and rec.get('pid') == os.getpid():
-        other = _OWNERS.get(os.path.realpath(self.path), lambda: None)()
-        return other is None or not other._owned or not other._busy
-    return bool(rec) and not _alive(rec, age)
-
 # %% ../nbs/05a_persistence.ipynb #346f0e0a
 @atexit.register
 def _release_at_exit():
@@ -317,61 +450,6 @@ def _ours(text:str)->bool:
     except ValueError: return False
     return isinstance(data, dict) and data.get('format') == _FORMAT
 
-# %% ../nbs/05a_persistence.ipynb #d9ea6765
-@patch
-def _read_manifest(self:CheckpointDir)->tuple:
-    "(entries, None) or (None, what is wrong with the manifest); a folder of an older version has `manifest.json`."
-    try: data = json.loads(self.manifest.read_text())
-    except FileNotFoundError:
-        try: text = (self.path/'manifest.json').read_text()
-        except OSError: return None, 'is missing'
-        if not _ours(text): return None, 'is missing'  # a manifest.json of the user's own
-        data = json.loads(text)
-    except (OSError, ValueError) as e: return None, f'is unreadable ({type(e).__name__}: {e})'
-    ok = (isinstance(data, dict) and data.get('format') == _FORMAT
-          and isinstance(data.get('checkpoints'), list))
-    ok = ok and all(isinstance(e, dict) and all(isinstance(e.get(k), t) for k, t in _ENTRY.items())
-                    and _NAME_RE.fullmatch(e['file']) for e in data['checkpoints'])
-    if ok:
-        try:
-            for e in data['checkpoints']:
-                Checkpoint(self.path/e['file'], e['step'], e['seq'], e['size'], e['checksum'])
-        # negative numbers, an unknown checksum...
-        except (TypeError, ValueError, CheckpointError): ok = False
-    return (data['checkpoints'], None) if ok else (None, 'has unexpected contents')
-
-# %% ../nbs/05a_persistence.ipynb #22816975
-@patch
-def _write_manifest(self:CheckpointDir, cks:list, retired:list=()):
-    "Write the manifest listing `cks`, and the `retired` files being deleted (to finish)."
-    data = {'format': _FORMAT, 'written': datetime.now(timezone.utc).isoformat(timespec='seconds'),
-            'checkpoints': [{**c.as_dict(),
-                             **({'found': True} if c.path.name in self._found else {})}
-                            for c in cks], **({'retired': list(retired)} if retired else {})}
-    with atomic_write(self.manifest, tmp_prefix=self._tmp()) as f:
-        f.write(json.dumps(data, indent=1).encode())
-    # an older version's manifest, now superseded; one of the user's stays
-    old = self.path/'manifest.json'
-    try:
-        if old.exists() and _ours(old.read_text()): old.unlink()
-    except OSError: pass
-
-# %% ../nbs/05a_persistence.ipynb #6fc90460
-@patch
-def _retired(self:CheckpointDir)->list[str]:
-    "The files the last save was deleting, as its manifest says, that are still those very files."
-    try: data = json.loads(self.manifest.read_text())
-    except (OSError, ValueError): return []
-    entries = data.get('retired', []) if isinstance(data, dict) else []
-    out = []
-    for e in entries if isinstance(entries, list) else []:
-        if not (isinstance(e, dict) and isinstance(e.get('file'), str)
-                and _NAME_RE.fullmatch(e['file'])): continue  # a bare name proves nothing
-        t = read_trailer(self.path/e['file'])
-        if t is not None and (t.seq, t.checksum) == (e.get('seq'), e.get('checksum')):
-            out.append(e['file'])
-    return out
-
 # %% ../nbs/05a_persistence.ipynb #eec28bab
 def _warn(msg): warnings.warn(msg, CheckpointWarning, stacklevel=3)
 
@@ -387,43 +465,6 @@ def verify(self:CheckpointDir, c:Checkpoint)->str|None:
         if len(self._verified) > 64: self._verified.clear()
         self._verified[key] = verify_file(c)
     return self._verified[key]
-
-# %% ../nbs/05a_persistence.ipynb #7a3b415e
-@patch
-def _try_write_manifest(self:CheckpointDir, cks:list):
-    # another run holds the folder: its manifest is its own to update
-    if not self._may_write(): return
-    try: self._write_manifest(cks)
-    except OSError as e: _warn(f'Could not update {self.manifest} ({e}); it will be rebuilt on '
-                               'the next save.')
-
-# %% ../nbs/05a_persistence.ipynb #779a7742
-@patch
-def _rebuild(self:CheckpointDir, problem:str, files:dict)->list[Checkpoint]:
-    good, bad = [], []
-    for name, t in sorted(files.items()):
-        why = 'it has no valid trailer' if t is None else self.verify(t)
-        if why is None: good.append(t)
-        else: bad.append(f'{name}: {why}')
-    good.sort(key=lambda c: c.seq, reverse=True)
-    runs = sorted({c.run for c in good if c.run})
-    if len(runs) > 1: bad.append(f'the files come from {len(runs)} training runs ({", ".join(runs)}); '
-                                 f'the newest, {good[0].path.name}, from {good[0].run or "?"}')
-    # whose they are is unknown: rotation leaves them
-    self._found |= {c.path.name for c in good} - self._written
-    _warn(f'Manifest {self.manifest} {problem}; rebuilt from the {len(good)} checkpoint file(s) '
-          'that verify'
-          + (f" (left out {'; '.join(bad)})." if bad else '.'))
-    self._try_write_manifest(good)
-    return good
-
-# %% ../nbs/05a_persistence.ipynb #9b2349fd
-@patch
-def _lineage(self:CheckpointDir, cks:list)->str|None:
-    "The training run checkpoints `cks` (newest first) belong to: that of the newest one not found here from elsewhere."
-    foreign = self._found - self._written  # files found here, of unknown or other runs
-    return next((c.run for c in cks if c.run and c.path.name not in foreign), None)
-
 
 # %% ../nbs/05a_persistence.ipynb #95f2bf2a
 @patch
@@ -478,18 +519,6 @@ def latest(self:CheckpointDir)->Checkpoint|None:
     "The newest checkpoint in this folder that verifies, or None."
     return _newest([(c, self) for c in self.checkpoints()])
 
-# %% ../nbs/05a_persistence.ipynb #32054f1b
-@patch
-def _mkdir(self:CheckpointDir):
-    try: self.path.mkdir(parents=True, exist_ok=True)
-    except OSError as e: raise write_error(e, self.path, making=True) from e
-
-# %% ../nbs/05a_persistence.ipynb #de2d73bf
-@patch
-def _clean_tmp(self:CheckpointDir, run:str|None=None):
-    "Remove the temporary files left by run `run` (default this one); no other file."
-    for p in self.path.glob(f'{self._tmp(run)}*.tmp'): p.unlink(missing_ok=True)
-
 # %% ../nbs/05a_persistence.ipynb #8796c8fb
 def _unlink_all(paths:list, free:bool=False):
     "Delete `paths`; with `free` (a folder on Google Drive) truncate each first, so its bytes leave the quota."
@@ -501,63 +530,6 @@ def _unlink_all(paths:list, free:bool=False):
         except FileNotFoundError: pass
         except OSError as e: _warn(f'Could not delete the old checkpoint {p} ({e}); the next save '
                                    'tries again.')
-
-# %% ../nbs/05a_persistence.ipynb #1885f6ef
-@patch
-def _set_aside(self:CheckpointDir, p:Path, why:str):
-    "Rename the damaged checkpoint `p` to `damaged-<name>` (out of rotation's reach), with a warning."
-    dst, n = p.with_name(f'damaged-{p.name}'), 1
-    while dst.exists(): dst, n = p.with_name(f'damaged-{n}-{p.name}'), n + 1
-    try: os.rename(p, dst)
-    except OSError as e: _warn(f'Checkpoint {p} is damaged ({why}) and could not be set aside '
-                               f'({e}).'); return
-    _warn(f'Checkpoint {p} is damaged ({why}): moved to {dst.name}, out of the rotation. Delete '
-          'it when you no longer need it.')
-
-# %% ../nbs/05a_persistence.ipynb #840b8c93
-@patch
-def _commit(self:CheckpointDir, c:Checkpoint, old:list):
-    "Check `c` on disk, list it in the manifest with the newest `keep - 1` others that verify, delete the rest."
-    if read_trailer(c.path) != c:
-        raise CheckpointCorrupt(f'{c.path} does not read back as written: the file system lost '
-                                'data.')
-    rec, _ = self._owner()
-    if not rec or rec.get('run') != self.run:
-        self._owned = False
-        what = (f'was taken over by {_who(rec)}' if rec else
-                "lost its owner record (removed by hand or by a tool, or the folder was moved)")
-        raise FolderInUse(f'{self.path} {what} while {c.path.name} was written; the file is left '
-                          'there, and nothing was deleted. '
-                          + ('Save this run to another folder.' if rec else
-                             'The next save claims the folder again.'))
-    kept = [c]
-    for o in old:
-        if len(kept) == self.keep: break
-        if o.path == c.path: continue
-        why = self.verify(o)
-        if why is None: kept.append(o)
-        elif o.path.exists() and o.path.name not in self._found: self._set_aside(o.path, why)
-    # rotation takes only files of this folder's runs: listed, retired, written
-    names = {k.path.name for k in kept}
-    ours = sorted(({o.path.name for o in old} | self._written | set(self._retired())) - names
-                  - (self._found - self._written))
-    doomed = [self.path/n for n in ours if (self.path/n).exists()]
-    retired = [t.as_dict() for t in map(read_trailer, doomed) if t is not None]
-    try: self._write_manifest(kept, retired=retired)
-    # the checkpoint is complete and verified: say so, and rotate nothing until it is listed
-    except OSError as e:
-        _warn(f'Checkpoint {c.path.name} is saved and verified, but {self.manifest} could not be '
-              f'updated ({e}); it is found from its own trailer, the next save records it, and no '
-              'older checkpoint was deleted.')
-        return
-    self._written &= names
-    for p in [p for p in doomed if read_trailer(p) is None]:  # damaged, not a rotated-out one
-        self._set_aside(p, 'it has no valid trailer'); doomed.remove(p)
-    if doomed:
-        self._deleting = threading.Thread(target=_unlink_all, args=(doomed, self.on_drive),
-                                          name='checkpoint-rotation', daemon=True)
-        self._retiring = doomed, kept  # `wait` clears the manifest's note once they are gone
-        self._deleting.start()
 
 # %% ../nbs/05a_persistence.ipynb #c6f10303
 @patch
@@ -635,6 +607,61 @@ class CheckpointManager:
         mirror = f', mirror={_shown(self.mirror.path)!r}' if self.mirror else ''
         return f'CheckpointManager({_shown(self.path)!r}, keep={self.local.keep}{mirror})'
 
+    def _settle(self):
+        "Wait for the save in flight; raise its error, once, if it failed."
+        if self._thread is not None: self._thread.join(); self._thread = None
+        if self._error is not None:
+            e, self._error = self._error, None
+            raise e
+
+    def _listing(self, d:CheckpointDir)->list:
+        if d is self.local: return d.checkpoints()
+        try: return d.checkpoints()
+        except OSError as e: _warn(f'Cannot read the mirror {d.path} ({e}); using the local folder '
+                                   'only.'); return []
+
+    def _write(self, st:dict)->Checkpoint:
+        listings = [(d, self._listing(d)) for d in self._dirs()]
+        # one training run across both folders: a resume on a new machine finds it on the mirror
+        runs = [(cks[0].seq, d._lineage(cks)) for d, cks in listings if d._lineage(cks)]
+        run = max(runs)[1] if runs else self.local.run
+        seq = 1 + max((c.seq for _, cks in listings for c in cks), default=0)
+        c = self.local.save(st, st['step'], seq, run)
+        self.last_saved = c
+        if self.mirror is not None: self._copy_to_mirror(c)
+        return c
+
+    def _pick(self, checkpoint)->Checkpoint:
+        if checkpoint is None:
+            c = self.latest()
+            if c is None:
+                where = f'{self.path}' + (f' or {self.mirror.path}' if self.mirror else '')
+                raise NoCheckpoint(f'No checkpoint that verifies in {where}: start from scratch, or '
+                                   'point the manager at the folder the run saved to.')
+            return c
+        c = (checkpoint if isinstance(checkpoint, Checkpoint)
+             else read_trailer(check_path('checkpoint', checkpoint)))
+        if c is None: raise _not_a_checkpoint(Path(checkpoint))
+        why = self.local.verify(c)
+        if why: raise CheckpointCorrupt(f'Checkpoint {c.path} is corrupt: {why}.')
+        return c
+
+    def _background(self, st:dict):
+        try: self._write(st)
+        except Exception as e: self._error = e
+
+    def _copy_to_mirror(self, c:Checkpoint):
+        m = self.mirror.mount
+        if m is not None and not m.is_dir() and runtime() == 'colab':  # Drive went away: mount again
+            try: importlib.import_module('google.colab.drive').mount(str(m.parent))
+            except Exception: pass  # whatever the mount raised, the copy below reports the lost mount
+            else: self.mirror._owned = False  # a new mount: the folder is claimed afresh
+        try: self.mirror.copy_in(c); self.mirror_error = None
+        except (OSError, CheckpointError) as e:
+            self.mirror_error = e
+            _warn(f'Copying {c.path.name} to {self.mirror.path} failed: {e} The local checkpoint '
+                  f'{c.path} is good; the next save tries the copy again.')
+
 # %% ../nbs/05a_persistence.ipynb #a63a2d28
 @patch
 def save(self:CheckpointManager, step:int, # steps done so far
@@ -645,36 +672,6 @@ def save(self:CheckpointManager, step:int, # steps done so far
     st = training_state(step, model, optimizer, scaler, scheduler, extras)
     self._settle()
     return self._write(st)
-
-# %% ../nbs/05a_persistence.ipynb #cab9d86f
-@patch
-def _settle(self:CheckpointManager):
-    "Wait for the save in flight; raise its error, once, if it failed."
-    if self._thread is not None: self._thread.join(); self._thread = None
-    if self._error is not None:
-        e, self._error = self._error, None
-        raise e
-
-# %% ../nbs/05a_persistence.ipynb #0041f744
-@patch
-def _listing(self:CheckpointManager, d:CheckpointDir)->list:
-    if d is self.local: return d.checkpoints()
-    try: return d.checkpoints()
-    except OSError as e: _warn(f'Cannot read the mirror {d.path} ({e}); using the local folder '
-                               'only.'); return []
-
-# %% ../nbs/05a_persistence.ipynb #0fd27cf0
-@patch
-def _write(self:CheckpointManager, st:dict)->Checkpoint:
-    listings = [(d, self._listing(d)) for d in self._dirs()]
-    # one training run across both folders: a resume on a new machine finds it on the mirror
-    runs = [(cks[0].seq, d._lineage(cks)) for d, cks in listings if d._lineage(cks)]
-    run = max(runs)[1] if runs else self.local.run
-    seq = 1 + max((c.seq for _, cks in listings for c in cks), default=0)
-    c = self.local.save(st, st['step'], seq, run)
-    self.last_saved = c
-    if self.mirror is not None: self._copy_to_mirror(c)
-    return c
 
 # %% ../nbs/05a_persistence.ipynb #933e5512
 @patch
@@ -706,23 +703,6 @@ def _not_a_checkpoint(p:Path)->CheckpointError:
                                  'written by torch.save? load it with torch.load.')
     return CheckpointCorrupt(f'{p} is not a complete checkpoint '
                              '(no valid trailer: truncated or damaged).')
-
-# %% ../nbs/05a_persistence.ipynb #1647a7af
-@patch
-def _pick(self:CheckpointManager, checkpoint)->Checkpoint:
-    if checkpoint is None:
-        c = self.latest()
-        if c is None:
-            where = f'{self.path}' + (f' or {self.mirror.path}' if self.mirror else '')
-            raise NoCheckpoint(f'No checkpoint that verifies in {where}: start from scratch, or '
-                               'point the manager at the folder the run saved to.')
-        return c
-    c = (checkpoint if isinstance(checkpoint, Checkpoint)
-         else read_trailer(check_path('checkpoint', checkpoint)))
-    if c is None: raise _not_a_checkpoint(Path(checkpoint))
-    why = self.local.verify(c)
-    if why: raise CheckpointCorrupt(f'Checkpoint {c.path} is corrupt: {why}.')
-    return c
 
 # %% ../nbs/05a_persistence.ipynb #e89531fb
 def _few(xs:list, n:int=6)->str: return ', '.join(xs[:n]) + (f' and {len(xs) - n} '
@@ -868,31 +848,23 @@ class _HostCopy:
             return type(o)(*items) if hasattr(o, '_fields') else tuple(items)
         return copy.deepcopy(o)
 
-# %% ../nbs/05a_persistence.ipynb #6abb14fe
-@patch
-def _tensor(self:_HostCopy, t:torch.Tensor)->torch.Tensor:
-    key = (t.data_ptr(), t.dtype, t.device, tuple(t.shape), tuple(t.stride()))
-    # the same tensor met twice (tied weights) is copied once
-    if key in self.memo: return self.memo[key]
-    if t.layout != torch.strided: out = t.detach().to('cpu', copy=True)
-    else:
-        pin = t.is_cuda
-        b, was_pinned = self.buffers[self.i] if self.i < len(self.buffers) else (None, None)
-        if b is None or b.shape != t.shape or b.dtype != t.dtype or was_pinned != pin:
-            b = torch.empty(t.shape, dtype=t.dtype, pin_memory=pin)
-            if self.i < len(self.buffers): self.buffers[self.i] = (b, pin)
-            else: self.buffers.append((b, pin))
-        self.i += 1
-        out = b.copy_(t.detach(), non_blocking=pin)
-        if pin: self.devices.add(t.device)
-    self.memo[key] = out
-    return out
-
-# %% ../nbs/05a_persistence.ipynb #70a3b7fc
-@patch
-def _background(self:CheckpointManager, st:dict):
-    try: self._write(st)
-    except Exception as e: self._error = e
+    def _tensor(self, t:torch.Tensor)->torch.Tensor:
+        key = (t.data_ptr(), t.dtype, t.device, tuple(t.shape), tuple(t.stride()))
+        # the same tensor met twice (tied weights) is copied once
+        if key in self.memo: return self.memo[key]
+        if t.layout != torch.strided: out = t.detach().to('cpu', copy=True)
+        else:
+            pin = t.is_cuda
+            b, was_pinned = self.buffers[self.i] if self.i < len(self.buffers) else (None, None)
+            if b is None or b.shape != t.shape or b.dtype != t.dtype or was_pinned != pin:
+                b = torch.empty(t.shape, dtype=t.dtype, pin_memory=pin)
+                if self.i < len(self.buffers): self.buffers[self.i] = (b, pin)
+                else: self.buffers.append((b, pin))
+            self.i += 1
+            out = b.copy_(t.detach(), non_blocking=pin)
+            if pin: self.devices.add(t.device)
+        self.memo[key] = out
+        return out
 
 # %% ../nbs/05a_persistence.ipynb #5bc29cef
 @patch
@@ -973,20 +945,6 @@ def copy_in(self:CheckpointDir, c:Checkpoint)->Checkpoint:
     except OSError as e: raise write_error(e, self.path) from e
     finally: self._busy = False
     return new
-
-# %% ../nbs/05a_persistence.ipynb #d33779ea
-@patch
-def _copy_to_mirror(self:CheckpointManager, c:Checkpoint):
-    m = self.mirror.mount
-    if m is not None and not m.is_dir() and runtime() == 'colab':  # Drive went away: mount again
-        try: importlib.import_module('google.colab.drive').mount(str(m.parent))
-        except Exception: pass  # whatever the mount raised, the copy below reports the lost mount
-        else: self.mirror._owned = False  # a new mount: the folder is claimed afresh
-    try: self.mirror.copy_in(c); self.mirror_error = None
-    except (OSError, CheckpointError) as e:
-        self.mirror_error = e
-        _warn(f'Copying {c.path.name} to {self.mirror.path} failed: {e} The local checkpoint '
-              f'{c.path} is good; the next save tries the copy again.')
 
 # %% ../nbs/05a_persistence.ipynb #e6e360bb
 _TOLD = set()  # local folders drive_checkpoints has named outside Colab
@@ -1286,6 +1244,42 @@ class ResumableLoader:
         for g, s in zip(gens, snap['generators']): g.set_state(s)
         set_rng_state(snap['rng'])
 
+    def __iter__(self):
+        r, self._resume = self._resume, None
+        if r is not None: self.epoch = r['epoch']
+        elif self._begun: self.epoch += 1
+        self._begun, self._over, self._before, skip = True, False, {}, 0
+        if r is not None and r['batches']:  # mid-epoch: the epoch again from its start
+            skip = r['batches']
+            self._put_back(r['start'])
+            if self._stateful: self.loader.load_state_dict(r['before']['loader'])
+        elif r is not None: self._put_back(r['now'])
+        if callable(getattr(getattr(self.loader, 'sampler', None), 'set_epoch', None)):
+            self.loader.sampler.set_epoch(self.epoch)  # a DistributedSampler's order
+        self._start = r['start'] if skip else self._snapshot()
+        it = iter(self.loader)
+        if skip and not self._stateful:
+            for _ in range(skip): next(it)  # the epoch's order, drawn again from its start
+        if skip: set_rng_state(r['before']['rng'])  # the random state the next batch was fetched with
+        self._given, pending = skip, it  # pending: a batch fetched ahead, or `it` for none
+        try: n = len(self.loader)
+        except TypeError: n = None
+        while True:
+            if pending is it:
+                self._before[self._given] = self._here()
+                for k in [k for k in self._before if k < self._given - 4]: del self._before[k]
+                batch = next(it, it)
+                if skip and r['fetched']: set_rng_state(r['now']['rng'])  # fetched ahead of training
+                skip = 0
+            else: batch, pending = pending, it
+            if batch is it: break
+            self._given += 1
+            if self._given == n:  # end the epoch now: torch's RandomSampler draws as it ends
+                pending = next(it, it)
+                self._over = pending is it
+            yield batch
+        self._over = True
+
 # %% ../nbs/05a_persistence.ipynb #46e71f1a
 @patch
 def state_dict(self:ResumableLoader)->dict:
@@ -1319,44 +1313,6 @@ def load_state_dict(self:ResumableLoader, state_dict:dict):
               f"skips {state_dict['batches']} of the new batches, which are not the samples "
               'already trained: resume with the batch size the run was saved with.')
     self._resume = state_dict
-
-# %% ../nbs/05a_persistence.ipynb #b4de9112
-@patch
-def __iter__(self:ResumableLoader):
-    r, self._resume = self._resume, None
-    if r is not None: self.epoch = r['epoch']
-    elif self._begun: self.epoch += 1
-    self._begun, self._over, self._before, skip = True, False, {}, 0
-    if r is not None and r['batches']:  # mid-epoch: the epoch again from its start
-        skip = r['batches']
-        self._put_back(r['start'])
-        if self._stateful: self.loader.load_state_dict(r['before']['loader'])
-    elif r is not None: self._put_back(r['now'])
-    if callable(getattr(getattr(self.loader, 'sampler', None), 'set_epoch', None)):
-        self.loader.sampler.set_epoch(self.epoch)  # a DistributedSampler's order
-    self._start = r['start'] if skip else self._snapshot()
-    it = iter(self.loader)
-    if skip and not self._stateful:
-        for _ in range(skip): next(it)  # the epoch's order, drawn again from its start
-    if skip: set_rng_state(r['before']['rng'])  # the random state the next batch was fetched with
-    self._given, pending = skip, it  # pending: a batch fetched ahead, or `it` for none
-    try: n = len(self.loader)
-    except TypeError: n = None
-    while True:
-        if pending is it:
-            self._before[self._given] = self._here()
-            for k in [k for k in self._before if k < self._given - 4]: del self._before[k]
-            batch = next(it, it)
-            if skip and r['fetched']: set_rng_state(r['now']['rng'])  # fetched ahead of training
-            skip = 0
-        else: batch, pending = pending, it
-        if batch is it: break
-        self._given += 1
-        if self._given == n:  # end the epoch now: torch's RandomSampler draws as it ends
-            pending = next(it, it)
-            self._over = pending is it
-        yield batch
-    self._over = True
 
 # %% ../nbs/05a_persistence.ipynb #dfe9e2cd
 class RestartLimit(ColabT4Error):

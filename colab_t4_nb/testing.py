@@ -61,32 +61,28 @@ class FakeNVML(types.ModuleType):
         self.readings, self.init_error = [copy.deepcopy(r) for r in readings], init_error
         self.refcount, self.calls, self._fail = 0, [], {}
 
+    def _call(self, name, *args):
+        self.calls.append(name)
+        if name != 'nvmlInit' and self.refcount <= 0:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_UNINITIALIZED)
+        f = self._fail.get(name)
+        if f and f[0] > 0:
+            f[0] -= 1
+            raise pynvml.NVMLError(f[1])
+
+    def _get(self, h, key):
+        v = (self.readings[h][key] if not isinstance(key, tuple)
+             else self.readings[h][key[0]][key[1]])
+        if isinstance(v, str) and v.startswith('ERROR'):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return v
+
 # %% ../nbs/00c_testing.ipynb #1e89f329
 @patch
 def fail(self:FakeNVML, name:str, times:int=1, code:int=pynvml.NVML_ERROR_UNKNOWN):
     "Make the next `times` calls of `name` raise NVMLError(`code`)."
     self._fail[check_str('name', name)] = [check_int('times', times, hi=10**6),
                                            check_int('code', code)]
-
-# %% ../nbs/00c_testing.ipynb #e8018042
-@patch
-def _call(self:FakeNVML, name, *args):
-    self.calls.append(name)
-    if name != 'nvmlInit' and self.refcount <= 0:
-        raise pynvml.NVMLError(pynvml.NVML_ERROR_UNINITIALIZED)
-    f = self._fail.get(name)
-    if f and f[0] > 0:
-        f[0] -= 1
-        raise pynvml.NVMLError(f[1])
-
-# %% ../nbs/00c_testing.ipynb #365d16ea
-@patch
-def _get(self:FakeNVML, h, key):
-    v = (self.readings[h][key] if not isinstance(key, tuple)
-         else self.readings[h][key[0]][key[1]])
-    if isinstance(v, str) and v.startswith('ERROR'):
-        raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
-    return v
 
 # %% ../nbs/00c_testing.ipynb #1ff9f89a
 def _f(name, body):
@@ -204,27 +200,21 @@ class FakeColab:
         self.colab.runtime, self.colab.drive = self.runtime, self.drive
         self.colab.errors = self.errors
 
-# %% ../nbs/00c_testing.ipynb #ca23e1a2
-@patch
-def _unassign(self:FakeColab):
-    if not os.environ.get('TBE_RUNTIME_ADDR'):
-        raise self.errors.RuntimeManagementError('Unable to find runtime address.')
-    if self.unassign_status != 200:
-        raise self.errors.RuntimeManagementError(
-            f'Unassign request failed with status {self.unassign_status}.')
-    self.calls.append(('runtime.unassign',))
+    def _unassign(self):
+        if not os.environ.get('TBE_RUNTIME_ADDR'):
+            raise self.errors.RuntimeManagementError('Unable to find runtime address.')
+        if self.unassign_status != 200:
+            raise self.errors.RuntimeManagementError(
+                f'Unassign request failed with status {self.unassign_status}.')
+        self.calls.append(('runtime.unassign',))
 
-# %% ../nbs/00c_testing.ipynb #b5e06a24
-@patch
-def _mount(self:FakeColab, mountpoint, force_remount=False, timeout_ms=120000, readonly=False):
-    self.calls.append(('drive.mount', str(mountpoint)))
-    if self.mount_error is not None: raise self.mount_error
-    Path(mountpoint, 'MyDrive').mkdir(parents=True, exist_ok=True)
+    def _mount(self, mountpoint, force_remount=False, timeout_ms=120000, readonly=False):
+        self.calls.append(('drive.mount', str(mountpoint)))
+        if self.mount_error is not None: raise self.mount_error
+        Path(mountpoint, 'MyDrive').mkdir(parents=True, exist_ok=True)
 
-# %% ../nbs/00c_testing.ipynb #47f93cde
-@patch
-def _flush_and_unmount(self:FakeColab, timeout_ms=24 * 60 * 60 * 1000):
-    self.calls.append(('drive.flush_and_unmount',))
+    def _flush_and_unmount(self, timeout_ms=24 * 60 * 60 * 1000):
+        self.calls.append(('drive.flush_and_unmount',))
 
 # %% ../nbs/00c_testing.ipynb #18ed988b
 @contextmanager

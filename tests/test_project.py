@@ -90,3 +90,13 @@ def test_every_deliberate_error_is_a_colab_t4_error():
                and n.exc.func.id in ('ValueError', 'TypeError', 'RuntimeError', 'Exception'):
                 bare.append(f'{f.name}:{n.lineno} {n.exc.func.id}')
     assert not bare, bare
+
+def test_no_private_method_is_added_with_patch():
+    "A private method lives in its class's body; `@patch` is for a public method with its own place on the page."
+    found = []
+    for nb in sorted((ROOT/'nbs').glob('*.ipynb')):
+        for t, s in _cells(nb):
+            if t == 'code' and '#| export' in s:
+                found += [f'{nb.name}: {m[1]}.{m[0]}' for m in
+                          re.findall(r'@patch(?:\([^)]*\))?\s*\n(?:@[^\n]+\n)*def (_\w+)\(self:(\w+)', s)]
+    assert not found, found

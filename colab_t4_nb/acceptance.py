@@ -17,9 +17,10 @@ from torch import nn
 from fastcore.basics import patch
 from tqdm.auto import tqdm
 
-from .allocation import NoGPUError, spec_for
-from .core import (ColabT4Error, ArgumentError, MissingPackage, as_card, require, check_callable, check_choice, check_flag, check_int,
-                              check_num, check_path, check_seq, check_str, check_type)
+from .allocation import as_card, NoGPUError, spec_for
+from .core import (ColabT4Error, ArgumentError, MissingPackage, require, check_callable,
+                              check_choice, check_flag, check_int, check_num, check_path,
+                              check_seq, check_str, check_type)
 from .amp import AmpStep, amp_choice, dtype_name, no_tf32, parse_dtype, plain_amp_step
 from .memory import (cap_memory, find_batch_size, free_memory, peak_memory,
                                 synthetic_step, try_batch)
@@ -30,11 +31,7 @@ from .timing import Timings, benchmark, cpu_timer
 from . import core
 
 # %% auto #0
-__all__ = ['LIMITS', 'SECONDS', 'CHECKS', 'AcceptanceError', 'target', 'Check', 'check', 'bench_encoder', 'encoder_race',
-           'accelerate_search', 'measure_search', 'finder_race', 'resnet50_step', 'oom_storm', 'unet_race',
-           'bert_like_model', 'bert_like', 'state_mib', 'fsync_tree', 'accelerate_saver', 'save_throughput',
-           'save_race', 'measure_background_save', 'background_save_race', 'sample_cost', 'sample_cost_race',
-           'Overhead', 'monitor_overhead', 'toy_step', 'overhead_race', 'run_checks']
+__all__ = ['CHECKS', 'AcceptanceError', 'Check', 'check', 'run_checks']
 
 # %% ../nbs/06c_acceptance.ipynb #3c81a404
 class AcceptanceError(ColabT4Error, ValueError):

@@ -19,18 +19,17 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 from fastcore.basics import patch, store_attr
 
-from .allocation import (GPU, GPUSpec, NoGPUError, SPECS, UnknownGPUError, native_bf16,
+from .allocation import (Card, as_card, GPU, GPUSpec, NoGPUError, SPECS, UnknownGPUError, native_bf16,
                                     spec_for)
-from .core import (Card, ColabT4Error, as_card, needs, record, check_callable, check_choice, check_int,
+from .core import (ColabT4Error, needs, record, check_callable, check_choice, check_int,
                               check_num, check_str, check_type)
 from .timing import benchmark, cpu_timer
 from .models import Encoder, token_batch, token_loss
 
 # %% auto #0
-__all__ = ['DTYPES', 'MAX_ROUNDS', 'AmpError', 'SkippedStepsError', 'EmulatedBF16Warning', 'SlowAMPWarning', 'parse_dtype',
-           'dtype_name', 'AmpChoice', 'amp_choice', 'decide_as', 'AmpStep', 'plain_amp_step', 'OpCounter',
-           'autocast_ops', 'in_fp32', 'softmax32', 'no_tf32', 'TensorCoreCheck', 'matmul_ms', 'tensor_core_check',
-           'amp_report', 'step_anatomy', 'math_share', 'lint_dims', 'KerasAmp', 'keras_amp']
+__all__ = ['AmpError', 'SkippedStepsError', 'EmulatedBF16Warning', 'SlowAMPWarning', 'AmpChoice', 'amp_choice', 'decide_as',
+           'AmpStep', 'autocast_ops', 'in_fp32', 'softmax32', 'no_tf32', 'TensorCoreCheck', 'tensor_core_check',
+           'amp_report', 'step_anatomy', 'lint_dims', 'keras_amp']
 
 # %% ../nbs/01_amp.ipynb #560705ae
 class AmpError(ColabT4Error, ValueError):

@@ -20,10 +20,10 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 from tqdm.auto import tqdm
 
-from .allocation import GPUSpec, NoGPUError, SPECS, spec_for
-from .core import (ColabT4Error, as_card, oom_kind, stop_on_signals, check_callable,
-                              check_choice, check_flag,
-                              check_int, check_num, check_path, check_seq, check_str, check_type)
+from .allocation import as_card, GPUSpec, NoGPUError, SPECS, spec_for
+from .core import (ColabT4Error, oom_kind, stop_on_signals, check_callable,
+                              check_choice, check_flag, check_int, check_num, check_path,
+                              check_seq, check_str, check_type)
 from .amp import AmpStep, amp_choice, no_tf32, parse_dtype, plain_amp_step
 from .models import (Encoder, token_batch, token_loss, UNet, cls_batch, hf_bert,
                                 resnet50, seg_batch, seq_cls_loss)
@@ -34,11 +34,9 @@ from .timing import benchmark
 
 
 # %% auto #0
-__all__ = ['LIMITS', 'COLUMNS', 'T4_COLUMNS', 'WORKLOADS', 'GUIDE', 'DEFAULT_WORKLOADS', 'BenchError', 'Context', 'context',
-           'Workload', 'workload', 'workloads', 'step_flops', 'peak_tflops', 'train_speed', 'size_search',
-           'train_step_fn', 'memory_limits', 'longest_sequence', 'attention_speedup', 'embedding_throughput',
-           'cudnn_benchmark', 'recipe_step', 'recipe', 't4_figure', 't4_figures', 'writable_dir', 'plot_suite',
-           'save_suite', 'run_suite', 'bench_command']
+__all__ = ['WORKLOADS', 'GUIDE', 'BenchError', 'Workload', 'workload', 'peak_tflops', 'train_speed', 'size_search',
+           'memory_limits', 'longest_sequence', 'attention_speedup', 'embedding_throughput', 'cudnn_benchmark',
+           'recipe', 't4_figures', 'plot_suite', 'run_suite']
 
 # %% ../nbs/04_benchmarks.ipynb #691808dd
 class BenchError(ColabT4Error, ValueError):

@@ -16,9 +16,8 @@ from .core import (atomic_write, ArgumentError, ColabT4Error, check_choice, chec
 
 
 # %% auto #0
-__all__ = ['CHECKSUMS', 'CheckpointError', 'CheckpointCorrupt', 'NoCheckpoint', 'CheckpointMismatch', 'CheckpointWriteError',
-           'CheckpointWarning', 'new_hash', 'crc32_combine', 'Checkpoint', 'read_trailer', 'verify_file', 'write_error',
-           'write_checkpoint']
+__all__ = ['CheckpointError', 'CheckpointCorrupt', 'NoCheckpoint', 'CheckpointMismatch', 'CheckpointWriteError',
+           'CheckpointWarning', 'Checkpoint', 'read_trailer', 'verify_file', 'write_checkpoint']
 
 # %% ../nbs/05_checkpoint_format.ipynb #a1f11d12
 class CheckpointError(ColabT4Error):

@@ -10,7 +10,7 @@ from . import __version__
 from .core import ArgumentError, check_seq, check_type
 
 # %% auto #0
-__all__ = ['info_dict', 'info_text', 'main']
+__all__ = ['main']
 
 # %% ../nbs/07_cli.ipynb #44ce6001
 def info_dict(gpus:list|None=None, # `GPU`s; default: `gpu_search()`

@@ -7,17 +7,13 @@ from __future__ import annotations
 import errno, importlib, inspect, json, math, numbers, os, re, signal, socket, sys, tempfile, threading, time
 from collections.abc import Iterable, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Callable
 
 # %% auto #0
-__all__ = ['COLAB_DRIVE', 'LOCK_STALE_S', 'ColabT4Error', 'ArgumentError', 'ArgumentTypeError', 'check_int', 'check_num',
-           'check_str', 'check_choice', 'check_type', 'check_callable', 'check_flag', 'check_seq', 'check_path',
-           'check_stateful', 'runtime', 'state_dir', 'cuda_ready', 'needs', 'MissingPackage', 'require', 'Card',
-           'as_card', 'cuda_sync', 'record', 'oom_kind', 'atomic_write', 'file_lock', 'open_locked', 'append_line',
-           'stop_on_signals']
+__all__ = ['COLAB_DRIVE', 'ColabT4Error', 'ArgumentError', 'runtime', 'state_dir', 'needs', 'MissingPackage', 'require',
+           'cuda_sync', 'oom_kind', 'atomic_write', 'stop_on_signals']
 
 # %% ../nbs/00_core.ipynb #f8260cab
 class ColabT4Error(Exception):
@@ -218,7 +214,7 @@ def check_path(name:str, # the argument's name, for the message
         raise _refuse(name, v, 'a non-empty path without NUL characters', err)
     p = Path(s).expanduser()
     # Linux's limits (NAME_MAX, PATH_MAX): past them every call on the path fails with ENAMETOOLONG
-    if max(len(os.fsencode(part)) for part in p.parts) > 255 or len(os.fsencode(p)) > 4000:
+    if max((len(os.fsencode(part)) for part in p.parts), default=0) > 255 or len(os.fsencode(p)) > 4000:
         raise _refuse(name, v, 'a path the file system can hold: each name in it at most 255 '
                       'bytes, the whole at most 4000', err)
     return p
@@ -303,76 +299,6 @@ def require(pkg:str, # the package, as pip and `import` name it
         raise MissingPackage(f'{who} needs {pkg}, which is not installed here: '
                              f'`pip install {pkg}`.')
     return importlib.import_module(module or pkg)
-
-
-# %% ../nbs/00_core.ipynb #623884d9
-_TORCH_DEVICES = (r'(cpu|cuda|mps|xpu|xla|meta|hip|ipu|hpu|mtia|lazy|vulkan|mkldnn|opengl|opencl|'
-                  r'ideep|ve|fpga|maia|privateuseone)(:\d+)?')
-
-@dataclass(frozen=True)
-class Card:
-    "One GPU (or the CPU) as the package decides for it: what it is, what it can do, where it runs."
-    type:str                # 'cuda', 'cpu' or another torch device type ('meta')
-    name:str                # the driver's name ('Tesla T4'), a table key ('T4'), or 'the CPU'
-    cc:tuple|None = None    # compute capability (major, minor); None: the CPU, or not known
-    spec:object = None      # its spec-table row (`GPUSpec`); None: not in the table
-    device:object = None    # its torch device on this runtime; None: a card named, not here
-
-    def __str__(self):
-        cc = self.cc if isinstance(self.cc, tuple) and len(self.cc) == 2 else None
-        return f'{self.name}' + (f' (cc {cc[0]}.{cc[1]})' if cc else '')
-
-def _cc(device)->tuple:
-    "A compute capability `(major, minor)`, checked."
-    if len(device) != 2 or not all(isinstance(v, numbers.Integral) and not isinstance(v, bool)
-                                   and v >= 0 for v in device):
-        raise ArgumentError(f'A compute capability is (major, minor), e.g. (7, 5) for a T4; '
-                            f'got device={device!r}.')
-    return tuple(int(v) for v in device)
-
-
-# %% ../nbs/00_core.ipynb #d28fb69e
-def as_card(device=None, # None (here), a torch device or index, a card's name, a GPUSpec, a GPU or a compute capability
-           )->Card:
-    "The `Card` that `device` means; an error naming it when it means none, or a GPU that is not here."
-    import torch
-    from colab_t4_nb.allocation import GPU, GPUSpec, NoGPUError, UnknownGPUError, spec_for
-    if isinstance(device, Card): return device
-    if isinstance(device, GPUSpec): return Card('cuda', device.key, device.cc, device)
-    if isinstance(device, GPU):
-        spec = device.spec
-        return Card('cuda', device.name, device.cc or (spec.cc if spec else None), spec)
-    if isinstance(device, tuple): return Card('cuda', 'a GPU', _cc(device))
-    if device is None: device = 'cuda' if torch.cuda.is_available() else 'cpu'
-    if isinstance(device, numbers.Integral) and not isinstance(device, bool):
-        if not 0 <= device < 2**31:
-            raise ArgumentError(f'A CUDA device index is 0 or more, got device={device!r}.')
-        dev = torch.device('cuda', int(device))
-    elif isinstance(device, torch.device): dev = device
-    elif isinstance(device, str) and re.fullmatch(_TORCH_DEVICES, device.strip()):
-        dev = torch.device(device.strip())
-    elif isinstance(device, str):
-        try: spec = spec_for(device)
-        except UnknownGPUError as e:
-            raise UnknownGPUError(f"device={device!r} is neither a torch device ('cpu', 'cuda:0') "
-                                  f'nor a card: {e.args[0] if e.args else e}') from None
-        return Card('cuda', spec.key, spec.cc, spec)
-    else:
-        raise ArgumentTypeError(f"device={_show(device)} is not a device: pass a torch device "
-                                "('cuda:0', 'cpu'), a GPU index, a card's name ('Tesla T4'), a "
-                                'GPUSpec or GPU, a compute capability ((7, 5)), or None for the '
-                                'device here.')
-    if dev.type != 'cuda':
-        return Card(dev.type, 'the CPU' if dev.type == 'cpu' else f'{dev.type} tensors', device=dev)
-    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    idx = dev.index if dev.index is not None else (torch.cuda.current_device() if n else 0)
-    if idx >= n:
-        raise NoGPUError(f"device={device!r}: this runtime has {n} CUDA GPU(s). Pass 'cpu', None "
-                         "for the device here, or a card's name ('T4') or compute capability "
-                         '((7, 5)) to decide for a card that is not here.')
-    p = torch.cuda.get_device_properties(idx)
-    return Card('cuda', p.name, (p.major, p.minor), spec_for(p.name, strict=False),
-                torch.device('cuda', idx))
 
 
 # %% ../nbs/00_core.ipynb #282bd0ce

@@ -13,18 +13,15 @@ from typing import Callable
 import pandas as pd
 import pynvml
 
-from .allocation import GPU, GPUSpec, gpu_info, parse_smi_table, spec_for
-from .core import (ColabT4Error, as_card, needs, check_callable, check_choice, check_flag,
+from .allocation import as_card, GPU, GPUSpec, gpu_info, parse_smi_table, spec_for
+from .core import (ColabT4Error, needs, check_callable, check_choice, check_flag,
                               check_int, check_num, check_seq, check_str, check_type)
 from .timing import benchmark
 
 
 # %% auto #0
-__all__ = ['ARCHS', 'TORCH_CUDA_BUILDS', 'CLOCK_REASONS', 'POWER_REASONS', 'THERMAL_REASONS', 'KernelError', 'Arch', 'arch',
-           'Occupancy', 'occupancy', 'best_block_size', 'candidates', 'LaunchConfig', 'launch_config', 'compare_launch',
-           'triton_kernels', 'bias_gelu', 'kernel_resources', 'driver_blocks', 'driver_best_block', 'kernel_attributes',
-           'tune_bias_gelu', 'torch_build_for', 'CudaCompat', 'cuda_compat', 'clock_reasons', 'ClockState',
-           'clock_state', 'ClockReport', 'clock_report', 'watch_clocks', 'probe_kernels']
+__all__ = ['KernelError', 'arch', 'Occupancy', 'occupancy', 'best_block_size', 'LaunchConfig', 'launch_config', 'compare_launch',
+           'bias_gelu', 'tune_bias_gelu', 'CudaCompat', 'cuda_compat', 'ClockReport', 'clock_report', 'watch_clocks']
 
 # %% ../nbs/03_kernels.ipynb #66ae7eda
 class KernelError(ColabT4Error, ValueError):

@@ -16,19 +16,18 @@ from fastcore.basics import patch, store_attr
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from .allocation import NoGPUError, UnknownGPUError, nvml_gpus, spec_for
-from .core import (ColabT4Error, as_card, cuda_sync, oom_kind, ArgumentTypeError, check_callable,
+from .allocation import as_card, NoGPUError, UnknownGPUError, nvml_gpus, spec_for
+from .core import (ColabT4Error, cuda_sync, oom_kind, ArgumentTypeError, check_callable,
                               check_choice, check_flag, check_int, check_num, check_seq, check_str,
                               check_type)
 from .timing import benchmark
 
 
 # %% auto #0
-__all__ = ['REPORTED_MIB', 'BatchSizeError', 'NothingFits', 'SplitError', 'MemoryGrowthError', 'DeviceError', 'StepError',
-           'free_memory', 'Trial', 'try_batch', 'SizeResult', 'BatchSizeResult', 'find_batch_size', 'find_max_size',
+__all__ = ['BatchSizeError', 'NothingFits', 'free_memory', 'BatchSizeResult', 'find_batch_size', 'find_max_size',
            'auto_batch_size', 'Accumulation', 'accumulation', 'usable_memory', 'cap_memory', 'peak_memory',
-           'memory_report', 'Checkpointed', 'checkpoint_every', 'checkpoint_report', 'balance', 'param_bytes',
-           'SplitModel', 'split_model', 'launch_ddp', 'allreduce_check', 'tf_memory_growth', 'synthetic_step']
+           'memory_report', 'checkpoint_every', 'checkpoint_report', 'split_model', 'launch_ddp', 'allreduce_check',
+           'tf_memory_growth', 'synthetic_step']
 
 # %% ../nbs/02_memory.ipynb #6f86d026
 class BatchSizeError(ColabT4Error, ValueError):

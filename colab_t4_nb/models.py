@@ -10,14 +10,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .allocation import NoGPUError, UnknownGPUError
-from .core import (ColabT4Error, MissingPackage, as_card, require, ArgumentError, ArgumentTypeError, check_choice,
-                              check_int, check_num, check_str, check_type)
+from .allocation import as_card, NoGPUError, UnknownGPUError
+from .core import (ColabT4Error, MissingPackage, require, ArgumentError,
+                              ArgumentTypeError, check_choice, check_int, check_num, check_str,
+                              check_type)
 
 
 # %% auto #0
-__all__ = ['DoubleConv', 'UNet', 'seg_batch', 'hf_bert', 'cls_batch', 'seq_cls_loss', 'Encoder', 'token_batch', 'token_loss',
-           'resnet50', 'mlp']
+__all__ = ['UNet', 'seg_batch', 'hf_bert', 'cls_batch', 'Encoder', 'token_batch', 'resnet50', 'mlp']
 
 # %% ../nbs/00d_models.ipynb #bb283983
 # channels of a layer, classes of a head: far above any real model

@@ -26,10 +26,7 @@ from .ledger import LedgerError, UsageLedger
 from .timing import benchmark
 
 # %% auto #0
-__all__ = ['FIELDS', 'ROW', 'BYTES_PER_MIB', 'REASONS', 'SMI_QUERY', 'SMI_REASONS', 'MIN_INTERVAL', 'CSV_COLUMNS', 'METRICS',
-           'MonitorError', 'decode_reasons', 'NVMLSource', 'smi_values', 'NoSmi', 'SmiSource', 'open_source',
-           'samples_df', 'GPUMonitor', 'read_csv', 'summarize', 'throttle_shares', 'plot_samples', 'status_text',
-           'LiveView', 'check_outputs', 'save_samples', 'run_monitor']
+__all__ = ['MonitorError', 'GPUMonitor', 'read_csv', 'summarize', 'throttle_shares', 'plot_samples', 'LiveView', 'run_monitor']
 
 # %% ../nbs/06a_monitoring.ipynb #776fa96d
 class MonitorError(ColabT4Error):

@@ -22,14 +22,16 @@ from .core import (COLAB_DRIVE, ColabT4Error, ArgumentError, ArgumentTypeError, 
                               state_dir, check_callable, check_choice, check_flag, check_int,
                               check_num, check_path, check_seq, check_stateful, check_str,
                               check_type)
-from .checkpoint_format import *
+from .checkpoint_format import (CHECKSUMS, Checkpoint, CheckpointCorrupt, CheckpointError,
+                                           CheckpointMismatch, CheckpointWarning, CheckpointWriteError,
+                                           NoCheckpoint, read_trailer, verify_file, write_checkpoint,
+                                           write_error)
 
 
 # %% auto #0
-__all__ = ['OWNER_STALE_S', 'DEFAULT_EVERY_MINUTES', 'rng_state', 'set_rng_state', 'training_state', 'CheckpointDir',
-           'FolderInUse', 'CheckpointManager', 'Resumed', 'drive_checkpoints', 'flush_drive', 'SessionEnding',
-           'SessionClock', 'is_context_lost', 'CudaContextLost', 'RunReport', 'run_resumable', 'ResumableLoader',
-           'RestartLimit', 'Attempt', 'run_with_restarts']
+__all__ = ['DEFAULT_EVERY_MINUTES', 'rng_state', 'set_rng_state', 'CheckpointDir', 'FolderInUse', 'CheckpointManager', 'Resumed',
+           'drive_checkpoints', 'flush_drive', 'SessionEnding', 'SessionClock', 'CudaContextLost', 'RunReport',
+           'run_resumable', 'ResumableLoader', 'RestartLimit', 'run_with_restarts']
 
 # %% ../nbs/05a_persistence.ipynb #8fbdefe5
 def rng_state()->dict:

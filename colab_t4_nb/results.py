@@ -12,7 +12,7 @@ import pandas as pd
 from .core import check_choice
 
 # %% auto #0
-__all__ = ['runs', 'results_names', 'results']
+__all__ = ['results']
 
 # %% ../nbs/04a_results.ipynb #8e2e1eaf
 def _results_dir(): return resources.files('colab_t4_nb')/'files'/'results'

@@ -17,8 +17,8 @@ from .core import (ColabT4Error, check_callable, check_choice, check_int, check_
 from .timing import benchmark
 
 # %% auto #0
-__all__ = ['ENV_SWITCHES', 'SwitchError', 'LateSwitchWarning', 'Switch', 'env_switches', 'torch_flags', 'switch_benchmark',
-           'shape_change_cost', 'loader_settings', 'DataWait', 'data_wait', 'h2d_bandwidth']
+__all__ = ['SwitchError', 'LateSwitchWarning', 'env_switches', 'torch_flags', 'switch_benchmark', 'shape_change_cost',
+           'loader_settings', 'DataWait', 'data_wait', 'h2d_bandwidth']
 
 # %% ../nbs/03a_switches.ipynb #02ea7624
 class SwitchError(ColabT4Error, ValueError):

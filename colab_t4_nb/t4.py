@@ -18,8 +18,8 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
-from .allocation import SPECS
-from .core import (ColabT4Error, ArgumentError, as_card, check_callable, check_choice,
+from .allocation import as_card, SPECS
+from .core import (ColabT4Error, ArgumentError, check_callable, check_choice,
                               check_flag, check_int, check_num, check_seq, check_str, check_type)
 from .amp import AmpError, decide_as, no_tf32, parse_dtype
 from .models import Encoder
@@ -27,9 +27,8 @@ from .memory import cap_memory
 from .timing import benchmark
 
 # %% auto #0
-__all__ = ['T4_CONSTANTS', 'T4_CLOCKS', 'T4_FP16_GEMM_SOURCE', 'T4_FP16_GEMM', 'T4_TABLES', 'PUBLISHED', 't4_rehearsal',
-           'Rehearsal', 'T4Constant', 'Op', 'WorkCounter', 'count_work', 'T4Estimate', 'estimate_t4', 'Bottleneck',
-           'resnet50_v15', 'resnext101_32x4d', 'bert_qa', 'T4Measurement', 'validation_table', 'reference_rows']
+__all__ = ['T4_CONSTANTS', 'PUBLISHED', 't4_rehearsal', 'Rehearsal', 'T4Constant', 'count_work', 'T4Estimate', 'estimate_t4',
+           'T4Measurement', 'validation_table', 'reference_rows']
 
 # %% ../nbs/03b_t4.ipynb #099229ea
 def _sdpa_t4():

@@ -14,7 +14,7 @@ from .core import (ArgumentError, check_callable, check_choice, check_int, cuda_
                               cuda_sync)
 
 # %% auto #0
-__all__ = ['Timings', 'cpu_timer', 'cuda_timer', 'benchmark']
+__all__ = ['Timings', 'benchmark']
 
 # %% ../nbs/00b_timing.ipynb #406932dc
 def _q(v, q): return float(pd.Series(v).quantile(q))

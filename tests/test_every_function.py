@@ -378,5 +378,5 @@ def test_junk_arguments(mod, sandbox):
 def test_every_public_callable_is_reached():
     "The walk finds the package's API: every module's exports, and the methods of its classes."
     found = {f'{m}.{label}' for m in modules() for label, _, _ in targets(m)}
-    assert {'core.check_int', 'timing.Timings.ratio', 'persistence.CheckpointManager.save'} <= found
-    assert len(found) > 300
+    assert {'allocation.as_card', 'timing.Timings.ratio', 'persistence.CheckpointManager.save'} <= found
+    assert len(found) > 200  # functions, classes and their public methods

@@ -100,3 +100,10 @@ def test_no_private_method_is_added_with_patch():
                 found += [f'{nb.name}: {m[1]}.{m[0]}' for m in
                           re.findall(r'@patch(?:\([^)]*\))?\s*\n(?:@[^\n]+\n)*def (_\w+)\(self:(\w+)', s)]
     assert not found, found
+
+def test_the_public_api_stays_small_enough_to_hold():
+    "What a user calls from a page is exported (`__all__`); helpers the package uses itself are `#| exporti`."
+    import importlib, pkgutil, colab_t4_nb
+    mods = [m.name for m in pkgutil.iter_modules(colab_t4_nb.__path__) if not m.name.startswith('_')]
+    names = {m: importlib.import_module(f'colab_t4_nb.{m}').__all__ for m in mods}
+    assert sum(map(len, names.values())) <= 200, {m: len(v) for m, v in names.items()}

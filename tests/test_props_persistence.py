@@ -10,7 +10,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from colab_t4_nb import persistence as P
+from colab_t4_nb import checkpoint_format as F, persistence as P
 from conftest import PROPS, PROPS_FILES, answers
 
 # ---------------------------------------------------------------- arbitrary values
@@ -47,13 +47,13 @@ def model(): return torch.nn.Linear(3, 2)
 # ---------------------------------------------------------------- checksums and files
 @PROPS_FILES
 @given(junk)
-def test_new_hash(v): works_or_names(lambda: P.new_hash(v), 'algo', v)
+def test_new_hash(v): works_or_names(lambda: F.new_hash(v), 'algo', v)
 
 @PROPS_FILES
 @given(st.sampled_from(['crc1', 'crc2', 'len2']), st.one_of(junk, st.integers(0, 2**33)))
 def test_crc32_combine(arg, v):
     kw = {'crc1': 1, 'crc2': 2, 'len2': 3, arg: v}
-    r = works_or_names(lambda: P.crc32_combine(**kw), arg, v)
+    r = works_or_names(lambda: F.crc32_combine(**kw), arg, v)
     if not isinstance(r, Exception): assert 0 <= r < 2**32
 
 @PROPS_FILES

@@ -31,7 +31,7 @@ from .timing import Timings, benchmark, cpu_timer
 from . import core
 
 # %% auto #0
-__all__ = ['CHECKS', 'AcceptanceError', 'Check', 'check', 'run_checks']
+__all__ = ['CHECKS', 'AcceptanceError', 'target', 'Check', 'check', 'run_checks']
 
 # %% ../nbs/06c_acceptance.ipynb #3c81a404
 class AcceptanceError(ColabT4Error, ValueError):

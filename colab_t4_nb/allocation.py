@@ -311,7 +311,7 @@ def readings()->list[str]:
     return sorted(f.name for f in _readings().iterdir() if f.name != 'README.md')
 
 # %% ../nbs/00a_allocation.ipynb #e8002ed8
-def reading(name:str # a recorded file, e.g. 't4_colab_nvidia-smi_2023.txt'; `readings()` lists them
+def reading(name:str # a recorded file, e.g. 't4_colab_nvidia-smi_2023.txt'; readings() lists them
            )->str:
     "The text of a GPU reading recorded on a real card, shipped with the package."
     if not isinstance(name, str) or name not in readings():

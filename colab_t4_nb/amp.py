@@ -578,7 +578,7 @@ def tensor_core_check(device=None, # a torch device; None: the GPU if there is o
                       dtype:str|torch.dtype|None=None, # None: `amp_choice(device)`'s
                       n:int|None=None, # matrix size; None: 8192 on a GPU, 256 on the CPU
                       repeats:int=50, warmup:int=10, # timed and untimed products of each dtype
-                                                     # (`matmul_ms`)
+                                                     # (matmul_ms)
                      )->TensorCoreCheck:
     ("Matrix-product rate in fp32 (TF32 off) and in the AMP dtype, "
      "measured here and set against the spec table.")

@@ -34,9 +34,9 @@ from .timing import benchmark
 
 
 # %% auto #0
-__all__ = ['WORKLOADS', 'GUIDE', 'BenchError', 'Workload', 'workload', 'peak_tflops', 'train_speed', 'size_search',
-           'memory_limits', 'longest_sequence', 'attention_speedup', 'embedding_throughput', 'cudnn_benchmark',
-           'recipe', 't4_figures', 'plot_suite', 'run_suite']
+__all__ = ['WORKLOADS', 'GUIDE', 'BenchError', 'Context', 'context', 'Workload', 'workload', 'peak_tflops', 'train_speed',
+           'size_search', 'memory_limits', 'longest_sequence', 'attention_speedup', 'embedding_throughput',
+           'cudnn_benchmark', 'recipe', 't4_figures', 'plot_suite', 'run_suite']
 
 # %% ../nbs/04_benchmarks.ipynb #691808dd
 class BenchError(ColabT4Error, ValueError):

@@ -20,8 +20,8 @@ from .timing import benchmark
 
 
 # %% auto #0
-__all__ = ['KernelError', 'arch', 'Occupancy', 'occupancy', 'best_block_size', 'LaunchConfig', 'launch_config', 'compare_launch',
-           'bias_gelu', 'tune_bias_gelu', 'CudaCompat', 'cuda_compat', 'ClockReport', 'clock_report', 'watch_clocks']
+__all__ = ['KernelError', 'arch', 'Occupancy', 'occupancy', 'best_block_size', 'LaunchConfig', 'launch_config', 'bias_gelu',
+           'tune_bias_gelu', 'CudaCompat', 'cuda_compat', 'ClockReport', 'clock_report', 'watch_clocks']
 
 # %% ../nbs/03_kernels.ipynb #66ae7eda
 class KernelError(ColabT4Error, ValueError):

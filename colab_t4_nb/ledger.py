@@ -19,7 +19,7 @@ from .core import (ColabT4Error, append_line, atomic_write, open_locked, runtime
 
 
 # %% auto #0
-__all__ = ['OBSERVED', 'CAVEAT', 'LedgerError', 'UsageLedger', 'LedgerSession', 'Advice', 'advice']
+__all__ = ['OBSERVED', 'LedgerError', 'UsageLedger', 'LedgerSession', 'Advice', 'advice']
 
 # %% ../nbs/06_ledger.ipynb #f23869b6
 class LedgerError(ColabT4Error):

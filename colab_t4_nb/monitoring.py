@@ -300,7 +300,7 @@ def _check_sources(sources)->list:
 # %% ../nbs/06a_monitoring.ipynb #f6faa8bb
 def open_source(sources:tuple=('nvml', 'nvidia-smi'), # in the order to try
                 gpus:list|None=None, # GPU indices; default all
-                torch_memory:bool=False, # see `NVMLSource`
+                torch_memory:bool=False, # see NVMLSource
                )->tuple:
     "(the first source that lists a GPU or None, {source: why it was passed over})."
     sources, gpus = _check_sources(sources), _check_gpus(gpus)
@@ -378,7 +378,7 @@ class GPUMonitor:
     def __init__(self, interval:float=1.0, # seconds between samples, at least `MIN_INTERVAL`
                  csv:str|Path|None=None, # append samples to this CSV (its header is written once)
                  gpus:list|None=None, # GPU indices; default all
-                 torch_memory:bool=False, # add the torch allocator's allocated/reserved MiB (see `NVMLSource`)
+                 torch_memory:bool=False, # add the torch allocator's allocated/reserved MiB (see NVMLSource)
                  live:bool=False, # show the latest sample in the notebook, updated in place
                  ledger:str|Path|bool|None=None, # usage ledger file (True: the default file), or a `UsageLedger`
                  sources:tuple=('nvml', 'nvidia-smi'), # where to read, in the order to try
@@ -536,7 +536,7 @@ def sample_once(self:GPUMonitor)->list[tuple]:
 # %% ../nbs/06a_monitoring.ipynb #7701d551
 @patch(as_prop=True)
 def df(self:GPUMonitor)->pd.DataFrame:
-    "The samples kept so far (see `samples_df`)."
+    "The samples kept so far (see samples_df)."
     with self._lock: rows = list(self._rows)
     return samples_df(rows, self.names)
 
@@ -663,7 +663,7 @@ METRICS = ['util_gpu', 'util_mem', 'mem_used_mib', 'temp_c', 'power_w', 'clock_s
 
 # %% ../nbs/06a_monitoring.ipynb #1ef314b6
 def _check_df(df, cols:tuple)->pd.DataFrame:
-    "`df` if it is a samples table (`samples_df`, `GPUMonitor.df`, `read_csv`) with columns `cols`."
+    "`df` if it is a samples table (samples_df, `GPUMonitor.df`, `read_csv`) with columns `cols`."
     table = 'a samples table (GPUMonitor.df or read_csv)'
     check_type('df', df, pd.DataFrame, table, err=MonitorError)
     if missing := [c for c in cols if c not in df.columns]:
@@ -951,7 +951,7 @@ def run_monitor(interval:float=1.0, # seconds between samples
                 plot_path:str|None=None, # save the plot here at the end (.png, .pdf, .svg)
                 every:float=10.0, # print the latest sample every so many seconds (at most once per sample); 0: never
                 ledger:str|None=None, # record the session in this ledger ('' for the default file); None: no ledger
-                sources:tuple=('nvml', 'nvidia-smi'), # see `open_source`
+                sources:tuple=('nvml', 'nvidia-smi'), # see open_source
                 force:bool=False, # replace an existing plot file
                )->int:
     "Monitor, print status lines and a summary, save CSV and plot; the exit status. No GPU: `NoGPUError`."

@@ -535,7 +535,7 @@ def _unlink_all(paths:list, free:bool=False):
 
 # %% ../nbs/05a_persistence.ipynb #c6f10303
 @patch
-def save(self:CheckpointDir, obj, # what to save (see `training_state`)
+def save(self:CheckpointDir, obj, # what to save (see training_state)
          step:int, # training step, used in the file name
          seq:int|None=None, # save number; default one more than the newest here
          run:str|None=None, # the training run, recorded in the trailer; default that of the checkpoints here

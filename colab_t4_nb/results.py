@@ -39,7 +39,7 @@ def results_names()->list[str]:
 
 # %% ../nbs/04a_results.ipynb #4ac5893b
 def results(
-    name:str # a benchmark's name, e.g. 'amp_tensor_core_check'; `results_names()` lists them
+    name:str # a benchmark's name, e.g. 'amp_tensor_core_check'; results_names() lists them
 )->pd.DataFrame:
     ("Every recorded figure of benchmark `name`, one row per run, "
      "nested fields flattened to 'a/b' columns.")

@@ -27,8 +27,8 @@ from .memory import cap_memory
 from .timing import benchmark
 
 # %% auto #0
-__all__ = ['T4_CONSTANTS', 'PUBLISHED', 't4_rehearsal', 'Rehearsal', 'T4Constant', 'count_work', 'T4Estimate', 'estimate_t4',
-           'T4Measurement', 'validation_table', 'reference_rows']
+__all__ = ['T4_CONSTANTS', 'PUBLISHED', 't4_rehearsal', 'Rehearsal', 'T4Constant', 'Op', 'count_work', 'T4Estimate',
+           'estimate_t4', 'T4Measurement', 'validation_table']
 
 # %% ../nbs/03b_t4.ipynb #099229ea
 def _sdpa_t4():
@@ -43,8 +43,8 @@ def _sdpa_t4():
 def t4_rehearsal(bf16:str='warn', # 'warn' (as `amp_choice` does for a T4) or 'error' (refuse it)
                  memory:bool=True, # hold PyTorch to a T4's usable memory (on a GPU with more)
                  verbose:bool=True, # print one line naming what was skipped
-                )->Rehearsal:
-    "A context in which the card at hand behaves for PyTorch as a T4 would; everything is restored on exit."
+                ):
+    "A `Rehearsal`: a context in which the card at hand behaves for PyTorch as a T4 would; everything is restored on exit."
     return Rehearsal(check_choice('bf16', bf16, ('warn', 'error')), check_flag('memory', memory),
                      check_flag('verbose', verbose))
 

@@ -17,8 +17,8 @@ from .core import (ArgumentError, ArgumentTypeError, check_callable, check_int,
                               check_num, check_seq, check_str, check_type)
 
 # %% auto #0
-__all__ = ['h200_reading', 't4_reading', 'fake_nvml', 'missing_nvml', 'fake_smi', 'fake_colab', 'patched', 'failing', 'wait_for',
-           'small_run', 'train_step']
+__all__ = ['h200_reading', 't4_reading', 'FakeNVML', 'fake_nvml', 'missing_nvml', 'fake_smi', 'FakeColab', 'fake_colab',
+           'patched', 'failing', 'wait_for', 'small_run', 'train_step']
 
 # %% ../nbs/00c_testing.ipynb #3f1a4c10
 H200_NVML_JSON = r'''{"driver": "580.159.04", "cuda_driver": 13000, "nvml": "13.580.159.04", "count": 1,
@@ -149,7 +149,7 @@ def _module(name, mod):
 def fake_nvml(readings:list[dict], # one reading per GPU, in `h200_reading()`'s layout
               **kwargs, # passed on to `FakeNVML`
              ):
-    "Context manager: `import pynvml` gives a `FakeNVML` of `readings`."
+    "Context manager: `import pynvml` gives a `FakeNVML` of readings."
     return _module('pynvml', FakeNVML(readings, **kwargs))
 
 # %% ../nbs/00c_testing.ipynb #ea46b01a

@@ -11,14 +11,14 @@ from typing import Callable
 
 import numpy as np
 import torch
-from fastcore.basics import patch
+from fastcore.basics import basic_repr, patch
 
 from .core import runtime, ColabT4Error, MissingPackage, require, ArgumentTypeError, check_flag, check_int, check_num, check_path
 from .amp import AmpChoice, amp_choice, keras_amp
 from .memory import find_batch_size
 from .monitoring import FIELDS, GPUMonitor
 from .checkpoint_format import CheckpointCorrupt, CheckpointWarning
-from .persistence import (CheckpointManager, FolderInUse, ResumableLoader, SessionClock,
+from .persistence import (DEFAULT_EVERY_MINUTES, CheckpointManager, FolderInUse, ResumableLoader, SessionClock,
                                      drive_checkpoints, rng_state, set_rng_state)
 
 
@@ -167,9 +167,7 @@ class _Saver:
             old.ckpt.release()  # a cell run again: the earlier callback's training is over
         _CKPTS[key] = self
 
-    def __repr__(self):
-        return (f'{type(self).__name__}({self.ckpt!r}, saves={self.saves}, '
-                f'resumed_from={self.resumed_from})')
+    __repr__ = basic_repr('ckpt,saves,resumed_from')
 
     def _start(self):
         "Training starts: minutes count from now; our monitor samples (one a crashed run left stops)."
@@ -221,7 +219,7 @@ class HFCallback(_Saver, _Lazy):
     _pkg, _base = 'transformers', 'TrainerCallback'
     def __init__(self, run, # a run name (on Drive in Colab), a folder, or a `CheckpointManager`
                  every_steps:int|None=None, # save every N optimizer steps
-                 every_minutes:float|None=10, # save when this long has passed since the last save
+                 every_minutes:float|None=DEFAULT_EVERY_MINUTES, # save when this long has passed since the last save
                  session:SessionClock|None|bool=None, # default `SessionClock()` in Colab
                  monitor:GPUMonitor|None|bool=None, # for the logs; default one with a GPU
                  clock:Callable=time.monotonic): # seconds, for `every_minutes`; for tests
@@ -357,7 +355,7 @@ class LightningCallback(_Saver, _Lazy):
     _pkg, _module, _base = 'lightning', 'lightning.pytorch', 'Callback'
     def __init__(self, run, # a run name (on Drive in Colab), a folder, or a `CheckpointManager`
                  every_steps:int|None=None, # save every N optimizer steps
-                 every_minutes:float|None=10, # save when this long has passed since the last save
+                 every_minutes:float|None=DEFAULT_EVERY_MINUTES, # save when this long has passed since the last save
                  session:SessionClock|None|bool=None, # default `SessionClock()` in Colab
                  monitor:GPUMonitor|None|bool=None, # for the logger; default one with a GPU
                  clock:Callable=time.monotonic): # seconds, for `every_minutes`; for tests

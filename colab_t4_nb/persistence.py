@@ -16,6 +16,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 import torch
 from fastcore.basics import patch, store_attr
+from fastcore.meta import delegates
 
 from .core import (COLAB_DRIVE, ColabT4Error, ArgumentError, ArgumentTypeError, stop_on_signals,
                               atomic_write, oom_kind, runtime,
@@ -951,9 +952,10 @@ def copy_in(self:CheckpointDir, c:Checkpoint)->Checkpoint:
 # %% ../nbs/05a_persistence.ipynb #e6e360bb
 _TOLD = set()  # local folders drive_checkpoints has named outside Colab
 
+@delegates(CheckpointManager, but=['path', 'keep', 'mirror', 'name'])
 def drive_checkpoints(name:str|None=None, # the run's folder name; default a new one for each run
                       keep:int=3, # checkpoints kept, locally and on Drive
-                      mountpoint:str|Path='/content/drive', # where Colab mounts Drive
+                      mountpoint:str|Path=COLAB_DRIVE, # where Colab mounts Drive
                       folder:str='colab_t4_nb/checkpoints', # folder under MyDrive
                       local:str|Path|None=None, # ./checkpoints/name in Colab, else state_dir()/checkpoints/name
                       **kwargs, # passed to `CheckpointManager`
@@ -982,7 +984,7 @@ def drive_checkpoints(name:str|None=None, # the run's folder name; default a new
     return ckpt
 
 # %% ../nbs/05a_persistence.ipynb #af6672c4
-def flush_drive(mountpoint:str|Path='/content/drive' # where Drive is mounted
+def flush_drive(mountpoint:str|Path=COLAB_DRIVE # where Drive is mounted
                )->bool:
     "In Colab, upload pending writes and unmount Drive (`drive.flush_and_unmount`); elsewhere say so."
     if runtime() != 'colab' or not (check_path('mountpoint', mountpoint)/'MyDrive').is_dir():

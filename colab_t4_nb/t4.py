@@ -9,7 +9,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Callable
 
-from fastcore.basics import patch
+from fastcore.basics import basic_repr, patch
 
 import pandas as pd
 import torch
@@ -98,7 +98,7 @@ class Rehearsal:
             stack.close()
         return False
 
-    def __repr__(self): return f'Rehearsal(device={self.device!r}, applied={self.applied!r}, skipped={self.skipped!r})'
+    __repr__ = basic_repr('device,applied,skipped')
 
     def _repr_markdown_(self):
         lines = [f'**Rehearsing a T4 on {self.device}**'] + [f'- {a}' for a in self.applied]

@@ -72,13 +72,16 @@ def test_cells_with_imports_hold_only_imports():
             if any(isinstance(n, (ast.Import, ast.ImportFrom)) for n in ast.walk(tree)):
                 assert all(isinstance(n, (ast.Import, ast.ImportFrom)) for n in tree.body), f'{nb.name}: imports mixed with code:\n{s[:300]}'
 
-def test_every_page_has_its_colab_badge_and_a_visible_install_cell():
+def test_every_page_has_its_colab_badge_and_its_install_cell():
+    "Colab runs the first cell of a page opened alone; `#| hide` keeps it off the site, which is read, not run."
     import subprocess, sys
     r = subprocess.run([sys.executable, str(ROOT/'tools'/'colab_badges.py'), '--check'], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout
+    r = subprocess.run([sys.executable, str(ROOT/'tools'/'install_cell.py'), '--check'], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
     for nb in sorted((ROOT/'nbs').glob('*.ipynb')):
         install = next(s for t, s in _cells(nb)[:3] if "'-m', 'pip', 'install'" in s)
-        assert '#| hide' not in install, f'{nb.name}: the install cell must be visible (Colab users run it)'
+        assert install.startswith('#| hide\n'), f'{nb.name}: the install cell is hidden from the site'
 
 def test_every_deliberate_error_is_a_colab_t4_error():
     "Core's promise: what the package raises on purpose is a `ColabT4Error` (ArgumentError is also a ValueError)."

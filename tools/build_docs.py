@@ -18,11 +18,6 @@ What this adds around smalldocs, so the site matches what nbdev's links expect:
 - nbdev's links inside signature comments (``# from [`rng_state`](persistence.html#rng_state)``), which
   are Markdown inside a code block and would show literally, made real links;
 - `__name__` in prose and headings kept as text, not read as bold;
-- the install cell at the top of each notebook (for a notebook opened alone in Colab) left out: the
-  site is read, not run, and the cell would fill the search index with the same lines on every page.
-  (Its body was once a `%pip install` line, which nbdev's `clean_magics` deletes like every line
-  starting with `%`, leaving `if ...:` with nothing under it; the cell now calls pip through
-  `subprocess`, so it is whole in `_proc/` and on a Quarto-built site.)
 Exit status 1 if a notebook cannot be processed or smalldocs warns about something other than the
 `output-file` it does not read.
 """
@@ -47,10 +42,6 @@ def front_matter(nb)->dict:
 def page_name(nb_path:Path, fm:dict)->str:
     return fm.get('output-file') or ('index.html' if nb_path.stem == 'index' else nb_path.stem + '.html')
 
-def is_install_cell(c)->bool:
-    "The first cell of every notebook: installs the package when the notebook is opened on its own."
-    return c.cell_type == 'code' and "find_spec('colab_t4_nb') is None" in c.source
-
 _FENCE = re.compile(r'^(```|~~~).*?^\1\s*$', re.M | re.S)
 _SPAN = re.compile(r'(`+).+?\1', re.S)
 _DUNDER = re.compile(r'(?<![\w\\])__(\w+?)__(?!\w)')
@@ -67,11 +58,10 @@ def keep_dunders(md:str)->str:
 _NB_LINK = re.compile(r'(\]\(|href=")(?:\./)?(?:nbs/)?([\w.-]+\.ipynb)(?=[#)"])')
 
 def prepare(nb, staged:dict)->None:
-    "Drop the install cell and `output-file`, link notebooks under their staged names, keep dunders as text."
+    "Drop `output-file`, link notebooks under their staged names, keep dunders as text."
     def nb_links(s): return _NB_LINK.sub(lambda m: m.group(1) + staged.get(m.group(2), m.group(2)), s)
     cells = []
     for c in nb.cells:
-        if is_install_cell(c): continue
         if c.cell_type == 'raw' and c.source.startswith('---'):
             fm = front_matter(nb); fm.pop('output-file', None)
             c.source = '---\n' + yaml.safe_dump(fm, allow_unicode=True, sort_keys=False) + '---\n'

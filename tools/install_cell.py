@@ -4,7 +4,8 @@
     python tools/install_cell.py          # write the cell into every notebook that has one
     python tools/install_cell.py --check  # exit 1, naming the notebooks, if a cell differs
 
-The cell installs the package from the repository named in settings.ini when it is missing. When pip
+The cell installs the package from the repository named in settings.ini when it is missing. It is
+`#| hide`: Colab shows and runs it, the docs site (read, not run) leaves it out like any hidden cell. When pip
 fails (no network, a bad address), the cell stops "Run all" with pip's reason in one line, instead of
 letting the page fail later on a missing module.
 """
@@ -17,7 +18,8 @@ MARK = "find_spec('colab_t4_nb') is None"
 def source()->str:
     c = configparser.ConfigParser(); c.read(ROOT/'settings.ini'); d = c['DEFAULT']
     url = f"git+https://github.com/{d['user']}/{d['repo']}"
-    return f'''#| eval: false
+    return f'''#| hide
+#| eval: false
 import importlib.util, subprocess, sys
 if importlib.util.find_spec('colab_t4_nb') is None:  # a notebook opened on its own, e.g. in Colab
     src = '{url}'

@@ -52,7 +52,6 @@ def render(nb:dict)->str:
         src = ''.join(c['source'])
         d = directives(src)
         if 'hide' in d or d.get('include') == 'false': continue
-        if not title_done and c['cell_type'] == 'code': continue  # the notebook's install cell, for Colab
         if c['cell_type'] == 'markdown':
             if not title_done and src.lstrip().startswith('# '):
                 title, _, rest = src.strip().partition('\n')

@@ -111,6 +111,7 @@ def _installed(name:str)->bool: return find_spec(name) is not None
 # %% ../nbs/04_benchmarks.ipynb #1db2abfe
 COLUMNS = ['card', 'torch', 'precision', 'workload', 'metric', 'value', 'unit', 'note']
 T4_COLUMNS = ['t4_estimate', 't4_low', 't4_high', 't4_method']
+_MEMORY_UNITS = ('samples', 'tokens', 'GiB')  # figures a memory cap decides
 
 # %% ../nbs/04_benchmarks.ipynb #08ff37b2
 @dataclass
@@ -134,12 +135,16 @@ class Context:
 
     def row(self, precision:str, workload:str, metric:str, value:float, unit:str, note:str='',
             t4:tuple|None=None, # the T4 model's (prediction, low, high, method), where it predicts
+            held_to:str|None=None, # the card whose memory the figure was measured under (`cap_memory`)
            )->dict:
         "One result, labelled with this card and torch version."
         _texts(('note',), precision=precision, workload=workload, metric=metric, unit=unit,
                note=note)
         check_type('value', value, numbers.Real, 'a number', err=BenchError)
         check_seq('t4', t4, lo=4, hi=4, none=True, err=BenchError)
+        check_choice('held_to', held_to, list(SPECS), none=True, err=BenchError)
+        if t4 is None and unit in _MEMORY_UNITS and (held_to == 'T4' or self.as_t4):
+            t4 = (value, value, value, 'measured under the T4 memory cap')
         for label, on in (('rehearsing a T4', self.as_t4), ('CPU quick shapes', self.small)):
             if on: note = f'{note}; {label}' if note else label
         pred = dict(zip(T4_COLUMNS, t4)) if t4 else dict(t4_estimate=math.nan, t4_low=math.nan,
@@ -380,6 +385,7 @@ def size_search(fn:Callable, # fn(size) runs one training step
                 min_size:int=1, max_size:int=2**14, # the search's bounds
                 steps:int=2, # training steps each size must survive
                 peak_metric:str='peak memory', # the name of the peak-memory row
+                held_to:str|None=None, # the card whose memory `fn` was held to (`cap_memory`)
                )->pd.DataFrame:
     ("Rows for the largest size at which `fn` trains and the peak memory there; a row saying so "
      "when nothing fits.")
@@ -393,16 +399,18 @@ def size_search(fn:Callable, # fn(size) runs one training step
                            steps=steps, margin=0)
     except NothingFits as e:
         why = f'does not fit even at {min_size} ({e.trials[-1].error} out of memory)'
-        return ctx.rows([ctx.row(precision, workload, metric, math.nan, unit, f'{why}; {note}')])
+        return ctx.rows([ctx.row(precision, workload, metric, math.nan, unit, f'{why}; {note}',
+                                 held_to=held_to)])
     bound = ('' if r.smallest_oom is not None
              else f'; reached max_size={max_size}, the bound of the search, not a memory limit')
     with peak_memory(ctx.device) as pm: ok = try_batch(fn, r.largest_ok, 1).ok
     peak = pm.peak / 2**30 if ok else math.nan
     trials = f'{note}; {len(r.trials)} trials of {steps} steps{bound}'
-    return ctx.rows([ctx.row(precision, workload, metric, r.largest_ok, unit, trials),
+    return ctx.rows([ctx.row(precision, workload, metric, r.largest_ok, unit, trials,
+                             held_to=held_to),
                      ctx.row(precision, workload, peak_metric, peak, 'GiB',
                              f'{note}; at {r.largest_ok}'
-                             + ('' if ctx.cuda else '; not tracked on the CPU'))])
+                             + ('' if ctx.cuda else '; not tracked on the CPU'), held_to=held_to)])
 
 # %% ../nbs/04_benchmarks.ipynb #c8d50b68
 def train_step_fn(model:nn.Module, opt:torch.optim.Optimizer, loss_fn:Callable,
@@ -435,13 +443,14 @@ def train_step_fn(model:nn.Module, opt:torch.optim.Optimizer, loss_fn:Callable,
 @contextmanager
 def _capped(ctx:Context, cap:str|None):
     ("Hold PyTorch's memory to `cap`'s (a T4's by default) inside the block; yields a note saying "
-     "what held.")
-    if not ctx.cuda: yield 'CPU: no memory cap'; return
-    if cap is None: yield 'no memory cap'; return
+     "what held, and the card whose memory held (None when none did).")
+    if not ctx.cuda: yield 'CPU: no memory cap', None; return
+    if cap is None: yield 'no memory cap', None; return
     try: c = cap_memory(cap, ctx.device.index)
-    except ColabT4Error: yield f'no memory cap: this card has less memory than a {cap}'; return
-    try: yield f'under the {cap} memory cap ({c.limit / 2**30:.1f} GiB)'
+    except ColabT4Error: yield f'no memory cap: this card has less memory than a {cap}', None; return
+    try: yield f'under the {cap} memory cap ({c.limit / 2**30:.1f} GiB)', cap
     finally: c.restore()
+
 
 # %% ../nbs/04_benchmarks.ipynb #cf52eb72
 def _check_cap(cap)->str|None:
@@ -474,10 +483,10 @@ def memory_limits(wl:str|Workload='unet', # the workload
         model = w.model(ctx, size)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
         fn = train_step_fn(model, opt, w.loss, p, lambda n: w.data(n, size, ctx.device, ctx.small))
-        with _capped(ctx, cap) as held:
+        with _capped(ctx, cap) as (held, card):
             out.append(size_search(fn, ctx, p, w.name, 'largest batch', 'samples',
                                    f'{w.label(ctx)}, AdamW; {held}',
-                                   start=32, max_size=max_size, steps=steps))
+                                   start=32, max_size=max_size, steps=steps, held_to=card))
         del model, opt, fn
         free_memory()
     return pd.concat(out, ignore_index=True)
@@ -509,12 +518,13 @@ def longest_sequence(wl:str|Workload='bert', # a text workload
         for b in dict.fromkeys(batches):
             fn = train_step_fn(model, opt, w.loss, p,
                                lambda n, b=b: w.data(b, n, ctx.device, ctx.small))
-            with _capped(ctx, cap) as held:
+            with _capped(ctx, cap) as (held, card):
                 out.append(size_search(fn, ctx, p, w.name, f'longest sequence at batch {b}',
                                        'tokens', f'{w.name}, AdamW; {held}',
                                        start=min(512, max_size), min_size=8,
                                        max_size=max_size, steps=steps,
-                                       peak_metric=f'peak memory at longest sequence, batch {b}'))
+                                       peak_metric=f'peak memory at longest sequence, batch {b}',
+                                       held_to=card))
             del fn
             free_memory()
         del model, opt
@@ -780,9 +790,6 @@ GUIDE = pd.DataFrame([dict(card=c, torch='-', precision='not stated', workload=w
     ('K80', 'bert', 'longest sequence', 512, 'tokens')]],
     columns=COLUMNS)
 
-# %% ../nbs/04_benchmarks.ipynb #d187ced6
-_MEMORY_UNITS = ('samples', 'tokens', 'GiB')
-
 # %% ../nbs/04_benchmarks.ipynb #9a968e8d
 def t4_figure(row:dict, # a row of `COLUMNS` + `T4_COLUMNS`
                 spec:GPUSpec|None, # the card it was measured on; None: the CPU or an unknown card
@@ -795,11 +802,11 @@ def t4_figure(row:dict, # a row of `COLUMNS` + `T4_COLUMNS`
     check_type('spec', spec, GPUSpec, 'a GPUSpec (see SPECS)', none=True, err=BenchError)
     v, nan = row['value'], math.nan
     if spec is not None and spec.key == 'T4': return v, v, v, 'measured on a T4'
-    if isinstance(row.get('t4_method'), str) and row['t4_method'].startswith('T4 model'):
-        return row['t4_estimate'], row['t4_low'], row['t4_high'], row['t4_method']
+    # filled as the row was made: the T4 model's prediction, or a figure held to a T4's memory
+    method = row.get('t4_method')
+    if isinstance(method, str) and method and not method.startswith('no estimate'):
+        return row['t4_estimate'], row['t4_low'], row['t4_high'], method
     if row['unit'] in _MEMORY_UNITS:
-        if 'T4 memory cap' in row['note'] or 'rehearsing a T4' in row['note']:
-            return v, v, v, 'measured under the T4 memory cap'
         return nan, nan, nan, 'no estimate: not measured under the T4 memory cap'
     if row['unit'] == 'fraction':
         return nan, nan, nan, "no estimate: a share of this card's ceiling"

@@ -1,8 +1,10 @@
 """Every public function, class and method of the package, called with junk in one argument at a time.
 
 The callables are found, not listed: each module's `__all__` (what it defines itself), each public class's
-constructor and its public methods. For each parameter the test passes values a user gets wrong (None, a bool, a
-string, 0, -1, NaN, infinity, a huge number, an empty list...) while the other arguments keep a working value:
+constructor and its public methods. For each parameter the test passes values a user gets wrong, derived from its
+annotation (`junk_for`): a value of a kind the annotation does not admit (None where it is not optional, a bool,
+a string, a list, an object), and for numbers -1, NaN, infinity and a huge one; a parameter without an annotation
+gets every junk value. The other arguments keep a working value:
 their default (or a value that keeps the call short, `CHEAP`), or for required ones an example chosen by the
 parameter's name (`_examples`) or annotation. Every
 call must either work (and finish within `LIMIT_S`; a result's `str`/`repr` must work too) or raise the
@@ -286,10 +288,39 @@ def outcome(f, kw:dict, name:str, alias:str|None=None, base:tuple|None=None)->st
     except SystemExit as e: return f'SystemExit({e.code})'
     except Exception as e: return f'{type(e).__name__}: {str(e)[:200]}'
 
+def _kinds(p:inspect.Parameter)->set|None:
+    "The kinds of value `p`'s annotation admits ('int', 'float', 'str', 'bool', 'None', 'path', 'seq', ...); None: no annotation."
+    ann = p.annotation
+    if ann is p.empty: return None
+    text = ann if isinstance(ann, str) else getattr(ann, '__name__', str(ann))
+    kinds = set()
+    for part in re.split(r'\s*\|\s*', text.replace('Optional[', '').rstrip(']')):
+        base = re.split(r'[\[ .]', part.strip())[-1 if part.strip().startswith(('torch.', 'pd.', 'np.', 'nn.')) else 0]
+        kinds.add({'NoneType': 'None', 'Path': 'path', 'PathLike': 'path', 'list': 'seq', 'tuple': 'seq',
+                   'Sequence': 'seq', 'Iterable': 'seq', 'dict': 'map', 'Mapping': 'map', 'Callable': 'callable'}
+                  .get(base, base))
+    return kinds
+
 def junk_for(p:inspect.Parameter)->dict:
-    "The junk values to try for `p`, its default aside."
+    "The junk values to try for `p`: of a kind its annotation does not admit, or outside what its kind means; its default aside."
+    kinds = _kinds(p)
+    if kinds is None or not kinds <= {'int', 'float', 'str', 'bool', 'None', 'path', 'seq', 'map', 'callable'}:
+        cand = dict(JUNK)  # no annotation, or a class of its own: every junk value
+    else:
+        cand = {"object()": object()}
+        if 'None' not in kinds: cand['None'] = None
+        if 'bool' not in kinds: cand['True'] = True
+        if not kinds & {'str', 'path'}: cand["'x'"] = 'x'
+        else: cand["''"] = ''
+        if not kinds & {'seq'}: cand['[]'] = []
+        else: cand['()'] = ()
+        if kinds & {'int', 'float'}:  # numbers: below and above what any count or size means
+            cand.update({'-1': -1, '2**40': HUGE})
+            if 'float' in kinds: cand.update({'nan': math.nan, 'inf': math.inf})
+            else: cand['nan'] = math.nan
+        elif not kinds & {'bool'}: cand.update({'0': 0})
     d = p.default
-    return {k: v for k, v in JUNK.items()
+    return {k: v for k, v in cand.items()
             if not (d is not p.empty and type(v) is type(d) and (v == d or (isinstance(v, float) and math.isnan(v) and d != d)))}
 
 def targets(mod:str)->list[tuple[str, object, object]]:

@@ -18,7 +18,7 @@ from fastcore.basics import patch
 from tqdm.auto import tqdm
 
 from .allocation import as_card, NoGPUError, spec_for
-from .core import (ColabT4Error, ArgumentError, MissingPackage, require, check_callable,
+from .core import (LIMITS, ColabT4Error, ArgumentError, MissingPackage, require, check_callable,
                               check_choice, check_flag, check_int, check_num, check_path,
                               check_seq, check_str, check_type)
 from .amp import AmpStep, amp_choice, dtype_name, no_tf32, parse_dtype, plain_amp_step
@@ -102,14 +102,14 @@ def record(self:Check, **extra)->str|None:
                        targets=self.targets.to_dict('records'), **extra)
 
 # %% ../nbs/06c_acceptance.ipynb #521e9194
-# Bounds of the counts and sizes the checks accept, [least, most]: far above any full-size run
-# (BERT-base has 12 layers of 768; a T4 trains ResNet-50 at batches of a few hundred), low enough
-# that a mistyped number is refused at once instead of hanging the session or asking for petabytes.
-LIMITS = {'batch': (1, 2**20), 'seq': (1, 2**17), 'size': (16, 2**14), 'start': (1, 2**24),
-          'steps': (1, 10**4), 'rounds': (1, 100), 'repeats': (1, 10**4), 'warmup': (0, 10**4),
-          'n': (1, 10**4), 'factor': (2, 1024), 'inner': (1, 10**6), 'pairs': (1, 10**4),
-          'gpu': (0, 1023), 'layers': (1, 128), 'd': (1, 2**14), 'heads': (1, 2**10),
-          'ff': (1, 2**16), 'vocab': (1, 2**20), 'width': (1, 2**15), 'depth': (1, 1000)}
+# Each count a check takes, by name: (least, the bound of core's LIMITS it falls under)
+_BOUNDS = {'batch': (1, 'size'), 'seq': (1, 'size'), 'size': (16, 'size'), 'start': (1, 'tokens'),
+           'steps': (1, 'rounds'), 'rounds': (1, 'rounds'), 'repeats': (1, 'rounds'),
+           'warmup': (0, 'rounds'), 'n': (1, 'rounds'), 'factor': (2, 'size'), 'inner': (1, 'tokens'),
+           'pairs': (1, 'rounds'), 'gpu': (0, 'size'), 'layers': (1, 'size'), 'd': (1, 'size'),
+           'heads': (1, 'size'), 'ff': (1, 'size'), 'vocab': (1, 'tokens'), 'width': (1, 'size'),
+           'depth': (1, 'size')}
+
 
 # %% ../nbs/06c_acceptance.ipynb #f10c01a7
 # Seconds, [least, most]: a monitor samples at most every MIN_INTERVAL; an hour is above any block.
@@ -150,7 +150,7 @@ _TYPES = {'model': (nn.Module, 'a torch nn.Module'),
 def _arg(k:str, v):
     "Argument `k` checked by its name."
     E = AcceptanceError
-    if k in LIMITS: return check_int(k, v, *LIMITS[k], err=E)
+    if k in _BOUNDS: return check_int(k, v, _BOUNDS[k][0], LIMITS[_BOUNDS[k][1]], err=E)
     if k in SECONDS: return check_num(k, v, *SECONDS[k], eq=True, err=E)
     if k in _CALLS: return check_callable(k, v, err=E)
     if k in _TYPES: return check_type(k, v, *_TYPES[k], err=E)
@@ -165,7 +165,7 @@ def _arg(k:str, v):
 # %% ../nbs/06c_acceptance.ipynb #8c871bd4
 def _args(none:tuple=(), # names that may also be None (finder, sync, cap, amp and smi always may)
           **kw)->list:
-    "Each of `kw` checked by its name, in order: counts within `LIMITS`, seconds within `SECONDS`."
+    "Each of `kw` checked by its name, in order: counts within core's <code>LIMITS</code>, seconds within `SECONDS`."
     none = (*none, 'finder', 'sync', 'cap', 'amp', 'smi')
     return [None if v is None and k in none else _arg(k, v) for k, v in kw.items()]
 

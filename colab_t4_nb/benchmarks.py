@@ -21,7 +21,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from tqdm.auto import tqdm
 
 from .allocation import as_card, GPUSpec, NoGPUError, SPECS, spec_for
-from .core import (ColabT4Error, oom_kind, stop_on_signals, check_callable,
+from .core import (LIMITS, ColabT4Error, oom_kind, stop_on_signals, check_callable,
                               check_choice, check_flag, check_int, check_num, check_path,
                               check_seq, check_str, check_type)
 from .amp import AmpStep, amp_choice, no_tf32, parse_dtype, plain_amp_step
@@ -42,16 +42,6 @@ __all__ = ['WORKLOADS', 'GUIDE', 'BenchError', 'Context', 'context', 'Workload',
 class BenchError(ColabT4Error, ValueError):
     ("Bad arguments to a benchmark: an unknown workload, one a measurement does not apply to, an "
      "unwritable folder.")
-
-# %% ../nbs/04_benchmarks.ipynb #3a6565ef
-# Each bound is far above what a card trains or a median needs: past it, a typo, never a run
-LIMITS = dict(size=2**17,      # a batch, sequence length, image side or search bound
-              tokens=2**24,    # embedding ids per lookup, or rows of its table (BERT: 30522)
-              elements=2**34,  # one tensor a measurement makes: 64 GiB in fp32
-              rounds=10**4,    # timed rounds or warm-up calls: far more than any median needs
-              steps=1000,      # training steps each size of a search must survive
-              runs=64,         # workloads, precisions or batch sizes measured in one call
-              sets=64)         # id sets an embedding measurement cycles through
 
 # %% ../nbs/04_benchmarks.ipynb #e6d1f1b5
 def _int(name:str, v, key:str='size', lo:int=1, none:bool=False)->int|None:
@@ -393,7 +383,7 @@ def size_search(fn:Callable, # fn(size) runs one training step
     _texts(('note',), precision=precision, workload=workload, metric=metric, unit=unit, note=note,
            peak_metric=peak_metric)
     min_size, start = _int('min_size', min_size), _int('start', start)
-    steps = _int('steps', steps, 'steps')
+    steps = _int('steps', steps, 'rounds')
     max_size = check_int('max_size', max_size, lo=min_size, hi=LIMITS['size'], err=BenchError)
     try: r = find_max_size(fn, start=min(start, max_size), min_size=min_size, max_size=max_size,
                            steps=steps, margin=0)
@@ -474,7 +464,7 @@ def memory_limits(wl:str|Workload='unet', # the workload
                  )->pd.DataFrame:
     "Largest batch that trains and its peak memory, fp32 and AMP, under a T4's memory by default."
     w, ctx, cap = _workload(wl, 'wl'), _ctx(ctx), _check_cap(cap)
-    precisions, steps = _precisions(ctx, precisions), _int('steps', steps, 'steps')
+    precisions, steps = _precisions(ctx, precisions), _int('steps', steps, 'rounds')
     max_size = _int('max_size', max_size, none=True)
     if (skip := _skipped(w, ctx)) is not None: return skip
     size, bs = w.shape(ctx)
@@ -504,7 +494,7 @@ def longest_sequence(wl:str|Workload='bert', # a text workload
      "by default.")
     w, ctx, cap = _workload(wl, 'wl'), _ctx(ctx), _check_cap(cap)
     batches = check_seq('batches', batches, _int, hi=LIMITS['runs'], err=BenchError)
-    precisions, steps = _precisions(ctx, precisions), _int('steps', steps, 'steps')
+    precisions, steps = _precisions(ctx, precisions), _int('steps', steps, 'rounds')
     max_size = check_int('max_size', max_size, lo=8, hi=LIMITS['size'], none=True, err=BenchError)
     if not w.text:
         raise BenchError(f'{w.name!r} has no sequence length; longest_sequence takes one of: '
@@ -599,7 +589,7 @@ def embedding_throughput(ctx:Context|None=None, # where; None: `context()`
                         )->pd.DataFrame:
     "Embedding lookup (forward) throughput in GB/s, and as a fraction of the datasheet bandwidth."
     ctx = _ctx(ctx)
-    vocab, dim, sets = _int('vocab', vocab, 'tokens'), _int('dim', dim), _int('sets', sets, 'sets')
+    vocab, dim, sets = _int('vocab', vocab, 'tokens'), _int('dim', dim), _int('sets', sets, 'runs')
     tokens, rounds = _int('tokens', tokens, 'tokens', none=True), _rounds(ctx, repeats, warmup)
     dtypes = _precisions(ctx, dtypes, 'dtypes')
     if vocab * dim > LIMITS['elements']:

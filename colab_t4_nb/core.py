@@ -77,6 +77,14 @@ def check_int(name:str, # the argument's name, for the message
     if v < lo or (hi is not None and v > hi): raise _refuse(name, v, want, err)
     return int(v)
 
+# %% ../nbs/00_core.ipynb #0927443d
+LIMITS = dict(size=2**17,      # a batch, a sequence length, an image side or width, a search bound
+              tokens=2**24,    # ids in one lookup, rows of an embedding table, a search's first size
+              elements=2**34,  # one tensor a measurement makes: 64 GiB in fp32
+              rounds=10**4,    # timed rounds, warm-up calls, training steps, repeated measurements
+              runs=64)         # workloads, precisions, batch sizes or id sets measured in one call
+
+
 # %% ../nbs/00_core.ipynb #e79f5d51
 def check_num(name:str, # the argument's name, for the message
               v, # its value

@@ -62,22 +62,10 @@ def test_bad_flag_is_a_usage_error(cpu_env):
     r = bench(['--fast'], cpu_env, timeout=60)
     assert r.returncode == 2 and 'usage: colab-t4 bench' in r.stderr, r.stderr
 
-def test_ctrl_c_keeps_and_saves_the_finished_measurements(cpu_env, tmp_path):
-    "Ctrl-C during the second measurement: no traceback, the first one's rows saved, and the message says so."
-    code = ('from colab_t4_nb import benchmarks as B\n'
-            'def interrupted(*a, **k): raise KeyboardInterrupt\n'
-            'B.attention_speedup = interrupted\n'
-            f"raise SystemExit(B.bench_command(['--quick', '--models', 'bert', '--out', {str(tmp_path)!r}]))")
-    r = python(code, cpu_env)
-    assert r.returncode == 130 and 'Traceback' not in r.stderr, r.stderr[-3000:]
-    df = pd.read_csv(tmp_path/'bench.csv')
-    assert set(df.workload) == {'bert'} and 'iterations/s' in set(df.metric), df
-    assert f'stopped by Ctrl-C during attention: the {len(df)} row(s) measured before it are saved in' in r.stderr, r.stderr
-    assert (tmp_path/'bench.png').exists() and 'iterations/s' in r.stdout, r.stdout
-
-@pytest.mark.parametrize('sig', ['SIGTERM', 'SIGHUP'])
-def test_a_signal_keeps_the_finished_measurements_and_a_second_waits(cpu_env, tmp_path, sig):
-    "`timeout` (SIGTERM) or a closed notebook (SIGHUP) stops bench as Ctrl-C does; a second Ctrl-C during the save waits."
+@pytest.mark.parametrize('sig, said', [('SIGINT', 'Ctrl-C'), ('SIGTERM', 'SIGTERM'), ('SIGHUP', 'SIGHUP')])
+def test_a_stop_keeps_and_saves_the_finished_measurements(cpu_env, tmp_path, sig, said):
+    ("Ctrl-C, `timeout` (SIGTERM) or a closed notebook (SIGHUP) during the second measurement: no traceback, "
+     "the first one's rows saved, the message says so; a second Ctrl-C during the save waits for it.")
     code = ('import os, signal, time\n'
             'from colab_t4_nb import benchmarks as B\n'
             f'def stopped(*a, **k): os.kill(os.getpid(), signal.{sig}); time.sleep(10)\n'
@@ -91,4 +79,6 @@ def test_a_signal_keeps_the_finished_measurements_and_a_second_waits(cpu_env, tm
     r = python(code, cpu_env)
     assert r.returncode == 130 and 'Traceback' not in r.stderr, r.stderr[-3000:]
     df = pd.read_csv(tmp_path/'bench.csv')
-    assert f'stopped by {sig} during attention: the {len(df)} row(s) measured before it' in r.stderr
+    assert set(df.workload) == {'bert'} and 'iterations/s' in set(df.metric), df
+    assert f'stopped by {said} during attention: the {len(df)} row(s) measured before it are saved in' in r.stderr, r.stderr
+    assert (tmp_path/'bench.png').exists() and 'iterations/s' in r.stdout, r.stdout

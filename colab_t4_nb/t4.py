@@ -4,8 +4,9 @@
 
 # %% ../nbs/03b_t4.ipynb #53618875
 from __future__ import annotations
-import math, statistics, warnings
+import math, statistics, types, warnings
 from contextlib import ExitStack, contextmanager
+from unittest import mock
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -21,9 +22,10 @@ from torch.utils.flop_counter import flop_registry
 from .allocation import as_card, SPECS
 from .core import (ColabT4Error, ArgumentError, check_callable, check_choice,
                               check_flag, check_int, check_num, check_seq, check_str, check_type)
-from .amp import AmpError, decide_as, no_tf32, parse_dtype
+from .amp import AmpError, EmulatedBF16Warning, decide_as, no_tf32, parse_dtype
+from .kernels import arch
 from .models import Encoder
-from .memory import cap_memory
+from .memory import cap_memory, usable_memory
 from .timing import benchmark
 
 # %% auto #0
@@ -38,6 +40,52 @@ def _sdpa_t4():
         return torch.backends.cuda.sdp_kernel(enable_flash=False, enable_math=True,
                                               enable_mem_efficient=True)
     return sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
+
+# %% ../nbs/03b_t4.ipynb #16ab1182
+def _t4_properties(real)->types.SimpleNamespace:
+    ("What `torch.cuda.get_device_properties` says on a T4: the card's own fields, with a T4's name, "
+     "capability, SMs, memory and per-SM limits.")
+    a, spec = arch((7, 5)), SPECS['T4']
+    fields = {k: getattr(real, k) for k in dir(real) if not k.startswith('_')
+              and not callable(getattr(real, k))}
+    fields.update(name='Tesla T4', major=7, minor=5, multi_processor_count=spec.sms,
+                  total_memory=usable_memory('T4'),  # what the driver reports, not the 16 GB sold
+                  max_threads_per_multi_processor=a.max_warps * a.warp, warp_size=a.warp,
+                  regs_per_multiprocessor=a.regs_per_sm, shared_memory_per_block=48 * 1024,
+                  shared_memory_per_block_optin=a.smem_per_block,
+                  shared_memory_per_multiprocessor=a.smem_per_sm,
+                  L2_cache_size=4 * 2**20)  # TU104: 4 MB of L2 (NVIDIA Turing architecture whitepaper)
+    return types.SimpleNamespace(**fields)
+
+def _t4_reads(refuse_bf16:bool):
+    "A context in which PyTorch's reads of the GPU answer as a T4's, and bf16 autocast on CUDA is told it is emulated."
+    cuda, said = torch.cuda, []
+    real_props, real_free = cuda.get_device_properties, cuda.mem_get_info
+    def props(device=None): return _t4_properties(real_props(device))
+    def free(device=None):
+        f, _ = real_free(device)
+        total = usable_memory('T4')
+        return min(f, max(0, total - cuda.memory_reserved(device))), total
+    enter = torch.amp.autocast_mode.autocast.__enter__
+    def autocast_enter(self):
+        if self.device == 'cuda' and self.fast_dtype == torch.bfloat16 and self._enabled:
+            k = {n: T4_CONSTANTS[f'{n} matmul'].value for n in ('bf16', 'fp32', 'fp16')}
+            why = (f"bf16 autocast while rehearsing a T4: a T4 only emulates bf16 (its bf16 matrix "
+                   f"products run at about {k['bf16']:.1f} TFLOP/s, against {k['fp32']:.1f} in fp32 "
+                   f"and {k['fp16']:.0f} in fp16); use fp16 with a GradScaler, as amp_choice() does "
+                   'for a T4.')
+            if refuse_bf16: raise AmpError(why)
+            if not said: said.append(why); warnings.warn(why, EmulatedBF16Warning, stacklevel=2)
+        return enter(self)
+    stack = ExitStack()
+    for name, fn in (('get_device_capability', lambda device=None: (7, 5)),
+                     ('get_device_name', lambda device=None: 'Tesla T4'),
+                     ('get_device_properties', props), ('mem_get_info', free),
+                     ('is_bf16_supported', lambda including_emulation=True: bool(including_emulation))):
+        stack.enter_context(mock.patch.object(cuda, name, fn))
+    stack.enter_context(mock.patch.object(torch.amp.autocast_mode.autocast, '__enter__', autocast_enter))
+    return stack
+
 
 # %% ../nbs/03b_t4.ipynb #b92fd8af
 def t4_rehearsal(bf16:str='warn', # 'warn' (as `amp_choice` does for a T4) or 'error' (refuse it)
@@ -77,6 +125,11 @@ class Rehearsal:
             self.applied.append('TF32 off for matrix products and cuDNN')
             stack.enter_context(_sdpa_t4())
             self.applied.append('attention kernels: memory-efficient and math (no flash)')
+            if cuda:
+                stack.enter_context(_t4_reads(self.bf16 == 'error'))
+                self.applied.append("device reads answer as a T4's: capability (7, 5), 'Tesla T4', "
+                                    '40 SMs, 15.0 GiB, bf16 emulated, not native')
+            else: self.skipped.append('device reads (no CUDA GPU here)')
             if not cuda: self.skipped.append('memory cap (no CUDA GPU here)')
             elif not self.memory: self.skipped.append('memory cap (memory=False)')
             else:

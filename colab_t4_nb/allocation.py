@@ -243,8 +243,8 @@ class Card:
     type:str                # 'cuda', 'cpu' or another torch device type ('meta')
     name:str                # the driver's name ('Tesla T4'), a table key ('T4'), or 'the CPU'
     cc:tuple|None = None    # compute capability (major, minor); None: the CPU, or not known
-    spec:object = None      # its spec-table row (`GPUSpec`); None: not in the table
-    device:object = None    # its torch device on this runtime; None: a card named, not here
+    spec:GPUSpec|None = None  # its spec-table row; None: not in the table
+    device:object = None      # its torch.device on this runtime; None: a card named, not here
 
     def __str__(self):
         cc = self.cc if isinstance(self.cc, tuple) and len(self.cc) == 2 else None

@@ -125,16 +125,16 @@ class Rehearsal:
             self.applied.append('TF32 off for matrix products and cuDNN')
             stack.enter_context(_sdpa_t4())
             self.applied.append('attention kernels: memory-efficient and math (no flash)')
-            if cuda:
+            if not cuda:
+                self.skipped += ['device reads (no CUDA GPU here)', 'memory cap (no CUDA GPU here)']
+            else:
                 stack.enter_context(_t4_reads(self.bf16 == 'error'))
                 self.applied.append("device reads answer as a T4's: capability (7, 5), 'Tesla T4', "
                                     '40 SMs, 15.0 GiB, bf16 emulated, not native')
-            else: self.skipped.append('device reads (no CUDA GPU here)')
-            if not cuda: self.skipped.append('memory cap (no CUDA GPU here)')
-            elif not self.memory: self.skipped.append('memory cap (memory=False)')
-            else:
-                try: self.applied.append(f'memory held to a T4: {stack.enter_context(cap_memory("T4"))}')
-                except ColabT4Error as e: self.skipped.append(f'memory cap ({e})')
+                if not self.memory: self.skipped.append('memory cap (memory=False)')
+                else:
+                    try: self.applied.append(f'memory held to a T4: {stack.enter_context(cap_memory("T4"))}')
+                    except ColabT4Error as e: self.skipped.append(f'memory cap ({e})')
             self._stack, self._left = stack.pop_all(), False
         _OPEN.append(self)
         if self.verbose and self.skipped:

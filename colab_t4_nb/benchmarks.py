@@ -310,6 +310,11 @@ def peak_tflops(device, # the card (see `as_card`): 'T4', a spec row, a device h
 # %% ../nbs/04_benchmarks.ipynb #b883e5f5
 def _amp_name(ctx:Context)->str: return amp_choice(ctx.device).name
 
+# what a T4 trains in (fp16 with a GradScaler): its column predicts that, also on a bf16 card
+_T4_AMP = amp_choice('T4').name
+_AS_T4 = f'in {_T4_AMP} + GradScaler, as a T4 trains (it has no native bf16)'
+
+
 # %% ../nbs/04_benchmarks.ipynb #b993e9b7
 def _t4(est:T4Estimate, # the T4 model's prediction for one call
         figure:Callable, # figure(ms per call) -> the row's value, e.g. iterations/s
@@ -348,17 +353,20 @@ def train_speed(wl:str|Workload='unet', # the workload
     calls = {p: functools.partial(AmpStep(model, opt, w.loss, p), *data) for p in ('fp32', amp)}
     with no_tf32(): t = benchmark(calls, *rounds, ctx.device.type)
     est = {p: _predict(c) for p, c in calls.items()}
+    if ctx.cuda and amp != _T4_AMP:  # a bf16 GPU: a T4 would run this step in fp16
+        est[amp] = _predict(functools.partial(AmpStep(model, opt, w.loss, _T4_AMP), *data))
     rows, note = [], w.describe(ctx, bs)
     for p in calls:
         ms, peak, e = t.median(p), peak_tflops(ctx.spec or ctx.device, p), est[p]
+        what = f'step {_AS_T4}' if ctx.cuda and p not in ('fp32', _T4_AMP) else 'step'
         tf = per * bs / ms / 1e9
         rows += [ctx.row(p, w.name, 'iterations/s', 1e3 / ms, 'it/s', note,
-                         _t4(e, lambda m: 1e3 / m, 'step')),
+                         _t4(e, lambda m: 1e3 / m, what)),
                  ctx.row(p, w.name, 'samples/s', bs * 1e3 / ms, 'samples/s', note,
-                         _t4(e, lambda m: bs * 1e3 / m, 'step')),
+                         _t4(e, lambda m: bs * 1e3 / m, what)),
                  ctx.row(p, w.name, 'achieved TFLOP/s', tf, 'TFLOP/s',
                          f'{note}; {per * bs / 1e9:.4g} GFLOP per step, counted',
-                         _t4(e, lambda m: per * bs / m / 1e9, 'step'))]
+                         _t4(e, lambda m: per * bs / m / 1e9, what))]
         if peak:
             rows.append(ctx.row(p, w.name, 'of datasheet peak', tf / peak, 'fraction',
                                 f'peak {peak:g} TFLOP/s {p}'))
@@ -563,9 +571,12 @@ def attention_speedup(ctx:Context|None=None, # where; None: `context()`
                               ('SDPA', F.scaled_dot_product_attention))}
     with no_tf32(): t = benchmark(calls, *rounds, ctx.device.type)
     shape = f'batch {b}, {h} heads of {d}, sequence {s}'
-    est = {k: _predict(c) for k, c in calls.items()}
+    # a T4 runs bf16 code in fp16 (emulated bf16 is slower than fp32 there): its column says so
+    est = {k: _predict(calls[k.replace('bf16', _T4_AMP) if k.replace('bf16', _T4_AMP) in calls
+                             else k]) for k in calls}
+    what = lambda k: f'call {_AS_T4}' if ctx.cuda and 'bf16' in k else 'call'
     rows = [ctx.row(k.split()[0], 'bert', f'attention fwd+bwd, {k.split()[1]}', t.median(k), 'ms',
-                    shape, _t4(est[k], lambda m: m)) for k in calls]
+                    shape, _t4(est[k], lambda m: m, what(k))) for k in calls]
     for dt in [k.split()[0] for k in calls if k.endswith('SDPA') and not k.startswith('fp32')]:
         # on the CPU, half-precision SDPA against fp32 explicit code says nothing about a GPU
         if ctx.cuda:
@@ -724,6 +735,10 @@ def recipe(wl:str|Workload='hf-bert', # the workload
     t = benchmark(calls, repeats, wu, ctx.device.type)
     # compiled code is not counted
     est = {k: _predict(c) for k, c in calls.items() if 'compile' not in k}
+    if ctx.cuda and rec.choice.name != _T4_AMP:  # a bf16 GPU: the recipe a T4 would run
+        t4_recipe = recipe_step(w.model(ctx, size), w.loss, dtype=_T4_AMP)
+        est['recipe'] = _predict(functools.partial(t4_recipe, *data))
+        est[ceiling] = _predict(_matmul_call(ctx, _T4_AMP, n))
     return _recipe_rows(ctx, w, t, steps, calls, per, bs, ceiling, n, plain_dt, est)
 
 # %% ../nbs/04_benchmarks.ipynb #9e123364
@@ -732,7 +747,10 @@ def _recipe_rows(ctx, w, t, steps, calls, per, bs, ceiling, n, plain_dt, est)->p
      "peak memory per variant.")
     top = 2 * n**3 / t.median(ceiling) / 1e9
     note = w.describe(ctx, bs)
-    pred = lambda k, f, what='step': _t4(est[k], f, what) if k in est else None
+    as_t4 = ctx.cuda and steps['recipe'][1] != _T4_AMP  # recipe and ceiling predicted in a T4's precision
+    def pred(k, f, what='step'):
+        if k not in est: return None
+        return _t4(est[k], f, f'{what} {_AS_T4}' if as_t4 and k in ('recipe', ceiling) else what)
     rows = [ctx.row(steps['recipe'][1], w.name, 'matmul ceiling', top, 'TFLOP/s',
                     f'{n}x{n} matrix product, same run',
                     pred(ceiling, lambda m: 2 * n**3 / m / 1e9, 'product'))]

@@ -4,7 +4,7 @@
 
 # %% ../nbs/03b_t4.ipynb #53618875
 from __future__ import annotations
-import math, statistics, types, warnings
+import math, statistics, sys, types, warnings
 from contextlib import ExitStack, contextmanager
 from unittest import mock
 from dataclasses import dataclass, field
@@ -57,6 +57,14 @@ def _t4_properties(real)->types.SimpleNamespace:
                   L2_cache_size=4 * 2**20)  # TU104: 4 MB of L2 (NVIDIA Turing architecture whitepaper)
     return types.SimpleNamespace(**fields)
 
+def _forget_reads():
+    ("Empty the caches in which transformers keeps its answers to device reads (`is_torch_tf32_available` "
+     "and the like are `lru_cache`d in some versions), so they read again.")
+    hf = sys.modules.get('transformers.utils.import_utils')
+    for name in dir(hf) if hf else ():
+        if name.startswith(('is_torch_', 'is_flash_attn')):
+            getattr(getattr(hf, name), 'cache_clear', lambda: None)()
+
 def _t4_reads(refuse_bf16:bool):
     "A context in which PyTorch's reads of the GPU answer as a T4's, and bf16 autocast on CUDA is told it is emulated."
     cuda, said = torch.cuda, []
@@ -78,6 +86,7 @@ def _t4_reads(refuse_bf16:bool):
             if not said: said.append(why); warnings.warn(why, EmulatedBF16Warning, stacklevel=2)
         return enter(self)
     stack = ExitStack()
+    stack.callback(_forget_reads); _forget_reads()  # answers cached from the real card go, both ways
     for name, fn in (('get_device_capability', lambda device=None: (7, 5)),
                      ('get_device_name', lambda device=None: 'Tesla T4'),
                      ('get_device_properties', props), ('mem_get_info', free),
@@ -127,14 +136,14 @@ class Rehearsal:
             self.applied.append('attention kernels: memory-efficient and math (no flash)')
             if not cuda:
                 self.skipped += ['device reads (no CUDA GPU here)', 'memory cap (no CUDA GPU here)']
-            else:
-                stack.enter_context(_t4_reads(self.bf16 == 'error'))
-                self.applied.append("device reads answer as a T4's: capability (7, 5), 'Tesla T4', "
-                                    '40 SMs, 15.0 GiB, bf16 emulated, not native')
+            else:  # the cap first: it reads the real card's memory, which the reads then hide
                 if not self.memory: self.skipped.append('memory cap (memory=False)')
                 else:
                     try: self.applied.append(f'memory held to a T4: {stack.enter_context(cap_memory("T4"))}')
                     except ColabT4Error as e: self.skipped.append(f'memory cap ({e})')
+                stack.enter_context(_t4_reads(self.bf16 == 'error'))
+                self.applied.append("device reads answer as a T4's: capability (7, 5), 'Tesla T4', "
+                                    '40 SMs, 15.0 GiB, bf16 emulated, not native')
             self._stack, self._left = stack.pop_all(), False
         _OPEN.append(self)
         if self.verbose and self.skipped:

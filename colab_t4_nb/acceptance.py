@@ -335,9 +335,8 @@ def finder_race(step:Callable, # `step(batch_size)`: one training step, on `devi
 # %% ../nbs/06c_acceptance.ipynb #bd9767e9
 def resnet50_step(amp:str|None='fp16', # autocast dtype, or None for fp32
                   device='cuda')->Callable:
-    "`step(batch_size)`: a training step of torchvision's ResNet-50 at 224x224, SGD with momentum."
+    "`step(batch_size)`: a training step of ResNet-50 v1.5 (`models.resnet50`) at 224x224, SGD with momentum."
     amp, = _args(amp=amp)
-    require('torchvision', 'resnet50_step')  # said first, on a GPU runtime or not
     device, = _args(device=device)
     torch.manual_seed(0)
     model = resnet50().to(device)

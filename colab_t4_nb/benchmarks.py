@@ -245,10 +245,10 @@ WORKLOADS = {w.name: w for w in [
              lambda b, size, dev, small: cls_batch(b, size, vocab=1000 if small else 30522,
                                                    device=dev),
              seq_cls_loss, 512, 8, 64, 2, text=True, needs='transformers'),
-    Workload('resnet50', 'torchvision ResNet-50 at 224x224', 'ResNet-50 at 64x64',
+    Workload('resnet50', 'ResNet-50 v1.5 at 224x224', 'ResNet-50 at 64x64',
              lambda small, size, **kw: resnet50(),
              lambda b, size, dev, small: _images(b, size, dev), F.cross_entropy,
-             224, 32, 64, 2, needs='torchvision'),
+             224, 32, 64, 2),
 ]}
 
 # %% ../nbs/04_benchmarks.ipynb #369d3afb

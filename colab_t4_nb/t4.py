@@ -24,7 +24,7 @@ from .core import (ColabT4Error, ArgumentError, check_callable, check_choice,
                               check_flag, check_int, check_num, check_seq, check_str, check_type)
 from .amp import AmpError, EmulatedBF16Warning, decide_as, no_tf32, parse_dtype
 from .kernels import arch
-from .models import Encoder
+from .models import Encoder, resnet50, resnext101_32x4d
 from .memory import cap_memory, usable_memory
 from .timing import benchmark
 
@@ -431,76 +431,6 @@ def estimate_t4(fn:Callable, # the work to predict, e.g. a training step or a mo
     return T4Estimate(float(d.ms.sum()), float(lo.ms.sum()), float(hi.ms.sum()), _bound(d),
                       measured, where, d)
 
-# %% ../nbs/03b_t4.ipynb #d5520e90
-def _squeeze_excite(c:int)->nn.Sequential:
-    "Channel weights from the pooled input, through 16 channels, as DeepLearningExamples builds SE."
-    return nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c, 16), nn.ReLU(inplace=True),
-                         nn.Linear(16, c), nn.Sigmoid())
-
-# %% ../nbs/03b_t4.ipynb #efe2c4ef
-class Bottleneck(nn.Module):
-    "ResNet v1.5 bottleneck (stride on the 3x3 convolution); `groups` makes it ResNeXt's, `se` adds SE."
-    def __init__(self, cin:int, width:int, stride:int=1,
-                 groups:int=1, # groups of the 3x3 convolution: 32 for ResNeXt101-32x4d
-                 expansion:int=4, # output channels per bottleneck channel: 4 for ResNet, 2 for ResNeXt
-                 se:bool=False, # squeeze-and-excitation to 16 channels, as DeepLearningExamples builds it
-                ):
-        cin, width = check_int('cin', cin, lo=1, hi=16384), check_int('width', width, lo=1, hi=4096)
-        stride, groups = check_int('stride', stride, lo=1, hi=8), check_int('groups', groups, lo=1)
-        expansion, se = check_int('expansion', expansion, lo=1, hi=16), check_flag('se', se)
-        if width % groups:
-            raise ArgumentError(f'width={width} is not a multiple of groups={groups}: '
-                                'pick groups that divide width.')
-        super().__init__()
-        cout = width * expansion
-        self.body = nn.Sequential(
-            nn.Conv2d(cin, width, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(inplace=True),
-            nn.Conv2d(width, width, 3, stride, 1, groups=groups, bias=False), nn.BatchNorm2d(width),
-            nn.ReLU(inplace=True),
-            nn.Conv2d(width, cout, 1, bias=False), nn.BatchNorm2d(cout))
-        self.se = _squeeze_excite(cout) if se else None
-        self.down = (nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
-                                   nn.BatchNorm2d(cout))
-                     if stride != 1 or cin != cout else nn.Identity())
-
-# %% ../nbs/03b_t4.ipynb #ee73592e
-@patch
-def forward(self:Bottleneck, x):
-    cin = self.body[0].in_channels
-    check_type('x', x, torch.Tensor, 'a tensor (batch, channels, height, width)')
-    if x.ndim != 4 or x.shape[1] != cin:
-        raise ArgumentError(f'x must be a 4-d tensor with {cin} channels, '
-                            f'got shape {tuple(x.shape)}.')
-    y = self.body(x)
-    if self.se is not None: y = y * self.se(y)[:, :, None, None]
-    return F.relu(y + self.down(x), inplace=True)
-
-# %% ../nbs/03b_t4.ipynb #fa54cc38
-def _resnet(blocks:tuple, width:int, groups:int, expansion:int, se:bool, num_classes:int):
-    "Stem, four stages of `Bottleneck`s (widths doubling from `width`), pooled linear head."
-    layers, cin = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(inplace=True),
-                   nn.MaxPool2d(3, 2, 1)], 64
-    for stage, n in enumerate(blocks):
-        for i in range(n):
-            stride = 2 if stage and not i else 1
-            layers.append(Bottleneck(cin, width << stage, stride, groups, expansion, se))
-            cin = (width << stage) * expansion
-    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, num_classes))
-
-# %% ../nbs/03b_t4.ipynb #922a248e
-def resnet50_v15(num_classes:int=1000)->nn.Sequential:
-    "ResNet-50 v1.5 (torchvision's layout) with random weights, from plain torch."
-    num_classes = check_int('num_classes', num_classes, lo=1, hi=100_000)  # ImageNet-21k: 21,841
-    return _resnet((3, 4, 6, 3), 64, 1, 4, False, num_classes)
-
-# %% ../nbs/03b_t4.ipynb #491b2bc5
-def resnext101_32x4d(se:bool=False, # squeeze-and-excitation in every block: SE-ResNeXt101-32x4d
-                     num_classes:int=1000)->nn.Sequential:
-    "ResNeXt101-32x4d (32 groups of 4 channels in the first stage) with random weights, plain torch."
-    check_flag('se', se)
-    num_classes = check_int('num_classes', num_classes, lo=1, hi=100_000)
-    return _resnet((3, 4, 23, 3), 128, 32, 2, se, num_classes)
-
 # %% ../nbs/03b_t4.ipynb #2a966bfd
 def bert_qa(size:str='base')->nn.Module:
     ("BERT-base or BERT-large with a SQuAD head (start and end logits), from `Encoder`, "
@@ -667,7 +597,7 @@ class T4Measurement:
 def _build(model:str, dtype:str, batch:int, seq:int|None)->Callable:
     "build(device) -> (fn, args) for a workload of `T4_TABLES`."
     if model in _CONVNETS:
-        net = {'ResNet-50 v1.5': resnet50_v15, 'ResNeXt101-32x4d': resnext101_32x4d,
+        net = {'ResNet-50 v1.5': resnet50, 'ResNeXt101-32x4d': resnext101_32x4d,
                'SE-ResNeXt101-32x4d': lambda: resnext101_32x4d(se=True)}[model]
         return _inference(net, (batch, 3, 224, 224), dtype)
     size = model.split()[0].removeprefix('BERT-')

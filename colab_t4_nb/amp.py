@@ -28,8 +28,8 @@ from .models import Encoder, token_batch, token_loss
 
 # %% auto #0
 __all__ = ['AmpError', 'SkippedStepsError', 'EmulatedBF16Warning', 'SlowAMPWarning', 'AmpChoice', 'amp_choice', 'decide_as',
-           'AmpStep', 'autocast_ops', 'in_fp32', 'softmax32', 'no_tf32', 'TensorCoreCheck', 'tensor_core_check',
-           'amp_report', 'step_anatomy', 'lint_dims', 'keras_amp']
+           'AmpStep', 'autocast_ops', 'in_fp32', 'softmax32', 'no_tf32', 'tensor_core_check', 'amp_report',
+           'step_anatomy', 'lint_dims', 'keras_amp']
 
 # %% ../nbs/01_amp.ipynb #560705ae
 class AmpError(ColabT4Error, ValueError):

@@ -29,8 +29,8 @@ from .memory import cap_memory, usable_memory
 from .timing import benchmark
 
 # %% auto #0
-__all__ = ['T4_CONSTANTS', 'PUBLISHED', 't4_rehearsal', 'Rehearsal', 'T4Constant', 'Op', 'count_work', 'T4Estimate',
-           'estimate_t4', 'T4Measurement', 'validation_table']
+__all__ = ['T4_CONSTANTS', 'PUBLISHED', 't4_rehearsal', 'Rehearsal', 'T4Constant', 'count_work', 'T4Estimate', 'estimate_t4',
+           'T4Measurement', 'validation_table']
 
 # %% ../nbs/03b_t4.ipynb #099229ea
 def _sdpa_t4():

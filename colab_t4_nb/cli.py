@@ -65,6 +65,60 @@ def info_text(d:dict # an `info_dict`
         out += ['CUDA build', *('  ' + l for l in str(CudaCompat(**d['cuda_compat'])).splitlines())]
     return '\n'.join(out)
 
+# %% ../nbs/07_cli.ipynb #1b62d810
+_PLAN_MODELS = ('gpt2', 'bert-base', 'vit-base', 't5-small', 'llama-1b')  # `MODELS` of the plan page
+_PLAN_TASKS = ('causal-lm', 'seq-cls', 'masked-lm', 'image-cls', 'seq2seq')  # its `TASKS`
+_PLAN_OPTIMIZERS = ('adamw', 'sgd', 'adafactor', 'adamw8bit')  # its `OPTIMIZERS`
+
+def _plan_parser(sub):
+    "The `plan` subcommand's arguments; its choices are the plan page's, named here so --help needs no PyTorch."
+    pl = sub.add_parser('plan', help='will a training run fit a T4, at which batch, how long, how many '
+                        'sessions (no GPU needed)')
+    what = pl.add_mutually_exclusive_group(required=True)
+    what.add_argument('--config', help='a transformers config.json, as save_pretrained writes it')
+    what.add_argument('--model', choices=_PLAN_MODELS, help='a model built from its config class')
+    pl.add_argument('--task', choices=_PLAN_TASKS, help='the head and the batch (default: the model\'s)')
+    pl.add_argument('--seq', type=int, help='tokens per sample (default: 512, or the model\'s limit)')
+    pl.add_argument('--image-size', type=int, help='image side (default: the config\'s)')
+    pl.add_argument('--batch', type=int, default=8, help='samples per step (default: 8)')
+    pl.add_argument('--optimizer', choices=_PLAN_OPTIMIZERS, default='adamw', help='(default: adamw)')
+    pl.add_argument('--precision', choices=('fp16', 'bf16', 'fp32'),
+                    help="default: the card's choice (fp16 with loss scaling on a T4)")
+    pl.add_argument('--checkpointing', action='store_true', help='gradient checkpointing')
+    pl.add_argument('--lora-rank', type=int, help='LoRA of this rank on the default target modules, '
+                    'over a frozen base held in fp16')
+    pl.add_argument('--samples', type=int, help='samples in one epoch (default: no run time)')
+    pl.add_argument('--epochs', type=float, default=1.0, help='passes over them (default: 1)')
+    pl.add_argument('--device', default='T4', help='the card to plan for (default: T4)')
+    pl.add_argument('--json', action='store_true', help='print one JSON object')
+
+# %% ../nbs/07_cli.ipynb #e84da674
+def _read_config(path:str):
+    "The transformers config in the JSON file `path` (or the folder holding config.json)."
+    from pathlib import Path
+    from colab_t4_nb.core import require
+    transformers = require('transformers', 'colab-t4 plan --config')
+    if not Path(path).exists():
+        raise ArgumentError(f'--config {path}: no such file. Pass the config.json that '
+                            'save_pretrained wrote, or --model NAME.')
+    try: return transformers.AutoConfig.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError, KeyError) as e:
+        raise ArgumentError(f'--config {path} is not a transformers config ({e}).') from None
+
+def _plan(args:argparse.Namespace)->int:
+    "Carry out `plan`: build the config, plan the run, print a table or one JSON object."
+    import types
+    from colab_t4_nb.plan import model_config, plan_run
+    config, task = model_config(args.model) if args.model else (_read_config(args.config), None)
+    lora = None if args.lora_rank is None else types.SimpleNamespace(r=args.lora_rank, target_modules=None)
+    p = plan_run(config, batch=args.batch, seq=args.seq, image_size=args.image_size, task=args.task or task,
+                 optimizer=args.optimizer, precision=args.precision, checkpointing=args.checkpointing,
+                 lora=lora, device=args.device, samples=args.samples, epochs=args.epochs)
+    if args.json: print(json.dumps(p.as_dict(), indent=1))
+    else: print('\n'.join([p.verdict, p.setup] + [f"  {k.strip('*'):<14} {v.replace('**', '')}"
+                                                 for k, v in p.as_rows()]))
+    return 0
+
 # %% ../nbs/07_cli.ipynb #7986281a
 def _parser()->argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog='colab-t4',
@@ -98,6 +152,7 @@ def _parser()->argparse.ArgumentParser:
                    help='record the session in the usage ledger '
                    '(default file: in the state folder)')
     m.add_argument('--force', action='store_true', help='replace an existing --plot file')
+    _plan_parser(sub)
     return p
 
 # %% ../nbs/07_cli.ipynb #a20c9e1b
@@ -109,7 +164,7 @@ def _shell_hint(e:Exception)->str:
 
 # %% ../nbs/07_cli.ipynb #b7c1e2a4
 def _run(args:argparse.Namespace)->int:
-    "Carry out a parsed `info`, `ensure` or `monitor`, importing only what that command needs."
+    "Carry out a parsed `info`, `ensure`, `plan` or `monitor`, importing only what that command needs."
     if args.cmd == 'info':
         d = info_dict()
         print(json.dumps(d, indent=1) if args.json else info_text(d))
@@ -117,6 +172,7 @@ def _run(args:argparse.Namespace)->int:
         from colab_t4_nb.allocation import ensure_gpu
         gpus = ensure_gpu(args.want, budget=args.budget, budget_path=args.budget_path)
         print(f"OK: {', '.join(g.name for g in gpus)}")
+    elif args.cmd == 'plan': return _plan(args)
     elif args.cmd == 'monitor':
         from colab_t4_nb.monitoring import run_monitor
         return run_monitor(args.interval, args.duration, args.csv, args.plot, every=args.every,

@@ -1,0 +1,250 @@
+#!/usr/bin/env python3
+"""Check `plan_run`'s memory predictions against real training steps on a CUDA GPU.
+
+    python tools/plan_check.py OUT.jsonl            # on a CUDA machine (an H200), inside t4_rehearsal()
+    python tools/plan_check.py OUT.jsonl --dry-run  # anywhere: build each setup on meta tensors, plan it
+    python tools/plan_check.py OUT.jsonl --only gpt2 vit-base-ckpt   # a few setups
+
+For each training setup (GPT-2, BERT, T5, ViT, the TinyLlama-shaped 1.1B model with LoRA through peft,
+a small diffusers UNet2DConditionModel; with and without gradient checkpointing; AdamW and SGD) it
+writes one JSON line to OUT.jsonl and prints a table:
+
+- `measured_gib`: `torch.cuda.max_memory_allocated` over the second of two real training steps
+  (random weights, random data, fp16 autocast with a GradScaler, as on a T4), after
+  `reset_peak_memory_stats`; `reserved_gib` is `max_memory_reserved` over the same step;
+- `plan_alloc_gib`: the plan's peak without the allocator's slack and the CUDA context, which is what
+  `max_memory_allocated` counts; `plan_gib`: the whole plan; `plan_parts_gib`: its parts;
+- `accelerate_gib`: `accelerate estimate-memory`'s training figure for the same model
+  (`estimate_training_usage` on `calculate_maximum_sizes`, fp16: the largest of its stages);
+- `largest_measured`: `find_batch_size` under the rehearsal's T4 cap (largest size that ran);
+  `largest_planned_cap`: the plan's largest batch under that cap, which holds the allocator's reserved
+  memory but not the CUDA context (from the plan's line, less its context);
+  `largest_planned`: the plan's answer for a real T4;
+- `context_mib`: device memory in use minus PyTorch's reserved memory, once, before the setups:
+  the CUDA context, to calibrate `CONTEXT_MIB`; `slack` = reserved / allocated - 1, to calibrate `SLACK`.
+
+One setup failing does not stop the others: its line holds the error. The whole run is meant to
+finish within 8 minutes on an H200; each setup's batch search is bounded.
+Needs: torch with CUDA, transformers, accelerate; peft (the LoRA setups) and diffusers (the UNet
+setups) where installed, else those lines record why they were skipped.
+"""
+from __future__ import annotations
+import argparse, functools, gc, json, sys, time, traceback, types
+from importlib.util import find_spec
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from colab_t4_nb.plan import model_config, plan_run  # noqa: E402
+
+GiB = 2**30
+
+def _unet(device):
+    from diffusers import UNet2DConditionModel
+    with torch.device(device):
+        return UNet2DConditionModel(sample_size=32, in_channels=4, out_channels=4, layers_per_block=1,
+                                    block_out_channels=(128, 256, 256), cross_attention_dim=256,
+                                    down_block_types=('CrossAttnDownBlock2D', 'CrossAttnDownBlock2D', 'DownBlock2D'),
+                                    up_block_types=('UpBlock2D', 'CrossAttnUpBlock2D', 'CrossAttnUpBlock2D'),
+                                    attention_head_dim=8)
+
+def _unet_batch(b, device):
+    return dict(sample=torch.randn(b, 4, 32, 32, device=device),
+                timestep=torch.randint(0, 1000, (b,), device=device),
+                encoder_hidden_states=torch.randn(b, 77, 256, device=device))
+
+def _unet_loss(out, x): return F.mse_loss(out.sample.float(), x['sample'].float())
+
+# name, model, task, batch, seq (or image side), optimizer, checkpointing, lora rank, search bound
+SETUPS = [('gpt2', 'gpt2', 'causal-lm', 8, 512, 'adamw', False, None, 64),
+          ('gpt2-ckpt', 'gpt2', 'causal-lm', 8, 512, 'adamw', True, None, 128),
+          ('bert-cls', 'bert-base', 'seq-cls', 16, 256, 'adamw', False, None, 256),
+          ('bert-mlm-ckpt-sgd', 'bert-base', 'masked-lm', 8, 512, 'sgd', True, None, 256),
+          ('t5-small', 't5-small', 'seq2seq', 16, 256, 'adamw', False, None, 256),
+          ('t5-small-ckpt-sgd', 't5-small', 'seq2seq', 16, 256, 'sgd', True, None, 512),
+          ('vit-base', 'vit-base', 'image-cls', 32, 224, 'adamw', False, None, 256),
+          ('vit-base-ckpt-sgd', 'vit-base', 'image-cls', 32, 224, 'sgd', True, None, 512),
+          ('llama-1b-lora', 'llama-1b', 'causal-lm', 4, 512, 'adamw', False, 8, 64),
+          ('llama-1b-lora-ckpt', 'llama-1b', 'causal-lm', 8, 512, 'adamw', True, 8, 256),
+          ('unet', 'unet', None, 8, 32, 'adamw', False, None, 512),
+          ('unet-ckpt-sgd', 'unet', None, 8, 32, 'sgd', True, None, 1024)]
+
+def _lora_config(r:int):
+    "peft's LoraConfig (default targets for the architecture) where peft is installed, else r alone."
+    if find_spec('peft'):
+        from peft import LoraConfig
+        return LoraConfig(r=r, lora_alpha=2 * r, lora_dropout=0.0)
+    return types.SimpleNamespace(r=r, target_modules=None, lora_alpha=2 * r)
+
+def plan_for(name, model, task, batch, size, optimizer, ckpt, rank):
+    "The plan of one setup (on meta tensors, any machine)."
+    kw = dict(batch=batch, optimizer=optimizer, checkpointing=ckpt)
+    if model == 'unet':
+        if not find_spec('diffusers'): raise ModuleNotFoundError('diffusers is not installed')
+        return plan_run(_unet('meta'), example=lambda b: _unet_batch(b, 'meta'), loss_fn=_unet_loss, **kw)
+    config, _ = model_config(model)
+    kw.update(image_size=size) if task == 'image-cls' else kw.update(seq=size)
+    return plan_run(config, task=task, lora=None if rank is None else _lora_config(rank), **kw)
+
+def _hf_model(model, task, rank, device):
+    import transformers
+    from colab_t4_nb.plan import TASKS
+    config, _ = model_config(model)
+    if task == 'seq-cls' and config.pad_token_id is None: config.pad_token_id = 0
+    if hasattr(config, 'use_cache'): config.use_cache = False
+    with torch.device(device): m = getattr(transformers, TASKS[task]).from_config(config)
+    if rank is not None:  # as users train LoRA on a T4: the base in fp16, adapters in fp32
+        from peft import get_peft_model
+        m = get_peft_model(m.half(), _lora_config(rank))
+    return m, config
+
+def _hf_batch(config, task, size, device):
+    def batch(b):
+        if task == 'image-cls':
+            return dict(pixel_values=torch.randn(b, 3, size, size, device=device),
+                        labels=torch.randint(0, config.num_labels, (b,), device=device))
+        ids = torch.randint(0, config.vocab_size, (b, size), device=device)
+        labels = torch.randint(0, config.num_labels, (b,), device=device) if task == 'seq-cls' else ids
+        return dict(input_ids=ids, labels=labels)
+    return batch
+
+def _enable_ckpt(m):
+    if hasattr(m, 'gradient_checkpointing_enable') and not hasattr(m, 'enable_gradient_checkpointing'):
+        on = getattr(m, 'activation_checkpointing_enable', m.gradient_checkpointing_enable)
+        on({'use_reentrant': False})
+    else: m.enable_gradient_checkpointing()
+
+def measure(name, model, task, batch, size, optimizer, ckpt, rank, bound, plan):
+    "Two real steps on the GPU (peak of the second) and find_batch_size under the rehearsal's cap."
+    from colab_t4_nb.memory import find_batch_size
+    dev = 'cuda'
+    if model == 'unet':
+        m, example, loss_fn = _unet(dev), lambda b: _unet_batch(b, dev), _unet_loss
+    else:
+        m, config = _hf_model(model, task, rank, dev)
+        example, loss_fn = _hf_batch(config, task, size, dev), lambda out, x: out.loss
+    m.train()
+    if ckpt: _enable_ckpt(m)
+    params = [p for p in m.parameters() if p.requires_grad]
+    opt = (torch.optim.AdamW(params, lr=1e-4) if optimizer == 'adamw'
+           else torch.optim.SGD(params, lr=1e-2, momentum=0.9))
+    scaler = [torch.amp.GradScaler('cuda')]
+    def step(b):
+        ok = False
+        try:
+            x = example(b)
+            with torch.autocast('cuda', dtype=torch.float16):
+                out = m(**x)
+                loss = loss_fn(out, x)
+            scaler[0].scale(loss).backward()  # `out` stays referenced through backward, as in the plan
+            scaler[0].step(opt)
+            scaler[0].update()
+            ok = True
+        finally:
+            opt.zero_grad(set_to_none=True)
+            if not ok: scaler[0] = torch.amp.GradScaler('cuda')  # a step cut short leaves it mid-step
+    step(batch)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    step(batch)
+    torch.cuda.synchronize()
+    got = dict(measured_gib=torch.cuda.max_memory_allocated() / GiB,
+               reserved_gib=torch.cuda.max_memory_reserved() / GiB)
+    start = max(1, min(bound, (plan.largest_checkpointed if ckpt else plan.largest_plain) or 1))
+    t = time.perf_counter()
+    r = find_batch_size(step, start=start, max_size=bound, steps=1, margin=0.0, tol=0.0)
+    got.update(largest_measured=r.largest_ok, largest_oom=r.smallest_oom, search_s=time.perf_counter() - t)
+    del m, opt, params
+    return got
+
+def _free():
+    gc.collect()
+    if torch.cuda.is_available(): torch.cuda.empty_cache()
+
+def _accelerate(name, model, task, rank):
+    "accelerate estimate-memory's training figure (GiB) for the same model, built on meta tensors."
+    from accelerate.commands.estimate import calculate_maximum_sizes, estimate_training_usage
+    if model == 'unet': m = _unet('meta')
+    else: m, _ = _hf_model(model, task, None, 'meta')
+    total, _ = calculate_maximum_sizes(m)
+    return max(estimate_training_usage(total, 'float16').values()) / GiB
+
+def context_mib()->float:
+    "Device memory in use minus PyTorch's reserved memory, after cuBLAS is loaded: the CUDA context."
+    a = torch.randn(1024, 1024, device='cuda')
+    (a @ a).sum().item()
+    free, total = torch.cuda.mem_get_info()
+    return (total - free - torch.cuda.memory_reserved()) / 2**20
+
+def run(out:Path, dry:bool, only:list|None)->list:
+    rows, t0 = [], time.perf_counter()
+    setups = [s for s in SETUPS if not only or s[0] in only]
+    ctx = None if dry else context_mib()
+    rehearsal = None
+    if not dry:
+        from colab_t4_nb.t4 import t4_rehearsal
+        rehearsal = t4_rehearsal()
+        rehearsal.__enter__()
+    from colab_t4_nb.memory import usable_memory
+    cap = usable_memory('T4')
+    try:
+        for name, model, task, batch, size, optimizer, ckpt, rank, bound in setups:
+            row = dict(setup=name, model=model, task=task, batch=batch, size=size, optimizer=optimizer,
+                       checkpointing=ckpt, lora_rank=rank, context_mib=ctx, device=None if dry else torch.cuda.get_device_name())
+            t = time.perf_counter()
+            try:
+                p = plan_for(name, model, task, batch, size, optimizer, ckpt, rank)
+                alloc = sum(v for k, v in p.parts.items() if k not in ('slack', 'context'))
+                row.update(plan_gib=p.peak / GiB, plan_alloc_gib=alloc / GiB,
+                           plan_parts_gib={k: v / GiB for k, v in p.parts.items()},
+                           largest_planned=p.largest_batch, step_ms_t4=p.step_ms, plan_s=time.perf_counter() - t,
+                           largest_planned_cap=max(0, int((cap - (p.fixed - p.parts['context'])) // max(1, p.per_sample))))
+                row['accelerate_gib'] = _accelerate(name, model, task, rank)
+                if not dry:
+                    if rank is not None and not find_spec('peft'): raise ModuleNotFoundError('peft is not installed')
+                    row.update(measure(name, model, task, batch, size, optimizer, ckpt, rank, bound, p))
+                    row['slack'] = row['reserved_gib'] / row['measured_gib'] - 1
+                    row['error_pct'] = 100 * (row['plan_alloc_gib'] / row['measured_gib'] - 1)
+            except Exception as e:  # one setup failing must not stop the others: its line says why
+                row['error'] = f'{type(e).__name__}: {e}'[:500]
+                row['traceback'] = traceback.format_exc()[-2000:]
+            finally: _free()
+            row['seconds'] = time.perf_counter() - t
+            rows.append(row)
+            with out.open('a') as f: f.write(json.dumps(row) + '\n')
+            print(_line(row), flush=True)
+    finally:
+        if rehearsal is not None: rehearsal.__exit__(None, None, None)
+    print(f'{len(rows)} setups in {time.perf_counter() - t0:.0f} s; {sum("error" in r for r in rows)} failed', flush=True)
+    return rows
+
+HEAD = f"{'setup':<20} {'measured':>9} {'plan':>7} {'err%':>6} {'accel':>7} {'reserved':>9} {'largest':>8} {'planned':>8} {'s':>5}"
+
+def _line(r:dict)->str:
+    f = lambda k, fmt='.2f': '-' if r.get(k) is None else format(r[k], fmt)
+    if 'error' in r: return f"{r['setup']:<20} ERROR {r['error'][:90]}"
+    return (f"{r['setup']:<20} {f('measured_gib'):>9} {f('plan_alloc_gib'):>7} {f('error_pct', '.1f'):>6} "
+            f"{f('accelerate_gib'):>7} {f('reserved_gib'):>9} {f('largest_measured', 'd'):>8} "
+            f"{f('largest_planned_cap', 'd'):>8} {r['seconds']:>5.0f}")
+
+def main(argv=None)->int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument('out', help='JSON lines file to append one line per setup to')
+    ap.add_argument('--dry-run', action='store_true', help='no CUDA: build and plan each setup only')
+    ap.add_argument('--only', nargs='+', help='setup names to run (default: all)')
+    a = ap.parse_args(argv)
+    if not a.dry_run and not torch.cuda.is_available():
+        print('plan_check: no CUDA GPU here; use --dry-run to check the setups and plans.', file=sys.stderr)
+        return 2
+    unknown = set(a.only or []) - {s[0] for s in SETUPS}
+    if unknown:
+        print(f'plan_check: unknown setups {sorted(unknown)}; known: {[s[0] for s in SETUPS]}', file=sys.stderr)
+        return 2
+    print(HEAD, flush=True)
+    rows = run(Path(a.out), a.dry_run, a.only)
+    return 1 if any('error' in r for r in rows) else 0
+
+if __name__ == '__main__': sys.exit(main())

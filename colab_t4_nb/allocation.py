@@ -18,7 +18,7 @@ import pandas as pd
 from fastcore.basics import patch
 
 from .core import (COLAB_DRIVE, ArgumentError, ArgumentTypeError, ColabT4Error,
-                              append_line, atomic_write, check_callable, check_int, check_num,
+                              append_line, atomic_write, check_int, check_num,
                               check_path, check_seq, check_str, check_type, runtime, state_dir)
 
 # %% auto #0
@@ -538,12 +538,13 @@ class BudgetExhausted(ColabT4Error):
 # %% ../nbs/00a_allocation.ipynb #e976d7b4
 class Budget:
     "A per-day count of attempts, kept in a small JSON file."
+    _today = staticmethod(date.today)  # tests patch the calendar here
+
     def __init__(self, path:str|Path, # the JSON file; its folder is created
                  per_day:int=5, # attempts allowed per calendar day
-                 today=date.today, # clock, replaceable in tests
                 ):
         path, per_day = check_path('path', path), check_int('per_day', per_day, hi=1000)
-        self.path, self.per_day, self.today = path, per_day, check_callable('today', today)
+        self.path, self.per_day = path, per_day
 
     def _read(self)->dict:
         try: data, why = json.loads(self.path.read_text()), 'has other contents'
@@ -557,13 +558,13 @@ class Budget:
 
     def used(self)->int:
         "Attempts recorded today."
-        return self._read().get(self.today().isoformat(), 0)
+        return self._read().get(self._today().isoformat(), 0)
 
 # %% ../nbs/00a_allocation.ipynb #0d35f3cd
 @patch
 def spend(self:Budget)->int:
     "Record one attempt today; raise `BudgetExhausted` if none is left. Returns the attempts used."
-    data, day = self._read(), self.today().isoformat()
+    data, day = self._read(), self._today().isoformat()
     n = data.get(day, 0)
     if n >= self.per_day:
         raise BudgetExhausted(f'All {self.per_day} runtime re-assignments for {day} are used '
@@ -571,7 +572,7 @@ def spend(self:Budget)->int:
                               f'Carry on with the GPU you have, try again tomorrow, '
                               f'or raise the budget.')
     data = {k: v for k, v in data.items()
-            if k >= date.fromordinal(self.today().toordinal() - 7).isoformat()}
+            if k >= date.fromordinal(self._today().toordinal() - 7).isoformat()}
     data[day] = n + 1
     self.path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_write(self.path) as f: f.write(json.dumps(data).encode())
@@ -675,13 +676,11 @@ def ensure_gpu(want:str|list='T4', # card(s) accepted: spec keys, families or dr
                budget:int=5, # runtime re-assignments allowed per day (Colab only)
                budget_path:str|Path|None=None, # budget file; default `state_dir()/'alloc_budget.json'`
                gpus:list|None=None, # the GPUs here; default `gpu_info()`
-               today=date.today, # clock, replaceable in tests
                ledger:str|Path|bool=True, # file recording each Colab attempt; True: the usage ledger in `state_dir()`
               )->list[GPU]:
     "Return the GPUs here if one is `want`; in Colab hand the runtime back (within `budget`), elsewhere raise."
     specs, budget = wanted_specs(want), check_int('budget', budget, hi=1000)
-    budget_path, today = (check_path('budget_path', budget_path, none=True),
-                          check_callable('today', today))
+    budget_path = check_path('budget_path', budget_path, none=True)
     gpus = check_seq('gpus', gpus, _gpu, lo=0, none=True)
     accepted, wanted, led = {s.key for s in specs}, want_label(specs), _ledger_path(ledger)
     gpus = gpu_info() if gpus is None else gpus
@@ -690,7 +689,7 @@ def ensure_gpu(want:str|list='T4', # card(s) accepted: spec keys, families or dr
         if ok: return gpus
         raise _wrong(NoGPUError if not gpus else WrongGPUError, wanted, here, gpus)
     if ok: _note(led, gpus, specs, 'kept'); return gpus
-    b = Budget(budget_path or state_dir()/'alloc_budget.json', per_day=budget, today=today)
+    b = Budget(budget_path or state_dir()/'alloc_budget.json', per_day=budget)
     try: n = b.spend()
     except BudgetExhausted: _note(led, gpus, specs, 'budget spent'); raise
     _note(led, gpus, specs, 'handed back')

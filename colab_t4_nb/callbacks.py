@@ -84,8 +84,6 @@ class _Schedule:
         if session is not None and not isinstance(session, SessionClock):
             raise ArgumentTypeError('session must be a SessionClock, None or False, got '
                                     f'{type(session).__name__}.')
-        if not callable(clock):
-            raise ArgumentTypeError(f'clock must be a function returning seconds, got {clock!r}.')
         self.session, self.clock, self.last = session, clock, clock()
 
 # %% ../nbs/06b_callbacks.ipynb #cacd6a1c
@@ -141,10 +139,13 @@ def _gpu_figures(mon)->dict:
 # %% ../nbs/06b_callbacks.ipynb #76484f75
 class _Saver:
     "The manager, the schedule, the monitor and the report that the three callbacks share."
-    def _setup(self, run, every_steps, every_minutes, session, monitor, clock):
+    _clock = staticmethod(time.monotonic)  # seconds, for `every_minutes`; tests patch it
+
+    def _setup(self, run, every_steps, every_minutes, session, monitor):
         self.ckpt, self._training = _manager(run), None
         self._claim()
-        self.schedule = _Schedule(every_steps, every_minutes, _default_session(session), clock)
+        self.schedule = _Schedule(every_steps, every_minutes, _default_session(session),
+                                  self._clock)
         self.monitor, self._own_monitor = _monitor(monitor)
         self.saves, self.resumed_from, self.stopped, self._tmp = 0, None, None, None
         self._resumed = None  # the state of the checkpoint resumed from
@@ -222,9 +223,9 @@ class HFCallback(_Saver, _Lazy):
                  every_minutes:float|None=DEFAULT_EVERY_MINUTES, # save when this long has passed since the last save
                  session:SessionClock|None|bool=None, # default `SessionClock()` in Colab
                  monitor:GPUMonitor|None|bool=None, # for the logs; default one with a GPU
-                 clock:Callable=time.monotonic): # seconds, for `every_minutes`; for tests
+                ):
         super().__init__()
-        self._setup(run, every_steps, every_minutes, session, monitor, clock)
+        self._setup(run, every_steps, every_minutes, session, monitor)
         self._epoch_rng = None  # the random state as the epoch began
 
 # %% ../nbs/06b_callbacks.ipynb #b5ae0e4b
@@ -358,9 +359,9 @@ class LightningCallback(_Saver, _Lazy):
                  every_minutes:float|None=DEFAULT_EVERY_MINUTES, # save when this long has passed since the last save
                  session:SessionClock|None|bool=None, # default `SessionClock()` in Colab
                  monitor:GPUMonitor|None|bool=None, # for the logger; default one with a GPU
-                 clock:Callable=time.monotonic): # seconds, for `every_minutes`; for tests
+                ):
         super().__init__()
-        self._setup(run, every_steps, every_minutes, session, monitor, clock)
+        self._setup(run, every_steps, every_minutes, session, monitor)
         self._done, self._saved_at, self._loaders, self._cut = 0, None, [], False
 
     @property
@@ -491,10 +492,10 @@ class KerasCallback(_Saver, _Lazy):
                  every_minutes:float|None=None, # also save at an epoch end this long after the last
                  session:SessionClock|None|bool=None, # default `SessionClock()` in Colab
                  monitor:GPUMonitor|None|bool=None, # for the epoch logs; default one with a GPU
-                 clock:Callable=time.monotonic): # seconds, for `every_minutes`; for tests
+                ):
         super().__init__()
         every_epochs = check_int('every_epochs', every_epochs, 1, hi=10**6)
-        self._setup(run, every_epochs, every_minutes, session, monitor, clock)
+        self._setup(run, every_epochs, every_minutes, session, monitor)
         self._resume, self._cut, self._tracked = None, False, ()
 
 # %% ../nbs/06b_callbacks.ipynb #661af078

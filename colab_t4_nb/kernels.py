@@ -608,10 +608,10 @@ def _nvml(nvml):
                       f'got nvml={nvml!r}.')
 
 # %% ../nbs/03_kernels.ipynb #d7a2aa7a
-def _driver_cuda(nvml, smi)->tuple:
+def _driver_cuda()->tuple:
     "(driver, CUDA version, source) from NVML, else `nvidia-smi`'s banner; Nones where neither answers."
     try:
-        if nvml is None: import pynvml as nvml
+        import pynvml as nvml
         nvml.nvmlInit()
         try:
             v = nvml.nvmlSystemGetCudaDriverVersion()
@@ -620,12 +620,9 @@ def _driver_cuda(nvml, smi)->tuple:
                     f'{v // 1000}.{v % 1000 // 10}', 'NVML')
         finally: nvml.nvmlShutdown()
     except (ImportError, pynvml.NVMLError): pass
-    if smi == 'auto':
-        exe = shutil.which('nvidia-smi')
-        try:
-            smi = (subprocess.run([exe], capture_output=True, text=True, timeout=30).stdout
-                   if exe else None)
-        except (OSError, subprocess.SubprocessError): smi = None
+    exe = shutil.which('nvidia-smi')
+    try: smi = exe and subprocess.run([exe], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError): smi = None
     gpus = parse_smi_table(smi) if smi else []
     if gpus and gpus[0].cuda: return gpus[0].driver, gpus[0].cuda, 'nvidia-smi'
     return None, None, ''
@@ -633,13 +630,10 @@ def _driver_cuda(nvml, smi)->tuple:
 # %% ../nbs/03_kernels.ipynb #322f956f
 def cuda_compat(torch_cuda:str|None='auto', # PyTorch's CUDA version; 'auto': `torch.version.cuda`
                 torch_version:str|None='auto', # 'auto': `torch.__version__`; None: no torch
-                nvml=None, # the `pynvml` module or a stand-in; default `import pynvml`
-                smi:str|None='auto', # `nvidia-smi` output for when NVML fails; 'auto': run it
                )->CudaCompat:
     "Whether the installed PyTorch's CUDA build runs on this driver, and the fix when it does not; a missing driver or torch raises nothing."
     if torch_cuda != 'auto': _cuda_version('torch_cuda', torch_cuda, none=True)
     check_str('torch_version', torch_version, none=True, err=KernelError)
-    _nvml(nvml); check_str('smi', smi, none=True, empty=True, err=KernelError)
     if torch_version == 'auto' or torch_cuda == 'auto':
         tv, tc = (None, None)
         if importlib.util.find_spec('torch') is not None:
@@ -647,7 +641,7 @@ def cuda_compat(torch_cuda:str|None='auto', # PyTorch's CUDA version; 'auto': `t
             tv, tc = torch.__version__, torch.version.cuda
         torch_version = tv if torch_version == 'auto' else torch_version
         torch_cuda = tc if torch_cuda == 'auto' else torch_cuda
-    drv, dc, src = _driver_cuda(nvml, smi)
+    drv, dc, src = _driver_cuda()
     build = torch_build_for(dc) if dc else None
     fix = (f'Install a build this driver runs: {_WHL.format(build.replace(".", ""))}' if build
            else 'No PyTorch CUDA build runs on this driver: update the NVIDIA driver.')
@@ -910,12 +904,10 @@ def watch_clocks(step:Callable, # one unit of work (a training step), no argumen
                  steps:int=50, # how many times to run `step`
                  sync:Callable|None=None, # waits for queued GPU work, e.g. `torch.cuda.synchronize`
                  gpu:int=0, # which GPU to report on
-                 timer:Callable=time.perf_counter, # the clock step times are taken with
                 )->ClockReport:
     "Run `step` beside `monitor` and report what held the clocks and how step time followed the SM clock."
     E = KernelError
     check_callable('step', step, err=E); check_callable('sync', sync, none=True, err=E)
-    check_callable('timer', timer, err=E)
     methods = all(callable(getattr(monitor, m, None)) for m in ('start', 'stop', 'clock'))
     if not (methods and hasattr(monitor, 'df')):
         raise E(f'monitor must be a GPUMonitor or have start, stop, clock and df, '
@@ -926,8 +918,8 @@ def watch_clocks(step:Callable, # one unit of work (a training step), no argumen
     monitor.start()
     try:
         for _ in range(steps):
-            t0 = timer(); step(); sync()
-            times.append((monitor.clock(), (timer() - t0) * 1e3))
+            t0 = time.perf_counter(); step(); sync()
+            times.append((monitor.clock(), (time.perf_counter() - t0) * 1e3))
     finally: monitor.stop()
     state = clock_state(gpu)
     return clock_report(monitor.df, times, state.sm_max_mhz if state else None, gpu)

@@ -34,12 +34,12 @@ def _epoch(s:str)->float: return datetime.fromisoformat(s).timestamp()
 # %% ../nbs/06_ledger.ipynb #0c535eca
 class UsageLedger:
     "GPU sessions (start, end, GPU, busy hours) and allocation attempts in an append-only JSON-lines file."
+    _clock = staticmethod(time.time)  # wall clock; tests give a ledger a fake one
+
     def __init__(self,
                  path:str|Path|None=None, # the file; default `state_dir()/'usage_ledger.jsonl'`
-                 clock:Callable=time.time, # wall clock, replaceable in tests
                 ):
         path = check_path('path', path, none=True, err=LedgerError)
-        self.clock = check_callable('clock', clock, err=LedgerError)
         self.path = path if path is not None else state_dir()/'usage_ledger.jsonl'
 
     def add(self, start:float, end:float, gpu:str, busy_h:float=0.0, session:str|None=None)->str:
@@ -183,7 +183,7 @@ class LedgerSession:
         self.start = check_num('start', self.start, 0, 1e11, eq=True, err=LedgerError)
     def update(self, busy_h:float, end:float|None=None):
         "Append the session's latest end (default: now) and busy hours."
-        self.ledger.add(self.start, self.ledger.clock() if end is None else end, self.gpu, busy_h,
+        self.ledger.add(self.start, self.ledger._clock() if end is None else end, self.gpu, busy_h,
                         self.session)
 
 # %% ../nbs/06_ledger.ipynb #57a1564b
@@ -192,7 +192,7 @@ def begin(self:UsageLedger, gpu:str)->LedgerSession:
     "Start a session on `gpu` now (compacting a ledger over a megabyte first); `update` it as it goes."
     check_str('gpu', gpu, err=LedgerError)
     if self.path.exists() and self.path.stat().st_size > 2**20: self.compact()
-    t = self.clock()
+    t = self._clock()
     return LedgerSession(self, self.add(t, t, gpu), t, gpu)
 
 # %% ../nbs/06_ledger.ipynb #dac072cc
@@ -335,7 +335,6 @@ def _advice_items(streak, last, session_h, cur, now, o:dict)->list:
 
 # %% ../nbs/06_ledger.ipynb #399a0b01
 def advice(ledger:UsageLedger|pd.DataFrame, # a ledger, or its `sessions()`
-           now:float|None=None, # epoch seconds; default the ledger's clock
            open_min:float=10, # a session whose last record is this recent is still running
            limits:dict|None=None, # your own figures for any of `OBSERVED`'s keys, e.g. {'streak_h': 30}
           )->Advice:
@@ -343,13 +342,11 @@ def advice(ledger:UsageLedger|pd.DataFrame, # a ledger, or its `sessions()`
     o, H, E = _limits(limits), 3600, LedgerError
     table = 'a UsageLedger or its sessions() table'
     check_type('ledger', ledger, (UsageLedger, pd.DataFrame), table, err=E)
-    now = check_num('now', now, 0, 1e11, none=True, eq=True, err=E)
     open_min = check_num('open_min', open_min, 0, 24 * 60, eq=True, err=E)
     s = ledger.sessions() if isinstance(ledger, UsageLedger) else ledger
     if missing := {'start', 'end', 'hours', 'busy_h'} - set(s.columns):
         raise E(f'ledger must be {table}, got a table without {sorted(missing)}.')
-    now = ((ledger.clock() if isinstance(ledger, UsageLedger) else time.time())
-           if now is None else now)
+    now = ledger._clock() if isinstance(ledger, UsageLedger) else time.time()
     start = [t.timestamp() for t in s.start]; end = [t.timestamp() for t in s.end]
     chains = _chains(start, end, o['pause_h'] * H)
     last = chains[-1] if chains else None

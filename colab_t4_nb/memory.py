@@ -366,17 +366,12 @@ def usable_memory(device='T4', # a card's name ('T4', 'Tesla T4'), a GPU here, a
 # %% ../nbs/02_memory.ipynb #8d35e47a
 class cap_memory:
     "Hold PyTorch's allocations on `device` to what the card `like` offers; the previous cap comes back on exit or `.restore()`."
+    _cuda = torch.cuda  # tests patch a stand-in here
+
     def __init__(self, like:str|int='T4', # the card to imitate (see `usable_memory`), or a number of bytes
                  device:int|str|None=None, # CUDA device; default the current one
-                 cuda=None, # the `torch.cuda` module (a stand-in in tests)
                 ):
-        self.cuda = cuda if cuda is not None else torch.cuda
-        needs = ('is_available', 'current_device', 'get_device_properties',
-                 'set_per_process_memory_fraction')
-        if not all(callable(getattr(self.cuda, k, None)) for k in needs):
-            raise ArgumentTypeError('cuda must be the torch.cuda module (or a stand-in with its '
-                                    f'functions) or None, got cuda={self.cuda!r}')
-        if not self.cuda.is_available():
+        if not self._cuda.is_available():
             raise NoGPUError(f'cap_memory(like={like!r}, device={device!r}) needs a CUDA GPU; '
                              'this runtime has none, so there is nothing to cap.')
         bytes_given = isinstance(like, numbers.Integral) and not isinstance(like, bool)
@@ -384,19 +379,19 @@ class cap_memory:
         if isinstance(device, str) and not re.fullmatch(r'cuda(:\d+)?', device.strip()):
             raise DeviceError(f"device is a CUDA device ('cuda:0', 0) or None, got {device=}")
         if not isinstance(device, str): device = check_int('device', device, hi=1023, none=True)
-        self.device = self.cuda.current_device() if device is None else device
-        self.total = self.cuda.get_device_properties(self.device).total_memory
+        self.device = self._cuda.current_device() if device is None else device
+        self.total = self._cuda.get_device_properties(self.device).total_memory
         self.limit = like if bytes_given else usable_memory(like)
         if self.limit > self.total:
             raise ColabT4Error(f'Cannot cap at like={like!r}: {self.limit / 2**30:.1f} GiB '
                                f'is more than this GPU has ({self.total / 2**30:.1f} GiB).')
-        get = getattr(self.cuda, 'get_per_process_memory_fraction', None)
+        get = getattr(self._cuda, 'get_per_process_memory_fraction', None)
         self.previous = get(self.device) if get else 1.0
         self.fraction = self.limit / self.total
-        if self.cuda.is_initialized(): self.cuda.empty_cache()
-        self.cuda.set_per_process_memory_fraction(self.fraction, self.device)
+        if self._cuda.is_initialized(): self._cuda.empty_cache()
+        self._cuda.set_per_process_memory_fraction(self.fraction, self.device)
 
-    def restore(self): self.cuda.set_per_process_memory_fraction(self.previous, self.device)
+    def restore(self): self._cuda.set_per_process_memory_fraction(self.previous, self.device)
     def __enter__(self): return self
     def __exit__(self, *exc): self.restore()
     def __repr__(self):
@@ -446,7 +441,7 @@ class peak_memory:
                 f'{self.extra / 2**20:.1f} MiB above the start, {self.seconds:.3f} s)')
 
 # %% ../nbs/02_memory.ipynb #068665a6
-def _nvml_report(nvml)->dict:
+def _nvml_report(nvml=None)->dict:
     if nvml is None:
         try: import pynvml as nvml
         except ImportError: return {}
@@ -472,13 +467,9 @@ _REPORT = ['name', 'allocated_mib', 'reserved_mib', 'peak_allocated_mib', 'peak_
            'alloc_retries', 'nvml_used_mib', 'nvml_total_mib']
 
 # %% ../nbs/02_memory.ipynb #6396fe9f
-def memory_report(nvml=None # the `pynvml` module (a stand-in in tests); default the real one
-                 )->pd.DataFrame:
+def memory_report()->pd.DataFrame:
     "One row per GPU: PyTorch's allocator figures and NVML's used/total, in MiB (NaN where a source cannot tell)."
-    if nvml is not None and not isinstance(getattr(nvml, 'NVMLError', None), type):
-        raise ArgumentTypeError('nvml must be the pynvml module (or a stand-in with NVMLError) '
-                                f'or None, got nvml={nvml!r}')
-    rows = _nvml_report(nvml)
+    rows = _nvml_report()
     if torch.cuda.is_initialized():
         for i in range(torch.cuda.device_count()): rows.setdefault(i, {}).update(_torch_report(i))
     df = pd.DataFrame.from_dict(rows, orient='index').reindex(columns=_REPORT)

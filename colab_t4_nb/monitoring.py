@@ -375,6 +375,8 @@ def _check_periods(every)->dict:
 # %% ../nbs/06a_monitoring.ipynb #148d105a
 class GPUMonitor:
     "Samples every GPU in a daemon thread into a DataFrame (and a CSV), cheaply enough to run beside training."
+    _clock = staticmethod(time.time)  # wall clock for timestamps; tests give a monitor a fake one
+
     def __init__(self, interval:float=1.0, # seconds between samples, at least `MIN_INTERVAL`
                  csv:str|Path|None=None, # append samples to this CSV (its header is written once)
                  gpus:list|None=None, # GPU indices; default all
@@ -385,7 +387,6 @@ class GPUMonitor:
                  max_rows:int=100_000, # samples kept in memory (the CSV keeps all)
                  every:dict|None=None, # seconds between CSV flushes, live updates, ledger updates
                  busy_util:float=5.0, # a sample counts as busy when a GPU's utilization is at least this, %
-                 clock:Callable=time.time, # wall clock for timestamps, replaceable in tests
                  display:Callable|None=None, # IPython's `display` for the live view; default: found in a notebook
                 ):
         self.interval = _check_interval(interval)
@@ -395,12 +396,11 @@ class GPUMonitor:
         torch_memory = check_flag('torch_memory', torch_memory, err=E)
         live = check_flag('live', live, err=E)
         busy_util = check_num('busy_util', busy_util, 0, 100, eq=True, err=E)
-        clock = check_callable('clock', clock, err=E)
         display = check_callable('display', display, none=True, err=E)
         self.csv, self.gpus, self.torch_memory, self.live, self.ledger = (csv, gpus, torch_memory,
                                                                           live, ledger)
         sources = tuple(_check_sources(sources))
-        self.sources, self.busy_util, self.clock, self.display = sources, busy_util, clock, display
+        self.sources, self.busy_util, self.display = sources, busy_util, display
         self.every = {'flush': 5.0, 'live': 1.0, 'ledger': 60.0, **_check_periods(every)}
         self._rows, self._lock, self._stop = (deque(maxlen=max_rows), threading.Lock(),
                                               threading.Event())
@@ -467,6 +467,10 @@ class GPUMonitor:
     def __enter__(self): return self.start()
 
     def __exit__(self, *exc): self.stop()
+
+    def clock(self)->float:
+        "Now, in the epoch seconds that stamp the samples."
+        return self._clock()
 
 # %% ../nbs/06a_monitoring.ipynb #a99c69e1
 def _gpu_label(names)->str:

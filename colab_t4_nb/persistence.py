@@ -1000,12 +1000,13 @@ class SessionEnding(UserWarning):
 # %% ../nbs/05a_persistence.ipynb #39673579
 class SessionClock:
     "Time left before Colab's free tier cuts the session: ~12 h after its start, ~90 min after the last activity."
+    _clock = staticmethod(time.monotonic)  # seconds; tests patch in a fake clock
+
     def __init__(self, session_h:float=12, # longest session
                  idle_min:float|None=90, # idle disconnect; None to ignore it
                  warn_min:tuple=(60, 30, 10), # warn when a cut is this many minutes away
                  margin_min:float=5, # `due()` asks for the final checkpoint this long before a cut
                  used_min:float=0, # minutes the runtime had already run when the clock was made
-                 clock:Callable=time.monotonic, # seconds; replaceable in tests
                 ):
         session_h = check_num('session_h', session_h)
         margin_min = check_num('margin_min', margin_min, eq=True)
@@ -1013,20 +1014,18 @@ class SessionClock:
         used_min = check_num('used_min', used_min, eq=True)
         minutes = lambda n, w: check_num(n, w, eq=True)
         warn_min = tuple(check_seq('warn_min', warn_min, minutes, lo=0))
-        clock = check_callable('clock', clock)
         store_attr()
-        now = clock()
-        if isinstance(now, bool) or not isinstance(now, numbers.Real):
-            raise ArgumentTypeError(f'clock must return seconds as a number, got {now!r}.')
+        self._clock = self._clock  # read the clock it started with for its whole life
+        now = self._clock()
         self.started, self.active, self._said = now - used_min * 60, now, set()
 
     def touch(self):
         "Record activity: the idle count starts again."
-        self.active = self.clock(); self._said = {s for s in self._said if s[0] == 'session'}
+        self.active = self._clock(); self._said = {s for s in self._said if s[0] == 'session'}
 
     def left(self)->dict:
         "Seconds left before each cut."
-        now = self.clock()
+        now = self._clock()
         d = {'session': self.started + self.session_h * 3600 - now}
         if self.idle_min is not None: d['idle'] = self.active + self.idle_min * 60 - now
         return d
@@ -1084,10 +1083,9 @@ class RunReport:
 _MAX_STEPS = 10**9  # a billion steps: beyond any run on a T4
 
 def _check_run(step_fn, ckpt, steps, every_steps, steps_per_epoch, every_minutes, session, max_oom,
-               on_oom, background,
-               clock):
+               on_oom, background):
     "Check `run_resumable`'s arguments, naming the first that is wrong."
-    check_callable('step_fn', step_fn); check_callable('clock', clock)
+    check_callable('step_fn', step_fn)
     check_callable('on_oom', on_oom, none=True)
     check_type('ckpt', ckpt, CheckpointManager, 'a CheckpointManager')
     check_type('session', session, SessionClock, 'a SessionClock', none=True)
@@ -1120,12 +1118,10 @@ def run_resumable(step_fn:Callable, # step_fn(step), data from `step` alone; ste
                   on_oom:Callable|None=None, # on_oom(step, message) after each reload
                   background:bool=False, # save with `save_async`
                   loader=None, # batches for step_fn, epoch after epoch; its position is saved too
-                  clock:Callable=time.monotonic,
                  )->RunReport:
     "Train from the latest checkpoint to `steps`, saving as asked; recover from out-of-memory errors by reloading."
     _check_run(step_fn, ckpt, steps, every_steps, steps_per_epoch, every_minutes, session, max_oom,
-               on_oom, background,
-               clock)
+               on_oom, background)
     if every_steps is None and steps_per_epoch is None and every_minutes is None:
         every_minutes = DEFAULT_EVERY_MINUTES
     objs = dict(model=model, optimizer=optimizer, scaler=scaler, scheduler=scheduler)
@@ -1150,6 +1146,7 @@ def run_resumable(step_fn:Callable, # step_fn(step), data from `step` alone; ste
         return r.step
     if ckpt.latest() is None: save(0, now=True); start = 0
     else: start = restore()
+    clock = run_resumable._clock
     rep, step, last, tries, batches = RunReport(start), start, clock(), {}, None
     while step < steps:
         oom = None
@@ -1192,6 +1189,8 @@ def run_resumable(step_fn:Callable, # step_fn(step), data from `step` alone; ste
         if cut == 'session': rep.reason = 'session limit'; break
     ckpt.wait(); rep.stop = step
     return rep
+
+run_resumable._clock = time.monotonic  # seconds, for `every_minutes`; tests patch it
 
 # %% ../nbs/05a_persistence.ipynb #3105eab3
 def _generators(loader)->list:

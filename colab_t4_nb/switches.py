@@ -324,18 +324,17 @@ def data_wait(loader, # an iterable of batches, e.g. a DataLoader
               steps:int=50, # steps to time (fewer if the loader ends)
               skip:int=2, # first batches left out (workers starting)
               sync:Callable|None=None, # waits for queued GPU work, e.g. `torch.cuda.synchronize`
-              clock:Callable=time.perf_counter, # replaceable in tests
              )->DataWait:
     "How much of a training loop waits for the next batch: wait and step times per step."
     E = SwitchError
     check_callable('step', step, err=E); check_callable('sync', sync, none=True, err=E)
-    check_callable('clock', clock, err=E)
     steps, skip = (check_int('steps', steps, lo=1, hi=10**6, err=E),
                    check_int('skip', skip, hi=10**6, err=E))
     try: iter(loader)
     except TypeError:
         raise E(f'loader must be an iterable of batches, got loader={loader!r}.') from None
     sync, it, wait, work = sync or (lambda: None), iter(loader), [], []
+    clock = data_wait._clock
     for i in range(steps + skip):
         t0 = clock()
         try: batch = next(it)
@@ -351,6 +350,8 @@ def data_wait(loader, # an iterable of batches, e.g. a DataLoader
         raise SwitchError(f'The loader gave no batch after the first {skip}: '
                           'give it more data or lower skip.')
     return DataWait(wait, work)
+
+data_wait._clock = time.perf_counter  # tests patch it
 
 # %% ../nbs/03a_switches.ipynb #5eabf40c
 def h2d_bandwidth(mib:int=256, # bytes per copy, MiB

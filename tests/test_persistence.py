@@ -2,6 +2,7 @@
 unwritable disks, crashing training scripts, errors of background saves at exit."""
 import errno, json, math, os, random, shutil, signal, subprocess, sys, tempfile, textwrap, time, warnings
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import torch
@@ -388,11 +389,11 @@ def test_run_resumable_saves_before_the_session_cut(tmp_path):
     "With only a SessionClock, the run saves before the cut and stops there."
     now = [0.0]
     def step(s): now[0] += 600
-    with warnings.catch_warnings():
+    with (warnings.catch_warnings(), mock.patch.object(P.SessionClock, '_clock', staticmethod(lambda: now[0])),
+          mock.patch.object(P.run_resumable, '_clock', lambda: now[0])):
         warnings.simplefilter('ignore', P.SessionEnding)
         rep = P.run_resumable(step, P.CheckpointManager(tmp_path, keep=100), 1000, model=torch.nn.Linear(2, 2),
-                              session=P.SessionClock(idle_min=None, clock=lambda: now[0]), every_minutes=math.inf,
-                              clock=lambda: now[0])
+                              session=P.SessionClock(idle_min=None), every_minutes=math.inf)
     # 10 min a step: step 72 is the first within 5 min of the 12 h cut
     assert rep.reason == 'session limit' and P.CheckpointDir(tmp_path).latest().step == rep.stop == 72
 

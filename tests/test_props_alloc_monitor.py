@@ -170,10 +170,12 @@ def test_ledger_path(path):
 @given(st.one_of(anything, st.dictionaries(st.sampled_from(['streak_h', 'pause_h', 'session_cap_h', 'nope']), anything,
                                            max_size=2)),
        st.one_of(st.none(), st.floats()))
-def test_advice_limits(tmp_path, limits, now):
-    led = UsageLedger(tmp_path/'adv.jsonl', clock=lambda: 1.8e9)
+def test_advice_limits(tmp_path, limits, open_min):
+    led = UsageLedger(tmp_path/'adv.jsonl')
+    led._clock = lambda: 1.8e9
     led.add(1.8e9 - 7200, 1.8e9 - 60, 'Tesla T4', 1.0, session='s')
-    answers(lambda: advice(led, now=now, limits=limits), 'limits', 'now=')
+    answers(lambda: advice(led, open_min=10 if open_min is None else open_min, limits=limits),
+            'limits', 'open_min=')
 
 paths = st.text(st.sampled_from('ab./\x00 '), max_size=8)
 

@@ -17,9 +17,9 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from .allocation import as_card, NoGPUError, UnknownGPUError, nvml_gpus, spec_for
-from .core import (ColabT4Error, cuda_sync, oom_kind, ArgumentTypeError, check_callable,
-                              check_choice, check_flag, check_int, check_num, check_seq, check_str,
-                              check_type)
+from .core import (ColabT4Error, cuda_sync, oom_kind, require, ArgumentTypeError,
+                              check_callable, check_choice, check_flag, check_int, check_num,
+                              check_seq, check_str, check_type)
 from .timing import benchmark
 
 
@@ -721,13 +721,10 @@ def allreduce_check(rank:int, world_size:int)->float:
 
 # %% ../nbs/02_memory.ipynb #86dfedc7
 def tf_memory_growth(enable:bool=True, # True: take GPU memory as needed; False: TensorFlow's default (all of it)
-                     tf=None, # the `tensorflow` module (a stand-in in tests); imported if not given
                     )->list:
     "Switch TensorFlow's memory growth on every GPU it sees; the GPUs switched."
     enable = check_flag('enable', enable)
-    if tf is not None and not hasattr(tf, 'config'):
-        raise ArgumentTypeError(f'tf must be the tensorflow module (a stand-in) or None, got {tf=}')
-    if tf is None: import tensorflow as tf
+    tf = sys.modules.get('tensorflow') or require('tensorflow', 'tf_memory_growth')  # as imported
     gpus = tf.config.list_physical_devices('GPU')
     for g in gpus:
         try: tf.config.experimental.set_memory_growth(g, enable)

@@ -1,0 +1,284 @@
+"""A T4 time model with a few physical parameters, fitted to published figures and checked by
+leaving one source out.
+
+Every op of a rebuilt workload (see `rebuild.py`) is charged
+
+    gpu     = max(compute, memory)
+    compute = flops / rate
+    rate    = R                                     convolutions (dense: R x conv16 / conv32;
+                                                    grouped or depthwise: grp, any dtype)
+            = min(R, attn)                          fused attention kernels (xFormers, SDPA, flash)
+            = R * flops / (flops + f_half)          matrix products (the size curve; `--size-curve all`
+                                                    applies it to every kind)
+              with R = r16 (fp16, dimensions multiples of 8), u16 (fp16, a dimension that is not),
+                       r32 (fp32; bf16 is counted as fp32 here)
+    memory  = nbytes / bw_mm (matmul, conv, attention) or nbytes / bw_other (everything else)
+    host    = h_eager per kernel op and h_view per kernel-less dispatch (view, reshape) in eager PyTorch;
+              h_graph per op in TensorFlow/XLA rows, where elementwise ops also keep only a share
+              `fuse` of their time (the rest is fused into their producers)
+
+and the workload's time is, by `--combine`,
+    'sum':   sum over ops of count * (gpu + host)     (host time per op added: launches serialised)
+    'max':   sum over ops of count * max(gpu, host)   (host runs ahead of the GPU; a small op costs
+                                                       its host time, a large one its GPU time)
+    'async': max(sum of gpu, sum of host)             (the host queues the whole call ahead)
+
+Fit: least squares on log(predicted / published), each source weighted equally (rows of a source
+share a weight of 1/n), plus a weak log-normal prior that keeps a parameter near its datasheet value
+only where the data are silent (a leave-one-source-out fold can remove all rows that move it).
+
+Usage (the headline fit of tools/t4_fit/README.md):
+    python tools/t4_fit/model.py --combine sum --fix u16=8 --size-curve matmul --boot 30 --tag _final
+Writes CACHE/rows_<tag>.csv, loso_<tag>.csv, params_<tag>.csv and overall_<tag>.json.
+"""
+from __future__ import annotations
+import argparse, json, math, os, sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+CACHE = Path(os.environ.get('T4_FIT_CACHE', Path.home()/'.cache'/'colab_t4_nb'/'t4_fit'))
+torch.set_default_dtype(torch.float64)
+
+# name: (prior centre, prior width in log units, unit, meaning)
+PARAMS = {
+    'r16':      (40.0, 1.0, 'TFLOP/s', 'fp16 tensor-core rate, shapes multiple of 8, large products'),
+    'u16':      (8.0, 1.0, 'TFLOP/s', 'fp16 rate when a product dimension is not a multiple of 8'),
+    'r32':      (4.3, 0.5, 'TFLOP/s', 'fp32 rate, large products'),
+    'attn':     (10.0, 1.0, 'TFLOP/s', 'fused attention kernel ceiling (xFormers/SDPA/flash), any dtype'),
+    'conv16':   (1.0, 0.5, 'x', 'dense fp16 convolution rate / fp16 matmul rate (cuDNN)'),
+    'conv32':   (1.0, 0.5, 'x', 'dense fp32 convolution rate / fp32 matmul rate (cuDNN Winograd/FFT)'),
+    'grp':      (1.0, 1.0, 'TFLOP/s', 'grouped and depthwise convolution rate, any dtype'),
+    'f_half':   (1.0, 2.0, 'GFLOP', 'product size at which half the rate is reached'),
+    'bw_mm':    (266.0, 0.5, 'GB/s', 'bandwidth reached by matmul/conv/attention operands'),
+    'bw_other': (266.0, 1.0, 'GB/s', 'bandwidth reached by elementwise/normalisation/softmax ops'),
+    'h_eager':  (10.0, 1.0, 'us', 'host (or minimum) time per op, PyTorch eager'),
+    'h_view':   (3.0, 1.0, 'us', 'host time per dispatched op without a kernel (view, reshape), eager'),
+    'h_graph':  (5.0, 1.0, 'us', 'time per op floor in TensorFlow/XLA graphs'),
+    'fuse':     (0.3, 1.0, 'x', 'share of elementwise/norm ops (time) left after TF/XLA fusion'),
+}
+SCALE = {'TFLOP/s': 1e12, 'GB/s': 1e9, 'GFLOP': 1e9, 'us': 1e-6, 'x': 1.0}
+KINDS = ['matmul', 'conv', 'attention', 'other', 'view']  # view: dispatched, no kernel
+
+
+@dataclass
+class Data:
+    "Op groups of all workloads, as tensors, and the rows (published figures) that use them."
+    rows: pd.DataFrame       # one per published figure: source_id, family, mode, ms, workload index w
+    w: torch.Tensor          # per op group: workload index
+    kind: torch.Tensor       # index into KINDS
+    fp16: torch.Tensor       # bool
+    fp32: torch.Tensor       # bool (fp32 or bf16 emulated; int ops have no flops)
+    aligned: torch.Tensor    # bool
+    grouped: torch.Tensor    # bool: grouped or depthwise convolution
+    flops: torch.Tensor
+    nbytes: torch.Tensor
+    count: torch.Tensor
+    graph: torch.Tensor      # per workload: TensorFlow/XLA row
+    n_work: int
+
+
+def load(path:Path=CACHE / 'rows.pkl')->Data:
+    "Rows from `rebuild.py`, their workloads deduplicated (same key and framework: one op table)."
+    recs = pd.read_pickle(path)
+    keys, tables, graph, ws = {}, [], [], []
+    for r in recs:
+        k = (r['workload'], r['graph'])
+        if k not in keys:
+            keys[k] = len(tables); tables.append(r['ops']); graph.append(r['graph'])
+        ws.append(keys[k])
+    rows = pd.DataFrame([{k: v for k, v in r.items() if k != 'ops'} for r in recs]).assign(w=ws)
+    ops = pd.concat([t.assign(w=i) for i, t in enumerate(tables)], ignore_index=True)
+    ops = ops[ops['count'] != 0]
+    T = lambda x, dt=torch.float64: torch.tensor(np.asarray(x), dtype=dt)
+    return Data(rows, T(ops.w, torch.long), T(ops.kind.map(KINDS.index), torch.long),
+                T(ops.dtype == 'fp16', torch.bool), T(ops.dtype.isin(['fp32', 'bf16']), torch.bool),
+                T(ops.aligned, torch.bool), T(ops.grouped, torch.bool), T(ops.flops), T(ops.nbytes), T(ops['count']),
+                T(graph, torch.bool), len(tables))
+
+
+def values(logp:torch.Tensor)->dict:
+    "Parameters in SI units from the fitted log-values (in their display units)."
+    return {n: torch.exp(logp[i]) * SCALE[PARAMS[n][2]] for i, n in enumerate(PARAMS)}
+
+
+def predict(d:Data, logp:torch.Tensor, combine:str='sum')->torch.Tensor:
+    "Predicted ms per workload."
+    p = values(logp)
+    big = torch.where(d.fp16, torch.where(d.aligned, p['r16'], p['u16']), p['r32'])
+    big = torch.where(d.kind == 2, torch.minimum(big, p['attn']), big)
+    big = torch.where(d.kind == 1, big * torch.where(d.fp16, p['conv16'], p['conv32']), big)
+    big = torch.where(d.grouped, p['grp'], big)
+    half = p['f_half'] if SIZE_CURVE == 'all' else torch.where(d.kind == 1, 0.0, p['f_half'])
+    rate = big * d.flops / (d.flops + half)
+    compute = torch.where(d.flops > 0, d.flops / rate.clamp_min(1.0), torch.zeros_like(d.flops))
+    memory = d.nbytes / torch.where(d.kind == 3, p['bw_other'], p['bw_mm'])
+    gpu = torch.maximum(compute, memory)
+    graph, view = d.graph[d.w], d.kind == 4
+    host = torch.where(graph, torch.where(view, 0.0, p['h_graph']), torch.where(view, p['h_view'], p['h_eager']))
+    keep = torch.where(graph & (d.kind == 3), p['fuse'].clamp_max(1.0), torch.ones_like(gpu))  # XLA fusion
+    gpu, host = gpu * keep * d.count, host * keep * d.count
+    z = lambda v: torch.zeros(d.n_work).index_add_(0, d.w, v) * 1e3
+    if combine == 'sum': return z(gpu + host)
+    if combine == 'max': return z(torch.maximum(gpu, host))
+    return torch.maximum(z(gpu), z(host))  # 'async': the host queues ahead; the slower side sets the pace
+
+
+def prior()->tuple:
+    c = torch.tensor([math.log(v[0]) for v in PARAMS.values()])
+    s = torch.tensor([v[1] for v in PARAMS.values()])
+    return c, s
+
+
+SIZE_CURVE = 'all'  # 'all': the size curve slows small products of every kind; 'matmul': not convolutions
+LOSS = 'l2'  # 'l2': least squares on log error; 'soft_l1': 2(sqrt(1+(r/s)^2)-1) s^2, s=0.2 (robust)
+
+
+def fit(d:Data, train:np.ndarray, combine:str='sum', prior_weight:float=0.05, fixed:dict|None=None,
+        start:torch.Tensor|None=None)->torch.Tensor:
+    """Log-parameters minimising sum_rows w * log(pred/pub)^2 (each source weight 1) + prior.
+    `train`: bool mask over rows. `fixed`: {name: value in display units} held constant."""
+    c, s = prior()
+    rows = d.rows[train]
+    wt = torch.tensor((1.0 / rows.groupby('source_id').source_id.transform('size')).to_numpy())
+    wi = torch.tensor(rows.w.to_numpy()); y = torch.log(torch.tensor(rows.ms.to_numpy()))
+    logp = (start.clone() if start is not None else c.clone()).requires_grad_(True)
+    mask = torch.ones(len(PARAMS))
+    if fixed:
+        with torch.no_grad():
+            for n, v in fixed.items():
+                i = list(PARAMS).index(n); logp[i] = math.log(v); mask[i] = 0
+    def loss():
+        r = torch.log(predict(d, logp, combine)[wi]) - y
+        rho = r ** 2 if LOSS == 'l2' else 2 * 0.04 * (torch.sqrt(1 + r ** 2 / 0.04) - 1)
+        return (wt * rho).sum() + prior_weight * (((logp - c) / s) ** 2).sum()
+    opt = torch.optim.Adam([logp], lr=0.05)
+    for _ in range(300):
+        opt.zero_grad(); l = loss(); l.backward(); logp.grad *= mask; opt.step()
+    opt = torch.optim.LBFGS([logp], lr=0.5, max_iter=200, line_search_fn='strong_wolfe')
+    def closure():
+        opt.zero_grad(); l = loss(); l.backward(); logp.grad *= mask; return l
+    opt.step(closure)
+    return logp.detach()
+
+
+def errors(d:Data, logp, combine, rows:pd.DataFrame)->np.ndarray:
+    with torch.no_grad(): pred = predict(d, logp, combine).numpy()
+    return pred[rows.w.to_numpy()] / rows.ms.to_numpy() - 1
+
+
+def summary(err:np.ndarray)->dict:
+    a = np.abs(err)
+    return dict(rows=len(a), median_abs=float(np.median(a)) if len(a) else float('nan'),
+                over40=float((a > 0.4).mean()) if len(a) else float('nan'),
+                signed_median=float(np.median(err)) if len(a) else float('nan'))
+
+
+def weighted(err:np.ndarray, source:pd.Series)->dict:
+    "Median |error| and share >40% with each source weighing 1 (rows of a source share it)."
+    w = (1.0 / source.map(source.value_counts())).to_numpy(); a = np.abs(err); o = np.argsort(a)
+    cw = np.cumsum(w[o]) / w.sum()
+    return dict(median_abs=float(a[o][np.searchsorted(cw, 0.5)]), over40=float(w[a > 0.4].sum() / w.sum()))
+
+
+def loso(d:Data, combine:str, start=None, **kw)->tuple:
+    "Leave each source out: fit on the rest, predict it. (per-row errors, per-fold parameters)"
+    err = np.full(len(d.rows), np.nan); folds = {}
+    for sid in sorted(d.rows.source_id.unique()):
+        held = (d.rows.source_id == sid).to_numpy()
+        lp = fit(d, ~held, combine, start=start, **kw)
+        err[held] = errors(d, lp, combine, d.rows[held])
+        folds[sid] = lp
+    return err, folds
+
+
+def bootstrap(d:Data, combine:str, n:int, start=None, seed:int=0, **kw)->list:
+    "Refit on sources drawn with replacement (a source drawn k times weighs k)."
+    rng = np.random.default_rng(seed); srcs = np.array(sorted(d.rows.source_id.unique())); out = []
+    for _ in range(n):
+        pick = pd.Series(rng.choice(srcs, len(srcs))).value_counts()
+        dd = Data(**{**d.__dict__})
+        reps = [d.rows[d.rows.source_id == s].assign(source_id=f'{s}#{k}') for s, m in pick.items() for k in range(m)]
+        dd.rows = pd.concat(reps, ignore_index=True)
+        out.append(fit(dd, np.ones(len(dd.rows), bool), combine, start=start, **kw))
+    return out
+
+
+def table(logps:dict|list, base:torch.Tensor)->pd.DataFrame:
+    "Fitted parameters in display units, with the spread (16th-84th percentile) across refits."
+    arr = torch.stack(list(logps.values()) if isinstance(logps, dict) else logps).exp().numpy()
+    rows = []
+    for i, (n, (c, s, unit, what)) in enumerate(PARAMS.items()):
+        rows.append(dict(param=n, value=float(base[i].exp()), p16=float(np.percentile(arr[:, i], 16)),
+                         p84=float(np.percentile(arr[:, i], 84)), unit=unit, prior=c, meaning=what))
+    return pd.DataFrame(rows)
+
+
+def sensitivity(d:Data, logp, combine)->pd.Series:
+    "Per parameter: how many sources have a row whose prediction moves >5% when it doubles."
+    with torch.no_grad():
+        base = predict(d, logp, combine).numpy()[d.rows.w.to_numpy()]
+        out = {}
+        for i, n in enumerate(PARAMS):
+            lp = logp.clone(); lp[i] += math.log(2)
+            p = predict(d, lp, combine).numpy()[d.rows.w.to_numpy()]
+            moved = np.abs(p / base - 1) > 0.05
+            out[n] = d.rows.source_id[moved].nunique()
+    return pd.Series(out, name='sources_moved')
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap.add_argument('--combine', default='sum', choices=['sum', 'max', 'async'])
+    ap.add_argument('--boot', type=int, default=0, help='bootstrap refits over sources')
+    ap.add_argument('--prior', type=float, default=0.05, help='weight of the log-normal prior')
+    ap.add_argument('--exclude', default='', help='comma-separated source_ids left out entirely')
+    ap.add_argument('--tag', default='', help='suffix of the output files')
+    ap.add_argument('--size-curve', default='all', choices=['all', 'matmul'])
+    ap.add_argument('--loss', default='l2', choices=['l2', 'soft_l1'])
+    ap.add_argument('--fix', default='', help="parameters held, e.g. 'u16=8,bw_other=266' (display units)")
+    a = ap.parse_args(argv)
+    global LOSS, SIZE_CURVE; LOSS, SIZE_CURVE = a.loss, a.size_curve
+    fixed = {k: float(v) for k, v in (x.split('=') for x in a.fix.split(',') if x)}
+    d = load()
+    if a.exclude:
+        keep = ~d.rows.source_id.isin(a.exclude.split(','))
+        d.rows = d.rows[keep].reset_index(drop=True)
+    allrows = np.ones(len(d.rows), bool)
+    lp = fit(d, allrows, a.combine, a.prior, fixed=fixed)
+    fit_err = errors(d, lp, a.combine, d.rows)
+    err, folds = loso(d, a.combine, start=lp, prior_weight=a.prior, fixed=fixed)
+    r = d.rows.assign(fit_error=fit_err, loso_error=err)
+    with torch.no_grad(): r['pred_ms'] = predict(d, lp, a.combine).numpy()[r.w]
+    per = r.groupby('source_id').apply(lambda g: pd.Series(dict(
+        family=g.family.iloc[0], mode=g['mode'].iloc[0], rows=len(g),
+        fit_median_abs=np.median(np.abs(g.fit_error)),
+        loso_median_abs=np.median(np.abs(g.loso_error)), loso_signed_median=np.median(g.loso_error),
+        loso_over40=(np.abs(g.loso_error) > 0.4).mean())), include_groups=False)
+    # each source counts equally in the headline too: per-source medians, then their median
+    overall = dict(all=summary(err), training=summary(err[(r['mode'] == 'training').to_numpy()]),
+                   inference=summary(err[(r['mode'] == 'inference').to_numpy()]),
+                   fit_all=summary(fit_err), median_of_source_medians=float(per.loso_median_abs.median()),
+                   source_weighted=weighted(err, r.source_id),
+                   sources=int(r.source_id.nunique()), families=int(r.family.nunique()))
+    spread = bootstrap(d, a.combine, a.boot, start=lp, prior_weight=a.prior, fixed=fixed) if a.boot else folds
+    params = table(spread, lp)
+    fold = torch.stack(list(folds.values())).exp().numpy()
+    params['loso_min'], params['loso_max'] = fold.min(0), fold.max(0)
+    params['sources_moved'] = sensitivity(d, lp, a.combine).values
+    tag = a.combine + a.tag
+    r.to_csv(CACHE / f'rows_{tag}.csv', index=False)
+    per.to_csv(CACHE / f'loso_{tag}.csv')
+    params.to_csv(CACHE / f'params_{tag}.csv', index=False)
+    (CACHE / f'overall_{tag}.json').write_text(json.dumps(overall, indent=1))
+    pd.set_option('display.width', 200)
+    print(params.to_string(index=False, float_format=lambda x: f'{x:.4g}'))
+    print(per.to_string(float_format=lambda x: f'{x:.3f}'))
+    print(json.dumps(overall, indent=1))
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,93 @@
+"""Write CACHE/report.md from the outputs of `rebuild.py` and `model.py` runs.
+
+Usage: python tools/t4_fit/report.py [TAG ...]   (TAG as model.py writes it, e.g. sum_final sum_robust)
+The first TAG is the headline fit; the others are shown as alternatives.
+"""
+from __future__ import annotations
+import json, math, os, sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+CACHE = Path(os.environ.get('T4_FIT_CACHE', Path.home()/'.cache'/'colab_t4_nb'/'t4_fit'))
+
+
+def baseline(rows:pd.DataFrame)->pd.Series:
+    """The prediction of the T4 page as it stands (`colab_t4_nb.t4` constants: best-of matmul rates with
+    the published fp16 size curve, copy bandwidth, 'launch' per kernel op) for each kept row."""
+    from colab_t4_nb import t4
+    recs = {r['row_id']: r for r in pd.read_pickle(CACHE / 'rows.pkl')}
+    bw = t4.T4_CONSTANTS['copy bandwidth'].value * 1e9
+    launch = t4.T4_CONSTANTS['launch'].value * 1e-6
+    out = {}
+    for rid in rows.row_id:
+        ops = recs[rid]['ops']; ops = ops[ops.kind != 'view']
+        t = 0.0
+        for o in ops.itertuples():
+            comp = o.flops / t4._rate(o.kind, o.dtype, 'value', o.flops) if o.flops else 0.0
+            t += o.count * (max(comp, o.nbytes / bw) + launch)
+        out[rid] = t * 1e3
+    return rows.row_id.map(out)
+
+
+def md(df:pd.DataFrame, fmt='{:.3g}')->str:
+    cols = list(df.columns)
+    f = lambda v: fmt.format(v) if isinstance(v, (float, np.floating)) and not math.isnan(v) else str(v)
+    lines = ['| ' + ' | '.join(cols) + ' |', '|' + '---|' * len(cols)]
+    lines += ['| ' + ' | '.join(f(v) for v in r) + ' |' for r in df.itertuples(index=False)]
+    return '\n'.join(lines)
+
+
+def main(tags):
+    head = tags[0]
+    rows = pd.read_csv(CACHE / f'rows_{head}.csv')
+    loso = pd.read_csv(CACHE / f'loso_{head}.csv')
+    params = pd.read_csv(CACHE / f'params_{head}.csv')
+    overall = json.loads((CACHE / f'overall_{head}.json').read_text())
+    skipped = pd.read_csv(CACHE / 'skipped.csv')
+    rows['baseline_ms'] = baseline(rows)
+    rows['baseline_error'] = rows.baseline_ms / rows.ms - 1
+    out = [f'# T4 model fitted to published figures: leave-one-source-out report ({head})', '']
+    out += ['## Rows used per source', '',
+            md(rows.groupby(['source_id', 'family', 'mode']).size().rename('rows').reset_index()), '',
+            f"**{len(rows)} rows from {rows.source_id.nunique()} source_ids and {rows.family.nunique()} families; "
+            f"{int((rows['mode'] == 'training').sum())} training rows.**", '',
+            '### Skipped rows (by source and reason)', '',
+            md(skipped.groupby(['source_id', 'why']).size().rename('rows').reset_index()), '']
+    out += ['## Fitted parameters', '',
+            'value: fit on all rows; p16-p84: spread over bootstrap refits (sources drawn with replacement); '
+            'loso_min-loso_max: range over the leave-one-source-out folds; sources_moved: sources with a row '
+            'whose prediction moves >5% when the parameter doubles (a parameter moved by <2 sources is not identified).', '',
+            md(params[['param', 'value', 'p16', 'p84', 'loso_min', 'loso_max', 'unit', 'sources_moved', 'meaning']]), '']
+    out += ['## Leave-one-source-out, per source', '', md(loso), '']
+    o = overall
+    out += ['## Overall', '',
+            f"- LOSO, all rows: median |error| {o['all']['median_abs']:.1%}, rows off by >40%: {o['all']['over40']:.1%}, "
+            f"signed median {o['all']['signed_median']:+.1%}",
+            f"- LOSO, each source weighing 1: median |error| {o['source_weighted']['median_abs']:.1%}, "
+            f">40%: {o['source_weighted']['over40']:.1%}; median of per-source medians {o['median_of_source_medians']:.1%}",
+            f"- LOSO, training rows: median |error| {o['training']['median_abs']:.1%}, >40%: {o['training']['over40']:.1%} "
+            f"({o['training']['rows']} rows)",
+            f"- LOSO, inference rows: median |error| {o['inference']['median_abs']:.1%}, >40%: {o['inference']['over40']:.1%}",
+            f"- In-sample fit, all rows: median |error| {o['fit_all']['median_abs']:.1%}, >40%: {o['fit_all']['over40']:.1%}",
+            f"- The page's current constants on the same rows (no fit): median |error| "
+            f"{np.median(np.abs(rows.baseline_error)):.1%}, >40%: {(np.abs(rows.baseline_error) > 0.4).mean():.1%}, "
+            f"signed median {np.median(rows.baseline_error):+.1%}", '']
+    for t in tags[1:]:
+        ov = json.loads((CACHE / f'overall_{t}.json').read_text())
+        out += [f"- Alternative `{t}`: LOSO median |error| {ov['all']['median_abs']:.1%}, >40% {ov['all']['over40']:.1%}; "
+                f"source-weighted {ov['source_weighted']['median_abs']:.1%} / {ov['source_weighted']['over40']:.1%}; "
+                f"training {ov['training']['median_abs']:.1%}"]
+    out += ['', '## Worst rows (LOSO)', '',
+            md(rows.assign(a=rows.loso_error.abs()).sort_values('a', ascending=False).head(25)
+               [['source_id', 'workload', 'ms', 'pred_ms', 'loso_error', 'baseline_error']]), '']
+    (CACHE / 'report_tables.md').write_text('\n'.join(out) + '\n')
+    rows.to_csv(CACHE / f'rows_{head}_with_baseline.csv', index=False)
+    print('\n'.join(out))
+
+
+if __name__ == '__main__':
+    main(sys.argv[1:] or ['sum_final'])

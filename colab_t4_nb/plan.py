@@ -27,7 +27,7 @@ from .t4 import T4Estimate, estimate_t4
 from .persistence import DEFAULT_EVERY_MINUTES, SessionClock
 
 # %% auto #0
-__all__ = ['plan_run']
+__all__ = ['RunPlan', 'plan_run']
 
 # %% ../nbs/05b_plan.ipynb #1d7fc34a
 GiB = 2**30

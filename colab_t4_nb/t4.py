@@ -342,7 +342,7 @@ def _fused_attention():
 
 # %% ../nbs/03b_t4.ipynb #08f3b073
 def count_work(fn:Callable, *args, **kwargs)->list:
-    ("The ops one call of `fn(*args, **kwargs)` runs, as `Op`s, "
+    ("The ops one call of `fn(*args, **kwargs)` runs, as Op records, "
      "with attention counted as the fused kernel a T4 runs.")
     check_callable('fn', fn)
     with _sdpa_t4(), _fused_attention(), WorkCounter() as wc: fn(*args, **kwargs)

@@ -23,7 +23,7 @@ from .core import (ColabT4Error, ArgumentError, ArgumentTypeError, LIMITS, requi
 from .allocation import as_card
 from .amp import amp_choice
 from .memory import usable_memory
-from .t4 import T4Estimate, estimate_t4
+from .t4 import T4Estimate, estimate_t4, tensors_in
 from .persistence import DEFAULT_EVERY_MINUTES, SessionClock
 
 # %% auto #0
@@ -146,12 +146,6 @@ def _fresh(func)->bool:
     "True when the op `func` returns new tensors, not views of its inputs or the inputs it wrote."
     return all(r.alias_info is None for r in func._schema.returns)
 
-def _tensors(x)->list:
-    if isinstance(x, torch.Tensor): return [x]
-    if isinstance(x, (list, tuple)): return [t for v in x for t in _tensors(v)]
-    if isinstance(x, dict): return [t for v in x.values() for t in _tensors(v)]
-    return []
-
 # what `.item()` of a meta tensor answers (an int, a float, a bool): a model asking whether its mask is
 # all ones hears yes; the answer steers control flow only, never a size the trace counts
 _STAND_IN = (1, 1.0, True)
@@ -171,8 +165,8 @@ class _ShapeCache(dict):
 
     def record(self, out, args):
         "What `make` needs to build `out` again; None when `out` shares an input's storage (`_unsafe_view`)."
-        storages, inputs = [], {id(t.untyped_storage()) for t in _tensors(args)}
-        if any(id(t.untyped_storage()) in inputs for t in _tensors(out)): return None
+        storages, inputs = [], {id(t.untyped_storage()) for t in tensors_in(args)}
+        if any(id(t.untyped_storage()) in inputs for t in tensors_in(out)): return None
         def rec(o):
             if o is None: return None
             if isinstance(o, torch.Tensor):
@@ -242,7 +236,7 @@ class MemoryTrace(TorchDispatchMode):
             if k is not None and k not in _SHAPES:
                 try: _SHAPES[k] = _SHAPES.record(out, (args, kwargs))
                 except TypeError: _SHAPES[k] = None  # a result that is not tensors: not cached
-        for t in _tensors(out): self._add(t)
+        for t in tensors_in(out): self._add(t)
         return out
 
     def __exit__(self, *exc):
@@ -546,7 +540,7 @@ SCALE = 2.0**16  # GradScaler's first scale
 def _loss(out, x, loss_fn):
     if loss_fn is not None: return loss_fn(out, x)
     if getattr(out, 'loss', None) is not None: return out.loss
-    return _tensors(out.to_tuple() if hasattr(out, 'to_tuple') else out)[0].float().mean()
+    return tensors_in(out.to_tuple() if hasattr(out, 'to_tuple') else out)[0].float().mean()
 
 def _step(s:_Setup, batch:int, mt:MemoryTrace):
     "One training step: batch, forward and loss under autocast, backward, unscale, optimizer step."

@@ -262,10 +262,11 @@ _NO_KERNEL = ('empty', 'empty_strided', 'new_empty', 'new_empty_strided', 'empty
               'lift_fresh', 'alias', '_unsafe_view', 'set_', 'resize_', 'record_stream')
 
 # %% ../nbs/03b_t4.ipynb #be3c9b3a
-def _tensors(x)->list:
+def tensors_in(x)->list:
+    "The tensors in `x`, however nested in lists, tuples and dicts."
     if isinstance(x, torch.Tensor): return [x]
-    if isinstance(x, (list, tuple)): return [t for v in x for t in _tensors(v)]
-    if isinstance(x, dict): return [t for v in x.values() for t in _tensors(v)]
+    if isinstance(x, (list, tuple)): return [t for v in x for t in tensors_in(v)]
+    if isinstance(x, dict): return [t for v in x.values() for t in tensors_in(v)]
     return []
 
 # %% ../nbs/03b_t4.ipynb #dba5a575
@@ -309,7 +310,7 @@ class WorkCounter(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         name = func._overloadpacket.__name__
         if name in _NO_KERNEL or _is_view(func): return out
-        ins, outs = _tensors(args) + _tensors(kwargs or {}), _tensors(out)
+        ins, outs = tensors_in(args) + tensors_in(kwargs or {}), tensors_in(out)
         if not ins and not outs: return out
         nbytes = sum(t.numel() * t.element_size() for t in ins + outs)
         base = name.removesuffix('_backward')
@@ -376,7 +377,7 @@ def _bound(d:pd.DataFrame)->str:
 def _measure(fn, args, kwargs, repeats:int)->tuple:
     ("(median ms, label) of `fn` here with the project's timing helper; "
      "(None, why) where nothing can be timed.")
-    devs = {t.device.type for t in _tensors(args) + _tensors(kwargs)}
+    devs = {t.device.type for t in tensors_in(args) + tensors_in(kwargs)}
     if 'meta' in devs: return None, 'meta tensors: counted, not run'
     cuda = 'cuda' in devs or (not devs and torch.cuda.is_available())  # a closure: the GPU's
     dev = 'cuda' if cuda else 'cpu'

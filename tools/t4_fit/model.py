@@ -5,7 +5,8 @@ Every op of a rebuilt workload (see `rebuild.py`) is charged
 
     gpu     = max(compute, memory)
     compute = flops / rate
-    rate    = R                                     convolutions (dense: R x conv16 / conv32;
+    rate    = R                                     convolutions (dense: R x conv16 / conv32, and
+                                                    x nchw16 for fp16 convs not run channels-last;
                                                     grouped or depthwise: grp, any dtype)
             = min(R, attn)                          fused attention kernels (xFormers, SDPA, flash)
             = R * flops / (flops + f_half)          matrix products (the size curve; `--size-curve all`
@@ -22,6 +23,13 @@ and the workload's time is, by `--combine`,
     'max':   sum over ops of count * max(gpu, host)   (host runs ahead of the GPU; a small op costs
                                                        its host time, a large one its GPU time)
     'async': max(sum of gpu, sum of host)             (the host queues the whole call ahead)
+    'mix':   sum over ops of count * (max + ov * min)  (ov, fitted: the non-overlapped share; tested)
+
+Tested and not kept (flags; each adds its parameter from OPTIONAL): --red (bw_red: softmax and
+layer/group norm at their own bandwidth), --throttle (a duty-dependent fp16 clock under the 70 W cap),
+--ngc (a GPU-time factor for NGC-container rows), --k1-gemm (1x1 convs at the matmul rate, no new
+parameter), --combine mix (ov), --t-mm (the size curve as a fixed time per product, t_mm, instead of
+the fixed size f_half). Their LOSO results are in tools/t4_fit/README.md.
 
 Fit: least squares on log(predicted / published), each source weighted equally (rows of a source
 share a weight of 1/n), plus a weak log-normal prior that keeps a parameter near its datasheet value
@@ -51,6 +59,7 @@ PARAMS = {
     'attn':     (10.0, 1.0, 'TFLOP/s', 'fused attention kernel ceiling (xFormers/SDPA/flash), any dtype'),
     'conv16':   (1.0, 0.5, 'x', 'dense fp16 convolution rate / fp16 matmul rate (cuDNN)'),
     'conv32':   (1.0, 0.5, 'x', 'dense fp32 convolution rate / fp32 matmul rate (cuDNN Winograd/FFT)'),
+    'nchw16':   (1.0, 0.5, 'x', 'dense fp16 conv rate in NCHW layout / in NHWC (channels-last, the tensor-core layout)'),
     'grp':      (1.0, 1.0, 'TFLOP/s', 'grouped and depthwise convolution rate, any dtype'),
     'f_half':   (1.0, 2.0, 'GFLOP', 'product size at which half the rate is reached'),
     'bw_mm':    (266.0, 0.5, 'GB/s', 'bandwidth reached by matmul/conv/attention operands'),
@@ -60,7 +69,19 @@ PARAMS = {
     'h_graph':  (5.0, 1.0, 'us', 'time per op floor in TensorFlow/XLA graphs'),
     'fuse':     (0.3, 1.0, 'x', 'share of elementwise/norm ops (time) left after TF/XLA fusion'),
 }
+# Tested and not kept (each enters PARAMS only with its flag; see README "Hypotheses tested"):
+OPTIONAL = {
+    'bw_red':   (266.0, 1.0, 'GB/s', 'bandwidth reached by row reductions: softmax, layer/group norm (fwd and bwd)'),
+    'throttle': (0.3, 1.0, 'x', 'fp16 tensor-core slowdown at 100% duty (70 W cap): time x (1 + throttle * duty)'),
+    'ov':       (0.5, 1.0, 'x', 'share of the smaller of host and GPU time per op not overlapped (1: sum, 0: max)'),
+    't_mm':     (15.0, 1.0, 'us', 'fixed time per matrix product (tail/latency): half rate at flops = rate x t_mm'),
+    'ngc':      (1.0, 0.5, 'x', 'GPU-time factor for rows run in an NVIDIA NGC container on a datacenter T4 (as stated)'),
+}
 SCALE = {'TFLOP/s': 1e12, 'GB/s': 1e9, 'GFLOP': 1e9, 'us': 1e-6, 'x': 1.0}
+# ops that reduce along rows before writing (two passes or a block-wide reduction per row)
+REDUCTIONS = ['_softmax', '_log_softmax', '_softmax_backward_data', '_log_softmax_backward_data',
+              'native_layer_norm', 'native_layer_norm_backward', 'native_group_norm',
+              'native_group_norm_backward']
 KINDS = ['matmul', 'conv', 'attention', 'other', 'view']  # view: dispatched, no kernel
 
 
@@ -74,21 +95,26 @@ class Data:
     fp32: torch.Tensor       # bool (fp32 or bf16 emulated; int ops have no flops)
     aligned: torch.Tensor    # bool
     grouped: torch.Tensor    # bool: grouped or depthwise convolution
+    red: torch.Tensor        # bool: a row reduction (softmax, layer/group norm), see REDUCTIONS
+    k1: torch.Tensor         # bool: a 1x1 convolution (a GEMM over pixels)
     flops: torch.Tensor
     nbytes: torch.Tensor
     count: torch.Tensor
     graph: torch.Tensor      # per workload: TensorFlow/XLA row
+    nhwc: torch.Tensor       # per workload: convolutions run channels-last (as the source states)
+    ngc: torch.Tensor        # per workload: run in an NGC container (DLE), as the source states
     n_work: int
 
 
 def load(path:Path=CACHE / 'rows.pkl')->Data:
     "Rows from `rebuild.py`, their workloads deduplicated (same key and framework: one op table)."
     recs = pd.read_pickle(path)
-    keys, tables, graph, ws = {}, [], [], []
+    keys, tables, graph, nhwc, ngc, ws = {}, [], [], [], [], []
     for r in recs:
-        k = (r['workload'], r['graph'])
+        k = (r['workload'], r['graph'], r.get('layout', 'nchw'), r['family'] == 'nvidia-dle')
         if k not in keys:
             keys[k] = len(tables); tables.append(r['ops']); graph.append(r['graph'])
+            nhwc.append(r.get('layout', 'nchw') == 'nhwc'); ngc.append(r['family'] == 'nvidia-dle')
         ws.append(keys[k])
     rows = pd.DataFrame([{k: v for k, v in r.items() if k != 'ops'} for r in recs]).assign(w=ws)
     ops = pd.concat([t.assign(w=i) for i, t in enumerate(tables)], ignore_index=True)
@@ -96,8 +122,10 @@ def load(path:Path=CACHE / 'rows.pkl')->Data:
     T = lambda x, dt=torch.float64: torch.tensor(np.asarray(x), dtype=dt)
     return Data(rows, T(ops.w, torch.long), T(ops.kind.map(KINDS.index), torch.long),
                 T(ops.dtype == 'fp16', torch.bool), T(ops.dtype.isin(['fp32', 'bf16']), torch.bool),
-                T(ops.aligned, torch.bool), T(ops.grouped, torch.bool), T(ops.flops), T(ops.nbytes), T(ops['count']),
-                T(graph, torch.bool), len(tables))
+                T(ops.aligned, torch.bool), T(ops.grouped, torch.bool),
+                T(ops.name.isin(REDUCTIONS) & (ops.kind == 'other'), torch.bool),
+                T(ops['k1'] if 'k1' in ops else np.zeros(len(ops), bool), torch.bool), T(ops.flops), T(ops.nbytes), T(ops['count']),
+                T(graph, torch.bool), T(nhwc, torch.bool), T(ngc, torch.bool), len(tables))
 
 
 def values(logp:torch.Tensor)->dict:
@@ -110,13 +138,24 @@ def predict(d:Data, logp:torch.Tensor, combine:str='sum')->torch.Tensor:
     p = values(logp)
     big = torch.where(d.fp16, torch.where(d.aligned, p['r16'], p['u16']), p['r32'])
     big = torch.where(d.kind == 2, torch.minimum(big, p['attn']), big)
-    big = torch.where(d.kind == 1, big * torch.where(d.fp16, p['conv16'], p['conv32']), big)
+    kxk = (d.kind == 1) & ~(d.k1 & K1_GEMM)  # 1x1 convolutions run as GEMMs: the matmul rate
+    big = torch.where(kxk, big * torch.where(d.fp16, p['conv16'], p['conv32']), big)
+    nchw16 = torch.where(d.nhwc[d.w], 1.0, p['nchw16'])  # fp16 convs not channels-last: cuDNN's transposes
+    big = torch.where((d.kind == 1) & d.fp16, big * nchw16, big)
     big = torch.where(d.grouped, p['grp'], big)
-    half = p['f_half'] if SIZE_CURVE == 'all' else torch.where(d.kind == 1, 0.0, p['f_half'])
+    f_half = big * p['t_mm'] if 't_mm' in p else p['f_half']  # --t-mm: a fixed time, not a fixed size
+    half = f_half if SIZE_CURVE == 'all' else torch.where(kxk, 0.0, f_half)
     rate = big * d.flops / (d.flops + half)
     compute = torch.where(d.flops > 0, d.flops / rate.clamp_min(1.0), torch.zeros_like(d.flops))
-    memory = d.nbytes / torch.where(d.kind == 3, p['bw_other'], p['bw_mm'])
+    memory = d.nbytes / torch.where(d.kind == 3, (torch.where(d.red, p['bw_red'], p['bw_other']) if 'bw_red' in p else p['bw_other']), p['bw_mm'])
     gpu = torch.maximum(compute, memory)
+    if 'throttle' in p:  # sustained clock under the 70 W cap: dense fp16 tensor-core work slows with its duty
+        tc = d.fp16 & (d.kind <= 2) & (compute >= memory)
+        zz = lambda v: torch.zeros(d.n_work).index_add_(0, d.w, v * d.count)
+        h0 = torch.where(d.kind == 4, p['h_view'], p['h_eager'])
+        duty = zz(torch.where(tc, compute, 0.0)) / zz(gpu + h0).clamp_min(1e-12)
+        gpu = torch.where(tc, torch.maximum(compute * (1 + p['throttle'] * duty[d.w]), memory), gpu)
+    if 'ngc' in p: gpu = gpu * torch.where(d.ngc[d.w], p['ngc'], 1.0)
     graph, view = d.graph[d.w], d.kind == 4
     host = torch.where(graph, torch.where(view, 0.0, p['h_graph']), torch.where(view, p['h_view'], p['h_eager']))
     keep = torch.where(graph & (d.kind == 3), p['fuse'].clamp_max(1.0), torch.ones_like(gpu))  # XLA fusion
@@ -124,6 +163,7 @@ def predict(d:Data, logp:torch.Tensor, combine:str='sum')->torch.Tensor:
     z = lambda v: torch.zeros(d.n_work).index_add_(0, d.w, v) * 1e3
     if combine == 'sum': return z(gpu + host)
     if combine == 'max': return z(torch.maximum(gpu, host))
+    if combine == 'mix': return z(torch.maximum(gpu, host) + p['ov'].clamp_max(1.0) * torch.minimum(gpu, host))
     return torch.maximum(z(gpu), z(host))  # 'async': the host queues ahead; the slower side sets the pace
 
 
@@ -133,6 +173,7 @@ def prior()->tuple:
     return c, s
 
 
+K1_GEMM = False  # --k1-gemm: 1x1 convolutions at the matmul rate (tested, not kept)
 SIZE_CURVE = 'all'  # 'all': the size curve slows small products of every kind; 'matmul': not convolutions
 LOSS = 'l2'  # 'l2': least squares on log error; 'soft_l1': 2(sqrt(1+(r/s)^2)-1) s^2, s=0.2 (robust)
 
@@ -232,16 +273,26 @@ def sensitivity(d:Data, logp, combine)->pd.Series:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    ap.add_argument('--combine', default='sum', choices=['sum', 'max', 'async'])
+    ap.add_argument('--combine', default='sum', choices=['sum', 'max', 'async', 'mix'])
     ap.add_argument('--boot', type=int, default=0, help='bootstrap refits over sources')
     ap.add_argument('--prior', type=float, default=0.05, help='weight of the log-normal prior')
     ap.add_argument('--exclude', default='', help='comma-separated source_ids left out entirely')
     ap.add_argument('--tag', default='', help='suffix of the output files')
     ap.add_argument('--size-curve', default='all', choices=['all', 'matmul'])
+    ap.add_argument('--k1-gemm', action='store_true', help='1x1 convs at the matmul rate (tested: worse)')
+    ap.add_argument('--red', action='store_true', help='fit bw_red, the bandwidth of row reductions (tested)')
+    ap.add_argument('--ngc', action='store_true', help='fit ngc, a GPU-time factor for NGC-container rows (tested)')
+    ap.add_argument('--t-mm', action='store_true', help='size curve as a fixed time per product (t_mm) instead of f_half')
+    ap.add_argument('--throttle', action='store_true', help='fit throttle, the load-dependent fp16 clock (tested)')
     ap.add_argument('--loss', default='l2', choices=['l2', 'soft_l1'])
     ap.add_argument('--fix', default='', help="parameters held, e.g. 'u16=8,bw_other=266' (display units)")
     a = ap.parse_args(argv)
-    global LOSS, SIZE_CURVE; LOSS, SIZE_CURVE = a.loss, a.size_curve
+    global LOSS, SIZE_CURVE, K1_GEMM
+    LOSS, SIZE_CURVE, K1_GEMM = a.loss, a.size_curve, a.k1_gemm
+    for n in ('bw_red', 'throttle', 'ngc'):
+        if getattr(a, n.replace('bw_', '')): PARAMS[n] = OPTIONAL[n]
+    if a.combine == 'mix': PARAMS['ov'] = OPTIONAL['ov']
+    if a.t_mm: PARAMS['t_mm'] = OPTIONAL['t_mm']; del PARAMS['f_half']
     fixed = {k: float(v) for k, v in (x.split('=') for x in a.fix.split(',') if x)}
     d = load()
     if a.exclude:

@@ -29,7 +29,8 @@ from torch import nn
 from colab_t4_nb import models, t4
 
 META = torch.device('meta')
-COLS = ['name', 'kind', 'dtype', 'flops', 'nbytes', 'aligned', 'grouped']  # an op group's key
+COLS = ['name', 'kind', 'dtype', 'flops', 'nbytes', 'aligned', 'grouped', 'k1']  # an op group's key
+# k1: a 1x1 convolution (a matrix product over pixels: cuDNN runs it as a GEMM)
 F16, F32 = torch.float16, torch.float32
 
 # --------------------------------------------------------------------------------------------
@@ -65,6 +66,15 @@ def _aligned(name, kind, args)->bool:
     return True
 
 
+def _k1(name, kind, args)->bool:
+    "Whether a convolution's kernel is 1x1 (every spatial dimension of the weight is 1)."
+    if kind != 'conv': return False
+    try:
+        w = args[2] if name == 'convolution_backward' else args[1]
+        return all(int(x) == 1 for x in w.shape[2:])
+    except Exception: return False
+
+
 def _groups(name, args)->int:
     "Groups of a convolution (1: dense; channels: depthwise)."
     try: return int(args[9] if name == 'convolution_backward' else args[8])
@@ -75,7 +85,7 @@ class ShapeCounter(t4.WorkCounter):
     "`t4.WorkCounter` that also keeps, per op, whether its product shape is tensor-core friendly."
     def __init__(self):
         super().__init__()
-        self.aligned, self.grouped = [], []
+        self.aligned, self.grouped, self.k1 = [], [], []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         n = len(self.ops)
@@ -84,9 +94,10 @@ class ShapeCounter(t4.WorkCounter):
             o = self.ops[-1]
             self.aligned.append(_aligned(o.name, o.kind, args))
             self.grouped.append(o.kind == 'conv' and _groups(o.name, args) > 1)
+            self.k1.append(_k1(o.name, o.kind, args))
         else:  # a view, an allocation, a metadata op: no kernel, but eager PyTorch still dispatches it
             self.ops.append(t4.Op(func._overloadpacket.__name__, 'view', 'int', 0.0, 0.0))
-            self.aligned.append(True); self.grouped.append(False)
+            self.aligned.append(True); self.grouped.append(False); self.k1.append(False)
         return out
 
 
@@ -94,15 +105,17 @@ def count_ops(fn, *args)->pd.DataFrame:
     """Ops of one call of `fn(*args)` (as `t4.count_work` counts them), grouped: one row per
     distinct (name, kind, dtype, flops, nbytes, aligned, grouped) with its `count`."""
     with t4._sdpa_t4(), t4._fused_attention(), ShapeCounter() as wc: fn(*args)
-    d = pd.DataFrame([(o.name, o.kind, o.dtype, o.flops, o.nbytes, a, g)
-                      for o, a, g in zip(wc.ops, wc.aligned, wc.grouped)], columns=COLS)
+    d = pd.DataFrame([(o.name, o.kind, o.dtype, o.flops, o.nbytes, a, g, k)
+                      for o, a, g, k in zip(wc.ops, wc.aligned, wc.grouped, wc.k1)], columns=COLS)
     return d.groupby(COLS, as_index=False).size().rename(columns={'size': 'count'})
 
 
 def cached(key:str, make)->pd.DataFrame:
     "The op summary of part `key`, counted with `make()` -> DataFrame once and kept in CACHE/parts."
     p = CACHE / 'parts' / f'{key}.pkl'
-    if p.exists(): return pd.read_pickle(p)
+    if p.exists():
+        d = pd.read_pickle(p)
+        if set(COLS) <= set(d.columns): return d  # else counted by an older version: count again
     t = time.time()
     d = make()
     p.parent.mkdir(parents=True, exist_ok=True)
@@ -114,7 +127,7 @@ def cached(key:str, make)->pd.DataFrame:
 def synthetic(name, kind, dtype, nbytes, count=1, flops=0.0)->pd.DataFrame:
     "Ops that cannot be counted on meta (GradScaler, 8-bit Adam, schedulers), written out by hand."
     return pd.DataFrame([dict(name=name, kind=kind, dtype=dtype, flops=float(flops), nbytes=float(nbytes),
-                              aligned=True, grouped=False, count=count)])
+                              aligned=True, grouped=False, k1=False, count=count)])
 
 
 def combine(parts)->pd.DataFrame:
@@ -381,8 +394,9 @@ def sd_train_step(arch, batch, res, precision, ckpt:bool, opt:str, lora_rank:int
         s = grad_scaler_ops(params) if precision != 'fp32' else synthetic('noop', 'other', 'fp32', 0, 0)
         return dict(fb=fb, f=f, opt=o, scaler=s)
     p = CACHE / 'parts' / f'{key}.pkl'
-    if p.exists(): d = pickle.loads(p.read_bytes())
-    else:
+    d = pickle.loads(p.read_bytes()) if p.exists() else None
+    if d is not None and not all(set(COLS) <= set(v.columns) for v in d.values()): d = None  # older version
+    if d is None:
         t = time.time()
         d = parts()
         p.parent.mkdir(parents=True, exist_ok=True); p.write_bytes(pickle.dumps(d))
@@ -403,8 +417,13 @@ def dle_rows()->list:
         sid = f"dle-{'tf2' if m.run.startswith('TensorFlow2') else framework}-{table}-published"
         key = 'dle_' + ''.join(ch if ch.isalnum() else '_' for ch in m.workload)
         ops = cached(key, lambda m=m: count_ops(*_build_dle(m)))
+        # conv layout, as the sources state it: DLE PyTorch ConvNets configs.yml runs T4 AMP with
+        # `memory_format: nhwc` (FP32: default NCHW); DLE TensorFlow ConvNets `--data_format` defaults
+        # to NHWC. Every other rebuilt row runs NCHW (diffusers, transformers defaults).
+        nhwc = table == 'convnets' and (framework == 'tf' or 'AMP' in m.run)
         out.append(dict(row_id=f'PUBLISHED:{m.workload}|{m.run}', source_id=sid, family='nvidia-dle',
                         mode='inference', framework=framework, graph=framework == 'tf', compiled=False,
+                        layout='nhwc' if nhwc else 'nchw',
                         precision='fp16' if 'fp16' in m.workload else 'fp32',
                         workload=key, ms=m.ms, note=m.run, confidence='high', ops=ops))
     return out
@@ -563,7 +582,7 @@ def main(only:str|None=None):
     for g in gens:
         for base, key, ops, ms in g:
             if key is None: skipped.append(dict(base, why=ms)); continue
-            rows.append(dict(base, workload=key, ms=ms, ops=ops))
+            rows.append(dict(dict(layout='nchw', **base), workload=key, ms=ms, ops=ops))
     out = CACHE / f'rows{"_" + only if only else ""}.pkl'
     pd.to_pickle(rows, out)
     pd.DataFrame(skipped).to_csv(CACHE / f'skipped{"_" + only if only else ""}.csv', index=False)

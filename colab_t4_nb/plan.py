@@ -4,7 +4,7 @@
 
 # %% ../nbs/05b_plan.ipynb #e61ef647
 from __future__ import annotations
-import contextlib, copy, functools, inspect, math, numbers, re, weakref
+import bisect, contextlib, copy, functools, inspect, math, numbers, re, weakref
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from importlib.util import find_spec
@@ -265,6 +265,24 @@ _FP32 = {'softmax', 'log_softmax', 'layer_norm', 'group_norm', 'cross_entropy', 
          'interpolate', 'norm'}
 
 # %% ../nbs/05b_plan.ipynb #78437031
+def _half_to_float(name:str, args:tuple, kwargs:dict):
+    "`name` of an fp16 meta tensor as CUDA runs it under autocast: fp32 out of fp16 in, with no fp32 copy; else None."
+    x = args[0] if args else kwargs.get('input')
+    if not (isinstance(x, torch.Tensor) and x.dtype == torch.float16 and x.device.type == 'meta'): return None
+    if name == 'cross_entropy':  # a composite of two ops, each under its own rule
+        p = inspect.signature(F.cross_entropy).bind(*args, **kwargs).arguments
+        t, w = p.get('target'), p.get('weight')
+        if (not isinstance(t, torch.Tensor) or t.is_floating_point() or p.get('label_smoothing', 0.0)
+            or p.get('size_average') is not None or p.get('reduce') is not None): return None
+        # its log_softmax is asked for the input's dtype, so it stays fp16; nll_loss is an fp32 op of autocast
+        logp = torch.log_softmax(x, 1 if x.dim() > 1 else 0, dtype=x.dtype)
+        return F.nll_loss(logp.float(), t,
+                          None if w is None else w.float(), ignore_index=p.get('ignore_index', -100),
+                          reduction=p.get('reduction', 'mean'))
+    dim = kwargs.get('dim', args[1] if len(args) > 1 else None)
+    if not isinstance(dim, int) or len(args) > 2 or set(kwargs) - {'input', 'dim'}: return None
+    return (torch._log_softmax if name == 'log_softmax' else torch._softmax)(x, dim, True)
+
 class _Autocast(TorchFunctionMode):
     "`torch.autocast` for meta tensors: products in `dtype`, autocast's fp32 ops in fp32, each cast recorded by autograd."
     def __init__(self, dtype:torch.dtype):
@@ -286,6 +304,9 @@ class _Autocast(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         name = getattr(func, '__name__', '')
+        if name in ('softmax', 'log_softmax', 'cross_entropy') and self.dtype == torch.float16:
+            out = _half_to_float(name, args, kwargs or {})
+            if out is not None: return out
         dt = self.dtype if name in _LOW else torch.float32 if name in _FP32 else None
         if dt is None: return func(*args, **(kwargs or {}))
         kwargs = {k: self._cast(v, dt) for k, v in (kwargs or {}).items()}
@@ -294,9 +315,19 @@ class _Autocast(TorchFunctionMode):
 # %% ../nbs/05b_plan.ipynb #0c614508
 _SDPA = F.scaled_dot_product_attention
 
+def _efficient_ok(q, k, v, attn_mask, enable_gqa)->bool:
+    "Whether PyTorch's checks (`sdp_utils.cpp`) let a T4 run the memory-efficient kernel on these inputs."
+    ts = [q, k, v] + ([] if attn_mask is None else [attn_mask])
+    align = 8 if q.dtype == torch.float16 else 1  # `minimum_gemm_alignment` at compute capability 7.5
+    return (q.device.type == 'meta' and not enable_gqa and q.dtype == k.dtype == v.dtype
+            and q.dtype in (torch.float16, torch.float32) and q.shape[-1] == k.shape[-1]
+            and q.shape[-1] % align == 0 and v.shape[-1] % align == 0
+            and all(t.stride(-1) == 1 for t in ts))  # a mask made by a permute (T5's position bias) fails
+
 def _t4_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
-    "Attention on meta tensors as a T4 runs it: the memory-efficient kernel; the math path for grouped keys."
-    if q.device.type != 'meta' or enable_gqa or q.dtype != k.dtype:
+    "Attention on meta tensors as a T4 runs it: the memory-efficient kernel where its checks pass, else the math path."
+    if not _efficient_ok(q, k, v, attn_mask, enable_gqa):
+        if q.device.type == 'meta' and dropout_p > 0: return _math_attention(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
         return _SDPA(q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
     if attn_mask is not None:  # the kernel takes an additive bias of the full shape
         if attn_mask.dtype == torch.bool: attn_mask = torch.zeros(attn_mask.shape, dtype=q.dtype, device='meta')
@@ -304,24 +335,116 @@ def _t4_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale
     return torch.ops.aten._scaled_dot_product_efficient_attention(
         q, k, v, attn_mask, True, dropout_p, is_causal, scale=scale)[0]
 
+def _math_attention(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa):
+    "The math path (`_scaled_dot_product_attention_math`) with its dropout as CUDA runs it, by the fused kernel."
+    s = math.sqrt(scale if scale is not None else q.shape[-1] ** -0.5)
+    if is_causal: attn_mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
+    if attn_mask is not None and attn_mask.dtype == torch.bool:  # as `convert_boolean_attn_mask`
+        attn_mask = torch.zeros(attn_mask.shape, dtype=q.dtype, device=q.device).masked_fill(~attn_mask, -math.inf)
+    if enable_gqa:
+        k, v = (t.repeat_interleave(q.shape[-3] // t.shape[-3], -3) for t in (k, v))
+    attn = torch.matmul(q * s, k.transpose(-2, -1) * s)
+    if attn_mask is not None: attn.add_(attn_mask.to(q.dtype))  # autocast casts the mask with q
+    attn = torch.native_dropout(torch.ops.aten._safe_softmax(attn, -1), dropout_p, True)[0]
+    return torch.matmul(attn, v)
+
+_DROPOUT = F.dropout
+
+def _cuda_dropout(input, p=0.5, training=True, inplace=False):
+    "Dropout on meta tensors as CUDA runs it: the fused kernel, which keeps a one-byte mask for backward."
+    if input.device.type != 'meta' or not training or inplace or not 0 < p < 1:
+        return _DROPOUT(input, p, training, inplace)
+    return torch.native_dropout(input, p, True)[0]
+
 @contextmanager
 def _t4_kernels():
-    "Attention through `_t4_attention` for the block."
-    before = F.scaled_dot_product_attention
-    F.scaled_dot_product_attention = _t4_attention
+    "Attention through `_t4_attention` and dropout through `_cuda_dropout` for the block."
+    before = F.scaled_dot_product_attention, F.dropout
+    F.scaled_dot_product_attention, F.dropout = _t4_attention, _cuda_dropout
     try: yield
-    finally: F.scaled_dot_product_attention = before
+    finally: F.scaled_dot_product_attention, F.dropout = before
 
 # %% ../nbs/05b_plan.ipynb #2a9e4349
 WORKSPACE_MIB = 8.125  # cuBLAS workspace below cc 9.0: CUBLAS_WORKSPACE_CONFIG=:4096:2:16:8
 CONTEXT_MIB = 512      # the CUDA context: a starting value, to be calibrated by tools/plan_check.py
-SLACK = 0.10           # reserved beyond allocated at the peak, a fraction of it: a starting value, to be calibrated
 
 def _total(parts:dict)->dict:
-    "The traced parts with the cuBLAS workspace, the allocator's slack and the CUDA context."
-    ws = int(WORKSPACE_MIB * 2**20)
-    return {**parts, 'workspace': ws, 'slack': int(SLACK * (sum(parts.values()) + ws)),
-            'context': CONTEXT_MIB * 2**20}
+    "The traced parts with the CUDA context."
+    return {**parts, 'context': CONTEXT_MIB * 2**20}
+
+# %% ../nbs/05b_plan.ipynb #56be44cd
+class _Allocator:
+    "PyTorch's CUDA caching allocator, as far as sizes go: the segments it reserves, best-fit blocks, splits, merges."
+    # c10/cuda/CUDACachingAllocator.cpp: kSmallSize, kSmallBuffer, kLargeBuffer, kMinLargeAlloc, kRoundLarge
+    SMALL, SMALL_SEGMENT, LARGE_SEGMENT, MIN_LARGE, ROUND_LARGE = 2**20, 2 * 2**20, 20 * 2**20, 10 * 2**20, 2 * 2**20
+
+    def __init__(self):
+        self.reserved = self.allocated = self.peak_reserved = self.peak_allocated = 0
+        self.pools = {True: [], False: []}  # small?: its free blocks, sorted (size, segment, offset)
+        self.segments, self.used = [], {}   # (small?, {offset: [size, in use]}) each; handle: (segment, offset)
+
+    def _grow(self, size:int, small:bool):
+        "A new segment, as `cudaMalloc` is asked for one."
+        n = (self.SMALL_SEGMENT if small else self.LARGE_SEGMENT if size < self.MIN_LARGE
+             else -(-size // self.ROUND_LARGE) * self.ROUND_LARGE)
+        self.segments.append((small, {0: [n, False]}))
+        bisect.insort(self.pools[small], (n, len(self.segments) - 1, 0))
+        self.reserved += n
+        self.peak_reserved = max(self.peak_reserved, self.reserved)
+
+    def malloc(self, handle, size:int):
+        "The smallest free block that holds `size` (in a new segment if none does), less the rest it splits off."
+        size = _block(size)
+        if size == 0:  # an empty tensor: no block
+            self.used[handle] = None
+            return
+        small = size <= self.SMALL
+        pool = self.pools[small]
+        i = bisect.bisect_left(pool, (size, -1, -1))
+        if i == len(pool):
+            self._grow(size, small)
+            i = bisect.bisect_left(pool, (size, -1, -1))
+        n, seg, off = pool.pop(i)
+        blocks = self.segments[seg][1]
+        if n - size >= (BLOCK if small else self.SMALL + 1):  # a large block keeps a rest of up to 1 MiB
+            blocks[off + size] = [n - size, False]
+            bisect.insort(pool, (n - size, seg, off + size))
+            n = size
+        blocks[off] = [n, True]
+        self.used[handle] = seg, off
+        self.allocated += n
+        self.peak_allocated = max(self.peak_allocated, self.allocated)
+
+    def free(self, handle):
+        "The block back to its pool, merged with the free blocks beside it."
+        if (where := self.used.pop(handle)) is None: return
+        seg, off = where
+        small, blocks = self.segments[seg]
+        pool, n = self.pools[small], blocks[off][0]
+        self.allocated -= n
+        after = blocks.get(off + n)
+        if after is not None and not after[1]:
+            pool.remove((after[0], seg, off + n))
+            del blocks[off + n]
+            n += after[0]
+        before = next((o for o, b in blocks.items() if o + b[0] == off and not b[1]), None)
+        if before is not None:
+            pool.remove((blocks[before][0], seg, before))
+            del blocks[off]
+            off, n = before, n + blocks[before][0]
+        blocks[off] = [n, False]
+        bisect.insort(pool, (n, seg, off))
+
+    @classmethod
+    def replay(cls, held:list, mt:MemoryTrace)->'_Allocator':
+        "The allocator after the tensors `held` (their bytes) and then the requests and frees of the traced step."
+        a = cls()
+        for i, n in enumerate(held): a.malloc(('held', i), n)
+        for e in mt.log:
+            if e >= 0: a.malloc(e, mt.info[e][0])
+            else: a.free(~e)
+        return a
+
 
 # %% ../nbs/05b_plan.ipynb #4c843791
 TASKS = {'causal-lm': 'AutoModelForCausalLM', 'seq-cls': 'AutoModelForSequenceClassification',
@@ -467,10 +590,12 @@ def _state(opt, extra:list)->list:
     return [t for s in opt.state.values() for t in s.values()
             if isinstance(t, torch.Tensor) and t.device.type == 'meta'] + extra
 
-def _storage_bytes(ts:list)->int:
-    "Bytes of the distinct storages of meta tensors `ts`, as the allocator rounds them."
+def _storages(ts:list)->list:
+    "Bytes of each distinct storage of meta tensors `ts`, as the allocator rounds them."
     storages = {id(st): st for st in (t.untyped_storage() for t in ts)}
-    return sum(_block(st.nbytes()) for st in storages.values())
+    return [_block(st.nbytes()) for st in storages.values()]
+
+def _storage_bytes(ts:list)->int: return sum(_storages(ts))
 
 # %% ../nbs/05b_plan.ipynb #209c8f6d
 def _recompute(amp:torch.dtype|None)->Callable:
@@ -568,34 +693,34 @@ def _trace(s:_Setup, batch:int, count:bool=False)->tuple:
             est = estimate_t4(_step, s, batch, mt, repeats=0) if count else _step(s, batch, mt)
             at = mt.at_peak()
         finally: s.opt.zero_grad(set_to_none=True)
+    ws = int(WORKSPACE_MIB * 2**20)
     parts = dict(weights=s.weights(), gradients=0, optimizer=s.state(), activations=0,
-                 temporaries=0)
+                 temporaries=0, workspace=ws)
     for n in at:
         b, phase = mt.info[n]
         parts['gradients' if n in mt.grads else 'activations' if phase in ('batch', 'forward')
               else 'temporaries'] += b
+    # held when the step starts, in the order a run makes them: weights, cuBLAS's workspace, optimizer state
+    held = [*_storages([*s.model.parameters(), *s.model.buffers()]), ws, *_storages(_state(s.opt, s.extra))]
+    parts['slack'] = max(0, _Allocator.replay(held, mt).peak_reserved - sum(parts.values()))
     return parts, est
 
 # %% ../nbs/05b_plan.ipynb #43fcba50
 def _largest(peak:Callable, limit:int, pts:dict)->int:
-    "The largest batch with `peak(batch) <= limit`, from the line through traced points `pts` ({batch: peak})."
+    "The largest batch with `peak(batch) <= limit` below the smallest without, searched from traced points `pts` ({batch: peak})."
     hi = LIMITS['size']
-    def good():
-        bad = min([b for b in pts if pts[b] > limit], default=hi + 1)
-        return max([b for b in pts if pts[b] <= limit and b < bad], default=0)
-    for _ in range(8):
-        g = good()
-        x0, x1 = sorted(sorted(pts, key=lambda b: abs(pts[b] - limit))[:2])
+    for _ in range(12):
+        bad = min([b for b in pts if pts[b] > limit], default=None)
+        good = max([b for b in pts if pts[b] <= limit and (bad is None or b < bad)], default=0)
+        if good == hi or bad == good + 1: break
+        # the line through the two traces that bracket the limit, else the two nearest the side it lies on
+        x0, x1 = ((good, bad) if good and bad else sorted(pts)[-2:] if bad is None else sorted(pts)[:2])
         slope = (pts[x1] - pts[x0]) / (x1 - x0)
-        c = hi if slope <= 0 else max(1, min(hi, int((limit - pts[x0] + slope * x0) // slope)))
-        if c == g or g == hi or g + 1 in pts: break  # the line's answer is traced, and fits
-        seen = set()
-        while c in pts and c not in seen:  # the line lands on a traced batch: try its neighbour
-            seen.add(c)
-            c = c + 1 if pts[c] <= limit else c - 1
-        if c in pts or not 1 <= c <= hi: break
+        c = hi if slope <= 0 else int(x0 + (limit - pts[x0]) / slope)
+        c = max(good + 1, min(c, hi if bad is None else bad - 1))  # inside the bracket: each trace narrows it
+        if c in pts: break
         pts[c] = peak(c)
-    return good()
+    return good
 
 # %% ../nbs/05b_plan.ipynb #7b1a0bc8
 @contextmanager

@@ -10,18 +10,22 @@ a small diffusers UNet2DConditionModel; with and without gradient checkpointing;
 writes one JSON line to OUT.jsonl and prints a table:
 
 - `measured_gib`: `torch.cuda.max_memory_allocated` over the second of two real training steps
-  (random weights, random data, fp16 autocast with a GradScaler, as on a T4), after
-  `reset_peak_memory_stats`; `reserved_gib` is `max_memory_reserved` over the same step;
+  (random weights, random data, fp16 autocast with a GradScaler, as on a T4; the optimizer's state made
+  beforehand, as after a first step the scaler did not skip), after `empty_cache` and
+  `reset_peak_memory_stats`; `reserved_gib` is `max_memory_reserved` over the same step; `base_gib` what
+  was allocated before it (weights, optimizer state, cuBLAS's workspace);
 - `plan_alloc_gib`: the plan's peak without the allocator's slack and the CUDA context, which is what
-  `max_memory_allocated` counts; `plan_gib`: the whole plan; `plan_parts_gib`: its parts;
+  `max_memory_allocated` counts; `plan_reserved_gib`: with the slack, to set beside `reserved_gib`;
+  `plan_gib`: the whole plan for a T4; `plan_parts_gib`: its parts (the context left out);
 - `accelerate_gib`: `accelerate estimate-memory`'s training figure for the same model
   (`estimate_training_usage` on `calculate_maximum_sizes`, fp16: the largest of its stages);
 - `largest_measured`: `find_batch_size` under the rehearsal's T4 cap (largest size that ran);
   `largest_planned_cap`: the plan's largest batch under that cap, which holds the allocator's reserved
-  memory but not the CUDA context (from the plan's line, less its context);
-  `largest_planned`: the plan's answer for a real T4;
+  memory but not the CUDA context (the plan made without it);
+- cuBLAS's workspace is sized as on a T4 (`CUBLAS_WORKSPACE_CONFIG=:4096:2:16:8`, PyTorch's choice below
+  compute capability 9.0), and a LoRA base is put on the card in fp16, as `from_pretrained` loads it;
 - `context_mib`: device memory in use minus PyTorch's reserved memory, once, before the setups:
-  the CUDA context, to calibrate `CONTEXT_MIB`; `slack` = reserved / allocated - 1, to calibrate `SLACK`.
+  the CUDA context, to calibrate `CONTEXT_MIB`; `slack` = reserved / allocated - 1.
 
 One setup failing does not stop the others: its line holds the error. The whole run is meant to
 finish within 8 minutes on an H200; each setup's batch search is bounded.
@@ -29,7 +33,11 @@ Needs: torch with CUDA, transformers, accelerate; peft (the LoRA setups) and dif
 setups) where installed, else those lines record why they were skipped.
 """
 from __future__ import annotations
-import argparse, functools, gc, json, sys, time, traceback, types
+import argparse, functools, gc, json, os, sys, time, traceback, types
+
+# cuBLAS's workspace as PyTorch sizes it below compute capability 9.0 (a T4's): on an H100 or H200 it
+# would take 32 MiB per handle instead. Set before the first product: PyTorch reads it once.
+os.environ.setdefault('CUBLAS_WORKSPACE_CONFIG', ':4096:2:16:8')
 from importlib.util import find_spec
 from pathlib import Path
 
@@ -38,6 +46,7 @@ import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+import colab_t4_nb.plan as plan  # noqa: E402
 from colab_t4_nb.plan import model_config, plan_run  # noqa: E402
 
 GiB = 2**30
@@ -66,7 +75,7 @@ SETUPS = [('gpt2', 'gpt2', 'causal-lm', 8, 512, 'adamw', False, None, 64),
           ('t5-small', 't5-small', 'seq2seq', 16, 256, 'adamw', False, None, 256),
           ('t5-small-ckpt-sgd', 't5-small', 'seq2seq', 16, 256, 'sgd', True, None, 512),
           ('vit-base', 'vit-base', 'image-cls', 32, 224, 'adamw', False, None, 256),
-          ('vit-base-ckpt-sgd', 'vit-base', 'image-cls', 32, 224, 'sgd', True, None, 512),
+          ('vit-base-ckpt-sgd', 'vit-base', 'image-cls', 32, 224, 'sgd', True, None, 1024),
           ('llama-1b-lora', 'llama-1b', 'causal-lm', 4, 512, 'adamw', False, 8, 64),
           ('llama-1b-lora-ckpt', 'llama-1b', 'causal-lm', 8, 512, 'adamw', True, 8, 256),
           ('unet', 'unet', None, 8, 32, 'adamw', False, None, 512),
@@ -80,7 +89,14 @@ def _lora_config(r:int):
     return types.SimpleNamespace(r=r, target_modules=None, lora_alpha=2 * r)
 
 def plan_for(name, model, task, batch, size, optimizer, ckpt, rank):
-    "The plan of one setup (on meta tensors, any machine)."
+    """The plan of one setup (on meta tensors, any machine), made without the CUDA context: the rehearsal's
+    cap holds PyTorch's reserve to a T4's 15 GiB and the context sits outside it, so the plan's largest batch
+    for a T4 without its context is the one to compare with find_batch_size's under the cap."""
+    before, plan.CONTEXT_MIB = plan.CONTEXT_MIB, 0
+    try: return _plan_for(model, task, batch, size, optimizer, ckpt, rank)
+    finally: plan.CONTEXT_MIB = before
+
+def _plan_for(model, task, batch, size, optimizer, ckpt, rank):
     kw = dict(batch=batch, optimizer=optimizer, checkpointing=ckpt)
     if model == 'unet':
         if not find_spec('diffusers'): raise ModuleNotFoundError('diffusers is not installed')
@@ -95,10 +111,13 @@ def _hf_model(model, task, rank, device):
     config, _ = model_config(model)
     if task == 'seq-cls' and config.pad_token_id is None: config.pad_token_id = 0
     if hasattr(config, 'use_cache'): config.use_cache = False
-    with torch.device(device): m = getattr(transformers, TASKS[task]).from_config(config)
-    if rank is not None:  # as users train LoRA on a T4: the base in fp16, adapters in fp32
-        from peft import get_peft_model
-        m = get_peft_model(m.half(), _lora_config(rank))
+    if rank is None:
+        with torch.device(device): return getattr(transformers, TASKS[task]).from_config(config), config
+    # as users train LoRA on a T4: the base loaded in fp16 (`from_pretrained(dtype=torch.float16)`), so the
+    # card never holds its fp32 weights, whose freed blocks would stay between the fp16 ones; adapters in fp32
+    from peft import get_peft_model
+    m = getattr(transformers, TASKS[task]).from_config(config).half().to(device)
+    m = get_peft_model(m, _lora_config(rank))
     return m, config
 
 def _hf_batch(config, task, size, device):
@@ -132,6 +151,9 @@ def measure(name, model, task, batch, size, optimizer, ckpt, rank, bound, plan):
     opt = (torch.optim.AdamW(params, lr=1e-4) if optimizer == 'adamw'
            else torch.optim.SGD(params, lr=1e-2, momentum=0.9))
     scaler = [torch.amp.GradScaler('cuda')]
+    for p in params: p.grad = torch.zeros_like(p)  # the optimizer's state, as after the first step
+    opt.step()                                      # the scaler did not skip (the plan counts it)
+    opt.zero_grad(set_to_none=True)
     def step(b):
         ok = False
         try:
@@ -148,10 +170,12 @@ def measure(name, model, task, batch, size, optimizer, ckpt, rank, bound, plan):
             if not ok: scaler[0] = torch.amp.GradScaler('cuda')  # a step cut short leaves it mid-step
     step(batch)
     torch.cuda.synchronize()
+    torch.cuda.empty_cache()  # the second step starts from a clean cache, as each of find_batch_size's tries does
+    base = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
     step(batch)
     torch.cuda.synchronize()
-    got = dict(measured_gib=torch.cuda.max_memory_allocated() / GiB,
+    got = dict(base_gib=base / GiB, measured_gib=torch.cuda.max_memory_allocated() / GiB,
                reserved_gib=torch.cuda.max_memory_reserved() / GiB)
     start = max(1, min(bound, (plan.largest_checkpointed if ckpt else plan.largest_plain) or 1))
     t = time.perf_counter()
@@ -188,8 +212,6 @@ def run(out:Path, dry:bool, only:list|None)->list:
         from colab_t4_nb.t4 import t4_rehearsal
         rehearsal = t4_rehearsal()
         rehearsal.__enter__()
-    from colab_t4_nb.memory import usable_memory
-    cap = usable_memory('T4')
     try:
         for name, model, task, batch, size, optimizer, ckpt, rank, bound in setups:
             row = dict(setup=name, model=model, task=task, batch=batch, size=size, optimizer=optimizer,
@@ -198,10 +220,11 @@ def run(out:Path, dry:bool, only:list|None)->list:
             try:
                 p = plan_for(name, model, task, batch, size, optimizer, ckpt, rank)
                 alloc = sum(v for k, v in p.parts.items() if k not in ('slack', 'context'))
-                row.update(plan_gib=p.peak / GiB, plan_alloc_gib=alloc / GiB,
+                row.update(plan_gib=p.peak / GiB + plan.CONTEXT_MIB / 1024, plan_alloc_gib=alloc / GiB,
+                           plan_reserved_gib=p.peak / GiB,
                            plan_parts_gib={k: v / GiB for k, v in p.parts.items()},
-                           largest_planned=p.largest_batch, step_ms_t4=p.step_ms, plan_s=time.perf_counter() - t,
-                           largest_planned_cap=max(0, int((cap - (p.fixed - p.parts['context'])) // max(1, p.per_sample))))
+                           step_ms_t4=p.step_ms, plan_s=time.perf_counter() - t,
+                           largest_planned_cap=p.largest_checkpointed if ckpt else p.largest_plain)
                 row['accelerate_gib'] = _accelerate(name, model, task, rank)
                 if not dry:
                     if rank is not None and not find_spec('peft'): raise ModuleNotFoundError('peft is not installed')

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Check `plan_run`'s memory predictions against real training steps on a CUDA GPU.
 
-    python tools/plan_check.py OUT.jsonl            # on a CUDA machine (an H200), inside t4_rehearsal()
+    python tools/plan_check.py OUT.jsonl            # on a CUDA machine (an H100, an H200), inside t4_rehearsal()
     python tools/plan_check.py OUT.jsonl --dry-run  # anywhere: build each setup on meta tensors, plan it
     python tools/plan_check.py OUT.jsonl --only gpt2 vit-base-ckpt   # a few setups
+    python tools/plan_check.py OUT.jsonl --replan GPU.jsonl   # anywhere: GPU.jsonl's measurements beside new plans
 
 For each training setup (GPT-2, BERT, T5, ViT, the TinyLlama-shaped 1.1B model with LoRA through peft,
 a small diffusers UNet2DConditionModel; with and without gradient checkpointing; AdamW and SGD) it
@@ -203,9 +204,13 @@ def context_mib()->float:
     free, total = torch.cuda.mem_get_info()
     return (total - free - torch.cuda.memory_reserved()) / 2**20
 
-def run(out:Path, dry:bool, only:list|None)->list:
+MEASURED = ('context_mib', 'device', 'base_gib', 'measured_gib', 'reserved_gib', 'largest_measured',
+            'largest_oom', 'search_s')
+
+def run(out:Path, dry:bool, only:list|None, measured:dict|None=None)->list:
+    "One row per setup; with `measured` ({setup: row} of an earlier GPU run) its measurements beside a new plan."
     rows, t0 = [], time.perf_counter()
-    setups = [s for s in SETUPS if not only or s[0] in only]
+    setups = [s for s in SETUPS if (not only or s[0] in only) and (measured is None or s[0] in measured)]
     ctx = None if dry else context_mib()
     rehearsal = None
     if not dry:
@@ -226,9 +231,13 @@ def run(out:Path, dry:bool, only:list|None)->list:
                            step_ms_t4=p.step_ms, plan_s=time.perf_counter() - t,
                            largest_planned_cap=p.largest_checkpointed if ckpt else p.largest_plain)
                 row['accelerate_gib'] = _accelerate(name, model, task, rank)
-                if not dry:
+                if measured is not None:
+                    row.update({k: measured[name][k] for k in MEASURED if k in measured[name]},
+                               measured_in=measured[name]['_file'], replanned=_versions())
+                elif not dry:
                     if rank is not None and not find_spec('peft'): raise ModuleNotFoundError('peft is not installed')
                     row.update(measure(name, model, task, batch, size, optimizer, ckpt, rank, bound, p))
+                if 'measured_gib' in row:
                     row['slack'] = row['reserved_gib'] / row['measured_gib'] - 1
                     row['error_pct'] = 100 * (row['plan_alloc_gib'] / row['measured_gib'] - 1)
             except Exception as e:  # one setup failing must not stop the others: its line says why
@@ -244,6 +253,11 @@ def run(out:Path, dry:bool, only:list|None)->list:
     print(f'{len(rows)} setups in {time.perf_counter() - t0:.0f} s; {sum("error" in r for r in rows)} failed', flush=True)
     return rows
 
+def _versions()->str:
+    import platform, transformers
+    return (f'{time.strftime("%Y-%m-%d")}, {platform.machine()} CPU, torch {torch.__version__}, '
+            f'transformers {transformers.__version__}')
+
 HEAD = f"{'setup':<20} {'measured':>9} {'plan':>7} {'err%':>6} {'accel':>7} {'reserved':>9} {'largest':>8} {'planned':>8} {'s':>5}"
 
 def _line(r:dict)->str:
@@ -258,7 +272,21 @@ def main(argv=None)->int:
     ap.add_argument('out', help='JSON lines file to append one line per setup to')
     ap.add_argument('--dry-run', action='store_true', help='no CUDA: build and plan each setup only')
     ap.add_argument('--only', nargs='+', help='setup names to run (default: all)')
+    ap.add_argument('--replan', metavar='MEASURED.jsonl', type=Path,
+                    help="no CUDA: plan again the setups measured in an earlier run's file, and write its "
+                         'measurements beside the new plans (after the plan changed, without a GPU)')
     a = ap.parse_args(argv)
+    measured = None
+    if a.replan is not None:
+        if not a.replan.is_file():
+            print(f'plan_check: --replan {a.replan}: no such file', file=sys.stderr)
+            return 2
+        rows = [json.loads(l) for l in a.replan.read_text().splitlines() if l.strip()]
+        measured = {r['setup']: {**r, '_file': a.replan.name} for r in rows if 'measured_gib' in r}
+        if not measured:
+            print(f'plan_check: --replan {a.replan}: no measured setups in it', file=sys.stderr)
+            return 2
+        a.dry_run = True
     if not a.dry_run and not torch.cuda.is_available():
         print('plan_check: no CUDA GPU here; use --dry-run to check the setups and plans.', file=sys.stderr)
         return 2
@@ -267,7 +295,7 @@ def main(argv=None)->int:
         print(f'plan_check: unknown setups {sorted(unknown)}; known: {[s[0] for s in SETUPS]}', file=sys.stderr)
         return 2
     print(HEAD, flush=True)
-    rows = run(Path(a.out), a.dry_run, a.only)
+    rows = run(Path(a.out), a.dry_run, a.only, measured)
     return 1 if any('error' in r for r in rows) else 0
 
 if __name__ == '__main__': sys.exit(main())

@@ -48,3 +48,20 @@ def test_plan_check_refuses_without_cuda_or_with_unknown_setups(cpu_env, tmp_pat
     r = subprocess.run([sys.executable, str(ROOT/'tools'/'plan_check.py'), str(tmp_path/'x.jsonl'), '--dry-run',
                         '--only', 'gpt5'], capture_output=True, text=True, env=cpu_env, timeout=120)
     assert r.returncode == 2 and "unknown setups ['gpt5']" in r.stderr, r.stderr
+
+def test_plan_check_replans_a_recorded_run(cpu_env, tmp_path):
+    "--replan: a recorded GPU run's measurements beside plans made now, on a CPU."
+    rec = ROOT/'colab_t4_nb'/'files'/'results'/'run18.jsonl'
+    out = tmp_path/'replan.jsonl'
+    r = subprocess.run([sys.executable, str(ROOT/'tools'/'plan_check.py'), str(out), '--replan', str(rec),
+                        '--only', 'gpt2-ckpt', 'vit-base'], capture_output=True, text=True, env=cpu_env, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    old = {x['setup']: x for x in map(json.loads, rec.read_text().splitlines())}
+    rows = [json.loads(l) for l in out.read_text().splitlines()]
+    assert [x['setup'] for x in rows] == ['gpt2-ckpt', 'vit-base'], rows
+    for x in rows:
+        assert x['measured_gib'] == old[x['setup']]['measured_gib'] and x['measured_in'] == 'run18.jsonl', x
+        assert 'torch' in x['replanned'] and abs(x['error_pct']) < 100, x
+    r = subprocess.run([sys.executable, str(ROOT/'tools'/'plan_check.py'), str(out), '--replan', str(tmp_path/'no.jsonl')],
+                       capture_output=True, text=True, env=cpu_env, timeout=120)
+    assert r.returncode == 2 and 'no such file' in r.stderr, r.stderr

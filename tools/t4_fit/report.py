@@ -2,6 +2,8 @@
 
 Usage: python tools/t4_fit/report.py [TAG ...]   (TAG as model.py writes it, e.g. sum_final sum_robust)
 The first TAG is the headline fit; the others are shown as alternatives.
+       python tools/t4_fit/report.py --colab TAG   (the Colab-style section, e.g. sum_colab)
+       python tools/t4_fit/report.py --summary TAG ...   (one line per fit)
 """
 from __future__ import annotations
 import json, math, os, sys
@@ -41,7 +43,40 @@ def md(df:pd.DataFrame, fmt='{:.3g}')->str:
     return '\n'.join(lines)
 
 
+def colab(tag:str)->str:
+    "The Colab-style section (CACHE/report_colab.md) from a fit run with the DLE sources excluded."
+    o = json.loads((CACHE / f'overall_{tag}.json').read_text())
+    params = pd.read_csv(CACHE / f'params_{tag}.csv'); loso = pd.read_csv(CACHE / f'loso_{tag}.csv')
+    a, w, t = o['all'], o['source_weighted'], o['training']
+    out = [f'## Colab-style sources only ({tag})', '',
+           f"{a['rows']} rows, {o['sources']} source_ids, {o['families']} families. LOSO: median |error| "
+           f"{a['median_abs']:.1%}, >40%: {a['over40']:.1%}, signed median {a['signed_median']:+.1%}; "
+           f"source-weighted {w['median_abs']:.1%} / {w['over40']:.1%}; training {t['median_abs']:.1%} / "
+           f"{t['over40']:.1%}; in-sample {o['fit_all']['median_abs']:.1%}.", '',
+           md(params[['param', 'value', 'p16', 'p84', 'loso_min', 'loso_max', 'unit', 'sources_moved']]), '',
+           md(loso), '']
+    (CACHE / 'report_colab.md').write_text('\n'.join(out) + '\n')
+    return '\n'.join(out)
+
+
+def summary(tags)->str:
+    "One line per fit (TAG): rows, sources, LOSO median |error|, >40%, signed median, source-weighted, training."
+    rows = []
+    for t in tags:
+        o = json.loads((CACHE / f'overall_{t}.json').read_text())
+        a, w, tr = o['all'], o['source_weighted'], o['training']
+        rows.append(dict(fit=t, rows=a['rows'], sources=o['sources'], loso_median=f"{a['median_abs']:.1%}",
+                         over40=f"{a['over40']:.1%}", signed=f"{a['signed_median']:+.1%}",
+                         src_weighted=f"{w['median_abs']:.1%} / {w['over40']:.1%}",
+                         training=f"{tr['median_abs']:.1%} ({tr['rows']})", in_sample=f"{o['fit_all']['median_abs']:.1%}"))
+    return md(pd.DataFrame(rows))
+
+
 def main(tags):
+    if tags and tags[0] == '--summary':
+        print(summary(tags[1:])); return
+    if tags and tags[0] == '--colab':
+        print(colab(tags[1])); return
     head = tags[0]
     rows = pd.read_csv(CACHE / f'rows_{head}.csv')
     loso = pd.read_csv(CACHE / f'loso_{head}.csv')

@@ -265,7 +265,7 @@ _FP32 = {'softmax', 'log_softmax', 'layer_norm', 'group_norm', 'cross_entropy', 
          'interpolate', 'norm'}
 
 # %% ../nbs/05b_plan.ipynb #78437031
-def _half_to_float(name:str, args:tuple, kwargs:dict):
+def _half_to_float(name:str, func, args:tuple, kwargs:dict):
     "`name` of an fp16 meta tensor as CUDA runs it under autocast: fp32 out of fp16 in, with no fp32 copy; else None."
     x = args[0] if args else kwargs.get('input')
     if not (isinstance(x, torch.Tensor) and x.dtype == torch.float16 and x.device.type == 'meta'): return None
@@ -279,8 +279,11 @@ def _half_to_float(name:str, args:tuple, kwargs:dict):
         return F.nll_loss(logp.float(), t,
                           None if w is None else w.float(), ignore_index=p.get('ignore_index', -100),
                           reduction=p.get('reduction', 'mean'))
+    # autocast asks for fp32 where no dtype is given; given fp32 (eager attention's softmax), CUDA does the same
     dim = kwargs.get('dim', args[1] if len(args) > 1 else None)
-    if not isinstance(dim, int) or len(args) > 2 or set(kwargs) - {'input', 'dim'}: return None
+    dtype = kwargs.get('dtype', next((a for a in args[2:] if isinstance(a, torch.dtype)), None))
+    if not isinstance(dim, int) or set(kwargs) - {'input', 'dim', 'dtype', '_stacklevel'}: return None
+    if dtype not in (None, torch.float32): return func(*args, **kwargs)  # a dtype of its own: autocast stays out
     return (torch._log_softmax if name == 'log_softmax' else torch._softmax)(x, dim, True)
 
 class _Autocast(TorchFunctionMode):
@@ -305,7 +308,7 @@ class _Autocast(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         name = getattr(func, '__name__', '')
         if name in ('softmax', 'log_softmax', 'cross_entropy') and self.dtype == torch.float16:
-            out = _half_to_float(name, args, kwargs or {})
+            out = _half_to_float(name, func, args, kwargs or {})
             if out is not None: return out
         dt = self.dtype if name in _LOW else torch.float32 if name in _FP32 else None
         if dt is None: return func(*args, **(kwargs or {}))

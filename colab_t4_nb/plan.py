@@ -330,7 +330,8 @@ def _efficient_ok(q, k, v, attn_mask, enable_gqa)->bool:
 def _t4_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
     "Attention on meta tensors as a T4 runs it: the memory-efficient kernel where its checks pass, else the math path."
     if not _efficient_ok(q, k, v, attn_mask, enable_gqa):
-        if q.device.type == 'meta' and dropout_p > 0: return _math_attention(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+        if q.device.type == 'meta' and dropout_p > 0:  # the math path, with CUDA's dropout
+            return _math_attention(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
         return _SDPA(q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
     if attn_mask is not None:  # the kernel takes an additive bias of the full shape
         if attn_mask.dtype == torch.bool: attn_mask = torch.zeros(attn_mask.shape, dtype=q.dtype, device='meta')

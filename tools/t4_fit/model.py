@@ -324,6 +324,9 @@ def main(argv=None):
     r.to_csv(CACHE / f'rows_{tag}.csv', index=False)
     per.to_csv(CACHE / f'loso_{tag}.csv')
     params.to_csv(CACHE / f'params_{tag}.csv', index=False)
+    if a.boot:  # the refits themselves, for prediction ranges (display units)
+        pd.DataFrame(torch.stack(spread).exp().numpy(), columns=list(PARAMS)).to_csv(
+            CACHE / f'boot_{tag}.csv', index=False)
     (CACHE / f'overall_{tag}.json').write_text(json.dumps(overall, indent=1))
     pd.set_option('display.width', 200)
     print(params.to_string(index=False, float_format=lambda x: f'{x:.4g}'))

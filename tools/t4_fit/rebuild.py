@@ -34,70 +34,26 @@ COLS = ['name', 'kind', 'dtype', 'flops', 'nbytes', 'aligned', 'grouped', 'k1'] 
 F16, F32 = torch.float16, torch.float32
 
 # --------------------------------------------------------------------------------------------
-# Counting: colab_t4_nb.t4's counter, plus a shape flag per matrix op
+# Counting: colab_t4_nb.t4's counter (it keeps, per op, alignment, grouping and layout), plus k1
 # --------------------------------------------------------------------------------------------
-
-def _mm_dims(name, args):
-    "(k, n) of a matrix product as dispatched: inner dimension and output row length."
-    if name in ('mm', 'bmm'): a, b = args[0], args[1]
-    elif name in ('addmm', 'baddbmm', '_addmm_activation'): a, b = args[1], args[2]
-    else: return None
-    return a.shape[-1], b.shape[-1]
-
-
-def _aligned(name, kind, args)->bool:
-    """Whether an fp16 product can take the tensor-core path: inner and output dimensions (matmul),
-    channels per group in and out (conv), head size (attention) all multiples of 8."""
-    try:
-        if kind == 'matmul':
-            d = _mm_dims(name, args)
-            return d is None or all(int(x) % 8 == 0 for x in d)
-        if kind == 'conv':
-            w = args[2] if name == 'convolution_backward' else args[1]
-            groups = args[9] if name == 'convolution_backward' else args[8]
-            transposed = args[7] if name == 'convolution_backward' else args[6]
-            cout, cin_g = (w.shape[1] * groups, w.shape[0] // groups) if transposed else (w.shape[0], w.shape[1])
-            return cout % (8 * groups) == 0 and cin_g % 8 == 0 if groups > 1 else cout % 8 == 0 and cin_g % 8 == 0
-        if kind == 'attention':
-            q = args[1] if name.endswith('_backward') else args[0]
-            return q.shape[-1] % 8 == 0
-    except Exception:
-        return True
-    return True
-
 
 def _k1(name, kind, args)->bool:
     "Whether a convolution's kernel is 1x1 (every spatial dimension of the weight is 1)."
     if kind != 'conv': return False
-    try:
-        w = args[2] if name == 'convolution_backward' else args[1]
-        return all(int(x) == 1 for x in w.shape[2:])
+    try: return all(int(x) == 1 for x in t4._conv_args(name, args)[1].shape[2:])
     except Exception: return False
 
 
-def _groups(name, args)->int:
-    "Groups of a convolution (1: dense; channels: depthwise)."
-    try: return int(args[9] if name == 'convolution_backward' else args[8])
-    except Exception: return 1
-
-
 class ShapeCounter(t4.WorkCounter):
-    "`t4.WorkCounter` that also keeps, per op, whether its product shape is tensor-core friendly."
+    "`t4.WorkCounter` that also keeps, per op, whether a convolution is 1x1 (for the rejected --k1-gemm)."
     def __init__(self):
         super().__init__()
-        self.aligned, self.grouped, self.k1 = [], [], []
+        self.k1 = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        n = len(self.ops)
         out = super().__torch_dispatch__(func, types, args, kwargs)
-        if len(self.ops) > n:
-            o = self.ops[-1]
-            self.aligned.append(_aligned(o.name, o.kind, args))
-            self.grouped.append(o.kind == 'conv' and _groups(o.name, args) > 1)
-            self.k1.append(_k1(o.name, o.kind, args))
-        else:  # a view, an allocation, a metadata op: no kernel, but eager PyTorch still dispatches it
-            self.ops.append(t4.Op(func._overloadpacket.__name__, 'view', 'int', 0.0, 0.0))
-            self.aligned.append(True); self.grouped.append(False); self.k1.append(False)
+        o = self.ops[-1]
+        self.k1.append(_k1(o.name, o.kind, args))
         return out
 
 
@@ -105,8 +61,8 @@ def count_ops(fn, *args)->pd.DataFrame:
     """Ops of one call of `fn(*args)` (as `t4.count_work` counts them), grouped: one row per
     distinct (name, kind, dtype, flops, nbytes, aligned, grouped) with its `count`."""
     with t4._sdpa_t4(), t4._fused_attention(), ShapeCounter() as wc: fn(*args)
-    d = pd.DataFrame([(o.name, o.kind, o.dtype, o.flops, o.nbytes, a, g, k)
-                      for o, a, g, k in zip(wc.ops, wc.aligned, wc.grouped, wc.k1)], columns=COLS)
+    d = pd.DataFrame([(o.name, o.kind, o.dtype, o.flops, o.nbytes, o.aligned, o.grouped, k)
+                      for o, k in zip(wc.ops, wc.k1)], columns=COLS)
     return d.groupby(COLS, as_index=False).size().rename(columns={'size': 'count'})
 
 

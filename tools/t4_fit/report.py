@@ -17,19 +17,38 @@ sys.path.insert(0, str(ROOT))
 CACHE = Path(os.environ.get('T4_FIT_CACHE', Path.home()/'.cache'/'colab_t4_nb'/'t4_fit'))
 
 
-def baseline(rows:pd.DataFrame)->pd.Series:
-    """The prediction of the T4 page as it stands (`colab_t4_nb.t4` constants: best-of matmul rates with
-    the published fp16 size curve, copy bandwidth, 'launch' per kernel op) for each kept row."""
+# The T4 page's model before it took this fit (commit 7a19df5): the geometric middle of best-of ranges,
+# with the published cuBLAS fp16 sweep (github.com/NVIDIA/cutlass/issues/106) as the size curve.
+FORMER = dict(fp16=math.sqrt(25.0 * 42.7), fp32=math.sqrt(4.17 * 4.43), bf16=math.sqrt(2.01 * 2.46),  # TFLOP/s
+              bw=math.sqrt(0.722 * 320 * 0.832 * 320), launch=math.sqrt(5.0 * 25.0))  # GB/s, us
+LARGE = 2 * 4096**3  # FLOPs from which the large-size fp16 rate held
+
+
+def _former_share(flops:float)->float:
+    "The former page's share of the large-size fp16 rate for a product of `flops`."
     from colab_t4_nb import t4
+    by = {}
+    for m, n, k, ms in t4.T4_FP16_GEMM: by.setdefault(2 * m * n * k, []).append(2 * m * n * k / ms / 1e9)
+    pts = [(f, math.exp(np.mean(np.log(r)))) for f, r in sorted(by.items())] + [(LARGE, FORMER['fp16'])]
+    if flops >= LARGE: return 1.0
+    if flops <= pts[0][0]: return pts[0][1] / FORMER['fp16']
+    (f0, r0), (f1, r1) = next((a, b) for a, b in zip(pts, pts[1:]) if flops <= b[0])
+    return (r0 + (r1 - r0) * math.log(flops / f0) / math.log(f1 / f0)) / FORMER['fp16']
+
+
+def baseline(rows:pd.DataFrame)->pd.Series:
+    """The prediction of the T4 page's former model (`FORMER`: best-of matmul rates with the published fp16
+    size curve, copy bandwidth, a launch per kernel op) for each kept row."""
     recs = {r['row_id']: r for r in pd.read_pickle(CACHE / 'rows.pkl')}
-    bw = t4.T4_CONSTANTS['copy bandwidth'].value * 1e9
-    launch = t4.T4_CONSTANTS['launch'].value * 1e-6
+    bw, launch = FORMER['bw'] * 1e9, FORMER['launch'] * 1e-6
     out = {}
     for rid in rows.row_id:
         ops = recs[rid]['ops']; ops = ops[ops.kind != 'view']
         t = 0.0
         for o in ops.itertuples():
-            comp = o.flops / t4._rate(o.kind, o.dtype, 'value', o.flops) if o.flops else 0.0
+            rate = FORMER.get(o.dtype, FORMER['fp32']) * 1e12
+            if o.kind == 'matmul' and o.dtype == 'fp16' and o.flops: rate *= _former_share(o.flops)
+            comp = o.flops / rate if o.flops else 0.0
             t += o.count * (max(comp, o.nbytes / bw) + launch)
         out[rid] = t * 1e3
     return rows.row_id.map(out)
@@ -108,7 +127,7 @@ def main(tags):
             f"({o['training']['rows']} rows)",
             f"- LOSO, inference rows: median |error| {o['inference']['median_abs']:.1%}, >40%: {o['inference']['over40']:.1%}",
             f"- In-sample fit, all rows: median |error| {o['fit_all']['median_abs']:.1%}, >40%: {o['fit_all']['over40']:.1%}",
-            f"- The page's current constants on the same rows (no fit): median |error| "
+            f"- The T4 page's former constants on the same rows (no fit): median |error| "
             f"{np.median(np.abs(rows.baseline_error)):.1%}, >40%: {(np.abs(rows.baseline_error) > 0.4).mean():.1%}, "
             f"signed median {np.median(rows.baseline_error):+.1%}", '']
     for t in tags[1:]:

@@ -365,12 +365,22 @@ def _fused_attention():
     try: yield
     finally: F.scaled_dot_product_attention = sdpa
 
+# %% ../nbs/03b_t4.ipynb #5927b996
+@contextmanager
+def _foreach_as_on_gpu():
+    ("Optimizers left to choose their path (`foreach=None`, the default) take the multi-tensor one "
+     "on the CPU and meta tensors too, as on a GPU: a few ops for all the tensors, not a few per tensor.")
+    from torch.optim import optimizer
+    real = optimizer._get_foreach_kernels_supported_devices
+    with mock.patch.object(optimizer, '_get_foreach_kernels_supported_devices',
+                           lambda: [*real(), 'cpu', 'meta']): yield
+
 # %% ../nbs/03b_t4.ipynb #08f3b073
 def count_work(fn:Callable, *args, **kwargs)->list:
     ("The ops one call of `fn(*args, **kwargs)` runs, as Op records, "
      "with attention counted as the fused kernel a T4 runs.")
     check_callable('fn', fn)
-    with _sdpa_t4(), _fused_attention(), WorkCounter() as wc: fn(*args, **kwargs)
+    with _sdpa_t4(), _fused_attention(), _foreach_as_on_gpu(), WorkCounter() as wc: fn(*args, **kwargs)
     return wc.ops
 
 # %% ../nbs/03b_t4.ipynb #75f3e570

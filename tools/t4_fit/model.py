@@ -75,6 +75,7 @@ OPTIONAL = {
     'throttle': (0.3, 1.0, 'x', 'fp16 tensor-core slowdown at 100% duty (70 W cap): time x (1 + throttle * duty)'),
     'ov':       (0.5, 1.0, 'x', 'share of the smaller of host and GPU time per op not overlapped (1: sum, 0: max)'),
     't_mm':     (15.0, 1.0, 'us', 'fixed time per matrix product (tail/latency): half rate at flops = rate x t_mm'),
+    'wino32':   (1.5, 1.0, 'x', 'fp32 dense 3x3 stride-1 conv rate / other fp32 dense convs (cuDNN Winograd: fewer multiplies than counted)'),
     'ngc':      (1.0, 0.5, 'x', 'GPU-time factor for rows run in an NVIDIA NGC container on a datacenter T4 (as stated)'),
 }
 SCALE = {'TFLOP/s': 1e12, 'GB/s': 1e9, 'GFLOP': 1e9, 'us': 1e-6, 'x': 1.0}
@@ -97,6 +98,7 @@ class Data:
     grouped: torch.Tensor    # bool: grouped or depthwise convolution
     red: torch.Tensor        # bool: a row reduction (softmax, layer/group norm), see REDUCTIONS
     k1: torch.Tensor         # bool: a 1x1 convolution (a GEMM over pixels)
+    k3: torch.Tensor         # bool: a dense 3x3 stride-1 convolution (Winograd's shapes)
     flops: torch.Tensor
     nbytes: torch.Tensor
     count: torch.Tensor
@@ -124,7 +126,8 @@ def load(path:Path=CACHE / 'rows.pkl')->Data:
                 T(ops.dtype == 'fp16', torch.bool), T(ops.dtype.isin(['fp32', 'bf16']), torch.bool),
                 T(ops.aligned, torch.bool), T(ops.grouped, torch.bool),
                 T(ops.name.isin(REDUCTIONS) & (ops.kind == 'other'), torch.bool),
-                T(ops['k1'] if 'k1' in ops else np.zeros(len(ops), bool), torch.bool), T(ops.flops), T(ops.nbytes), T(ops['count']),
+                T(ops['k1'] if 'k1' in ops else np.zeros(len(ops), bool), torch.bool),
+                T(ops['k3'] if 'k3' in ops else np.zeros(len(ops), bool), torch.bool), T(ops.flops), T(ops.nbytes), T(ops['count']),
                 T(graph, torch.bool), T(nhwc, torch.bool), T(ngc, torch.bool), len(tables))
 
 
@@ -142,6 +145,7 @@ def predict(d:Data, logp:torch.Tensor, combine:str='sum')->torch.Tensor:
     big = torch.where(kxk, big * torch.where(d.fp16, p['conv16'], p['conv32']), big)
     nchw16 = torch.where(d.nhwc[d.w], 1.0, p['nchw16'])  # fp16 convs not channels-last: cuDNN's transposes
     big = torch.where((d.kind == 1) & d.fp16, big * nchw16, big)
+    if 'wino32' in p: big = torch.where(d.k3 & d.fp32, big * p['wino32'], big)  # --wino: fp32 3x3 convs (Winograd)
     big = torch.where(d.grouped, p['grp'], big)
     f_half = big * p['t_mm'] if 't_mm' in p else p['f_half']  # --t-mm: a fixed time, not a fixed size
     half = f_half if SIZE_CURVE == 'all' else torch.where(kxk, 0.0, f_half)
@@ -281,6 +285,7 @@ def main(argv=None):
     ap.add_argument('--size-curve', default='all', choices=['all', 'matmul'])
     ap.add_argument('--k1-gemm', action='store_true', help='1x1 convs at the matmul rate (tested: worse)')
     ap.add_argument('--red', action='store_true', help='fit bw_red, the bandwidth of row reductions (tested)')
+    ap.add_argument('--wino', action='store_true', help='fit wino32, the fp32 3x3 convs\' own rate (Winograd)')
     ap.add_argument('--ngc', action='store_true', help='fit ngc, a GPU-time factor for NGC-container rows (tested)')
     ap.add_argument('--t-mm', action='store_true', help='size curve as a fixed time per product (t_mm) instead of f_half')
     ap.add_argument('--throttle', action='store_true', help='fit throttle, the load-dependent fp16 clock (tested)')
@@ -291,6 +296,7 @@ def main(argv=None):
     LOSS, SIZE_CURVE, K1_GEMM = a.loss, a.size_curve, a.k1_gemm
     for n in ('bw_red', 'throttle', 'ngc'):
         if getattr(a, n.replace('bw_', '')): PARAMS[n] = OPTIONAL[n]
+    if a.wino: PARAMS['wino32'] = OPTIONAL['wino32']
     if a.combine == 'mix': PARAMS['ov'] = OPTIONAL['ov']
     if a.t_mm: PARAMS['t_mm'] = OPTIONAL['t_mm']; del PARAMS['f_half']
     fixed = {k: float(v) for k, v in (x.split('=') for x in a.fix.split(',') if x)}

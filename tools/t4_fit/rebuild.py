@@ -29,12 +29,13 @@ from torch import nn
 from colab_t4_nb import models, t4
 
 META = torch.device('meta')
-COLS = ['name', 'kind', 'dtype', 'flops', 'nbytes', 'aligned', 'grouped', 'k1']  # an op group's key
+COLS = ['name', 'kind', 'dtype', 'flops', 'nbytes', 'aligned', 'grouped', 'k1', 'k3']  # an op group's key
 # k1: a 1x1 convolution (a matrix product over pixels: cuDNN runs it as a GEMM)
+# k3: a dense 3x3 convolution of stride 1 and dilation 1, not transposed (cuDNN's Winograd shapes)
 F16, F32 = torch.float16, torch.float32
 
 # --------------------------------------------------------------------------------------------
-# Counting: colab_t4_nb.t4's counter (it keeps, per op, alignment, grouping and layout), plus k1
+# Counting: colab_t4_nb.t4's counter (it keeps, per op, alignment, grouping and layout), plus k1, k3
 # --------------------------------------------------------------------------------------------
 
 def _k1(name, kind, args)->bool:
@@ -44,16 +45,27 @@ def _k1(name, kind, args)->bool:
     except Exception: return False
 
 
+def _k3(name, kind, args)->bool:
+    "Whether a convolution is dense 3x3, stride 1, dilation 1 and not transposed: the shapes Winograd takes."
+    if kind != 'conv': return False
+    try:
+        _, w, transposed, groups = t4._conv_args(name, args)
+        stride, dilation = (args[4], args[6]) if name == 'convolution_backward' else (args[3], args[5])
+        return (tuple(int(x) for x in w.shape[2:]) == (3, 3) and int(groups) == 1 and not transposed
+                and all(int(x) == 1 for x in (*stride, *dilation)))
+    except Exception: return False
+
+
 class ShapeCounter(t4.WorkCounter):
     "`t4.WorkCounter` that also keeps, per op, whether a convolution is 1x1 (for the rejected --k1-gemm)."
     def __init__(self):
         super().__init__()
-        self.k1 = []
+        self.k1, self.k3 = [], []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = super().__torch_dispatch__(func, types, args, kwargs)
         o = self.ops[-1]
-        self.k1.append(_k1(o.name, o.kind, args))
+        self.k1.append(_k1(o.name, o.kind, args)); self.k3.append(_k3(o.name, o.kind, args))
         return out
 
 
@@ -61,8 +73,8 @@ def count_ops(fn, *args)->pd.DataFrame:
     """Ops of one call of `fn(*args)` (as `t4.count_work` counts them), grouped: one row per
     distinct (name, kind, dtype, flops, nbytes, aligned, grouped) with its `count`."""
     with t4._sdpa_t4(), t4._fused_attention(), ShapeCounter() as wc: fn(*args)
-    d = pd.DataFrame([(o.name, o.kind, o.dtype, o.flops, o.nbytes, o.aligned, o.grouped, k)
-                      for o, k in zip(wc.ops, wc.k1)], columns=COLS)
+    d = pd.DataFrame([(o.name, o.kind, o.dtype, o.flops, o.nbytes, o.aligned, o.grouped, k, k3)
+                      for o, k, k3 in zip(wc.ops, wc.k1, wc.k3)], columns=COLS)
     return d.groupby(COLS, as_index=False).size().rename(columns={'size': 'count'})
 
 
@@ -83,7 +95,7 @@ def cached(key:str, make)->pd.DataFrame:
 def synthetic(name, kind, dtype, nbytes, count=1, flops=0.0)->pd.DataFrame:
     "Ops that cannot be counted on meta (GradScaler, 8-bit Adam, schedulers), written out by hand."
     return pd.DataFrame([dict(name=name, kind=kind, dtype=dtype, flops=float(flops), nbytes=float(nbytes),
-                              aligned=True, grouped=False, k1=False, count=count)])
+                              aligned=True, grouped=False, k1=False, k3=False, count=count)])
 
 
 def combine(parts)->pd.DataFrame:

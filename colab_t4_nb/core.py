@@ -71,7 +71,8 @@ def check_int(name:str, # the argument's name, for the message
     want = (f'an integer >= {lo}' + (f' and <= {hi}' if hi is not None else '')
             + (' or None' if none else ''))
     if isinstance(v, bool) or not isinstance(v, numbers.Integral):
-        whole = (isinstance(v, str) and v.strip().isdigit()
+        # isdecimal, not isdigit: int() refuses '¹', which isdigit() accepts
+        whole = (isinstance(v, str) and v.strip().isdecimal()
                  or isinstance(v, float) and v.is_integer())
         raise _refuse(name, v, want, err, True, f'pass {name}={int(v)}' if whole else '')
     if v < lo or (hi is not None and v > hi): raise _refuse(name, v, want, err)

@@ -339,18 +339,32 @@ def _t4_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale
     return torch.ops.aten._scaled_dot_product_efficient_attention(
         q, k, v, attn_mask, True, dropout_p, is_causal, scale=scale)[0]
 
+def _reduced_math_ok()->bool:
+    "Whether the math path may compute fp16 and bf16 in their own dtype (PyTorch 2.5 on: only when allowed)."
+    return getattr(torch.backends.cuda, 'fp16_bf16_reduction_math_sdp_allowed', lambda: True)()
+
 def _math_attention(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa):
-    "The math path (`_scaled_dot_product_attention_math`) with its dropout as CUDA runs it, by the fused kernel."
+    ("The math path (`_scaled_dot_product_attention_math`) as CUDA runs it: fp16 and bf16 inputs computed in fp32 "
+     "(`allow_fp16_bf16_reduction_math_sdp` is off by default), dropout by the fused kernel.")
+    with torch._C.DisableTorchFunction():  # autocast is off inside SDPA's kernel: no emulated casts here
+        return _math_body(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+
+def _math_body(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa):
+    dtype = q.dtype
+    if attn_mask is not None and attn_mask.dtype == torch.bool:  # as `convert_boolean_attn_mask`, in q's dtype
+        attn_mask = torch.zeros(attn_mask.shape, dtype=dtype, device=q.device).masked_fill(~attn_mask, -math.inf)
+    elif attn_mask is not None: attn_mask = attn_mask.to(dtype)  # autocast casts the mask with q
+    if dtype in (torch.float16, torch.bfloat16) and not _reduced_math_ok(): q, k, v = q.float(), k.float(), v.float()
     s = math.sqrt(scale if scale is not None else q.shape[-1] ** -0.5)
-    if is_causal: attn_mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
-    if attn_mask is not None and attn_mask.dtype == torch.bool:  # as `convert_boolean_attn_mask`
-        attn_mask = torch.zeros(attn_mask.shape, dtype=q.dtype, device=q.device).masked_fill(~attn_mask, -math.inf)
+    if is_causal:
+        keep = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
+        attn_mask = torch.zeros(keep.shape, dtype=q.dtype, device=q.device).masked_fill(~keep, -math.inf)
     if enable_gqa:
         k, v = (t.repeat_interleave(q.shape[-3] // t.shape[-3], -3) for t in (k, v))
     attn = torch.matmul(q * s, k.transpose(-2, -1) * s)
-    if attn_mask is not None: attn.add_(attn_mask.to(q.dtype))  # autocast casts the mask with q
+    if attn_mask is not None: attn = attn + attn_mask
     attn = torch.native_dropout(torch.ops.aten._safe_softmax(attn, -1), dropout_p, True)[0]
-    return torch.matmul(attn, v)
+    return torch.matmul(attn, v).to(dtype)
 
 _DROPOUT = F.dropout
 

@@ -350,6 +350,7 @@ def _math_attention(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
         return _math_body(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
 
 def _math_body(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa):
+    "`_math_attention`'s ops, in the order `attention.cpp` runs them."
     dtype = q.dtype
     if attn_mask is not None and attn_mask.dtype == torch.bool:  # as `convert_boolean_attn_mask`, in q's dtype
         attn_mask = torch.zeros(attn_mask.shape, dtype=dtype, device=q.device).masked_fill(~attn_mask, -math.inf)

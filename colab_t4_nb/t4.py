@@ -187,9 +187,15 @@ _TORCH_PERF = ('github.com/zzc0721/torch-performance-test-data, database.md: thr
 _TORCH_PERF_ROWS = {'fp16': (41.91, 42.71, 41.93), 'fp32': (4.17, 4.43, 4.35), 'bf16': (2.46, 2.27, 2.01)}
 
 # %% ../nbs/03b_t4.ipynb #0e3a94ba
+_FIT_FILES = resources.files('colab_t4_nb')/'files'/'t4_fit'  # written by tools/t4_fit/export.py
+
 def _load_fit()->dict:
-    "The fitted model: parameters, their spread, and the refits behind it (files/t4_fit/fit.json)."
-    return json.loads((resources.files('colab_t4_nb')/'files'/'t4_fit'/'fit.json').read_text())
+    "The fitted model: parameters, their spread, and the refits behind it (fit.json)."
+    return json.loads((_FIT_FILES/'fit.json').read_text())
+
+def _fit_rows()->pd.DataFrame:
+    "The published rows of the fit, with their in-sample and leave-one-source-out errors (rows.csv)."
+    return pd.read_csv(_FIT_FILES/'rows.csv')
 
 _FIT = _load_fit()
 # the fit's parameters the model uses, by the names of `T4_CONSTANTS`
@@ -429,7 +435,7 @@ def _charge(ops:list)->pd.DataFrame:
 # %% ../nbs/03b_t4.ipynb #b202597f
 def _spread(d:pd.DataFrame)->tuple:
     "(low, high) ms of the ops of `d` (as `_charge` returns them): the refits' 16th and 84th percentiles."
-    compute, memory, host = _times(d.rename(columns={'op': 'name'}), _REFITS)
+    compute, memory, host = _times(d, _REFITS)
     total = (np.maximum(compute, memory) + host).sum(axis=-1) * 1e3
     return float(np.percentile(total, 16)), float(np.percentile(total, 84))
 
@@ -437,7 +443,7 @@ def _spread(d:pd.DataFrame)->tuple:
 def _held_out()->tuple:
     ("16th and 84th percentiles of published over predicted time on the Colab-style rows of the fit "
      "(eager PyTorch, not NVIDIA's containers), each predicted with its source left out.")
-    rows = pd.read_csv(resources.files('colab_t4_nb')/'files'/'t4_fit'/'rows.csv')
+    rows = _fit_rows()
     ratio = 1 / (1 + rows.loso_error[rows.family != 'nvidia-dle'])
     return float(np.percentile(ratio, 16)), float(np.percentile(ratio, 84))
 

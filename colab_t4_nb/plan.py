@@ -392,20 +392,37 @@ def _total(parts:dict)->dict:
     return {**parts, 'context': CONTEXT_MIB * 2**20}
 
 # %% ../nbs/05b_plan.ipynb #56be44cd
+class _NoRoom(Exception): "A request the capped allocator cannot meet, even after freeing its cache: out of memory."
+
 class _Allocator:
     "PyTorch's CUDA caching allocator, as far as sizes go: the segments it reserves, best-fit blocks, splits, merges."
     # c10/cuda/CUDACachingAllocator.cpp: kSmallSize, kSmallBuffer, kLargeBuffer, kMinLargeAlloc, kRoundLarge
     SMALL, SMALL_SEGMENT, LARGE_SEGMENT, MIN_LARGE, ROUND_LARGE = 2**20, 2 * 2**20, 20 * 2**20, 10 * 2**20, 2 * 2**20
 
-    def __init__(self):
-        self.reserved = self.allocated = self.peak_reserved = self.peak_allocated = 0
+    def __init__(self, cap:int|None=None):  # cap: bytes the driver can give (None: no end)
+        self.reserved = self.allocated = self.peak_reserved = self.peak_allocated = self.retries = 0
+        self.cap, self.fits = cap, True
         self.pools = {True: [], False: []}  # small?: its free blocks, sorted (size, segment, offset)
-        self.segments, self.used = [], {}   # (small?, {offset: [size, in use]}) each; handle: (segment, offset)
+        self.segments, self.used = [], {}   # (small?, {offset: [size, in use]}) each, None once released; handle: (segment, offset)
+
+    def _release(self):
+        "Give every wholly free segment back to the driver, as `release_cached_blocks` does."
+        for i, seg in enumerate(self.segments):
+            if seg is not None and len(seg[1]) == 1 and not seg[1][0][1]:
+                self.pools[seg[0]].remove((seg[1][0][0], i, 0))
+                self.reserved -= seg[1][0][0]
+                self.segments[i] = None
 
     def _grow(self, size:int, small:bool):
         "A new segment, as `cudaMalloc` is asked for one."
         n = (self.SMALL_SEGMENT if small else self.LARGE_SEGMENT if size < self.MIN_LARGE
              else -(-size // self.ROUND_LARGE) * self.ROUND_LARGE)
+        if self.cap is not None and self.reserved + n > self.cap:
+            # no room: the allocator frees its cached segments and asks once more (`num_alloc_retries`)
+            self.retries += 1
+            self._release()
+            if self.reserved + n > self.cap:
+                raise _NoRoom(f'{size} bytes wanted, {self.reserved} reserved of {self.cap}')
         self.segments.append((small, {0: [n, False]}))
         bisect.insort(self.pools[small], (n, len(self.segments) - 1, 0))
         self.reserved += n
@@ -455,13 +472,15 @@ class _Allocator:
         bisect.insort(pool, (n, seg, off))
 
     @classmethod
-    def replay(cls, held:list, mt:MemoryTrace)->'_Allocator':
-        "The allocator after the tensors `held` (their bytes) and then the requests and frees of the traced step."
-        a = cls()
-        for i, n in enumerate(held): a.malloc(('held', i), n)
-        for e in mt.log:
-            if e >= 0: a.malloc(e, mt.info[e][0])
-            else: a.free(~e)
+    def replay(cls, held:list, mt:MemoryTrace, cap:int|None=None)->'_Allocator':
+        "The allocator after the tensors `held` (their bytes), then the traced step's requests and frees; `fits` False when `cap` ran out."
+        a = cls(cap)
+        try:
+            for i, n in enumerate(held): a.malloc(('held', i), n)
+            for e in mt.log:
+                if e >= 0: a.malloc(e, mt.info[e][0])
+                else: a.free(~e)
+        except _NoRoom: a.fits = False
         return a
 
 
@@ -705,8 +724,8 @@ def _step(s:_Setup, batch:int, mt:MemoryTrace):
     s.opt.step()
 
 # %% ../nbs/05b_plan.ipynb #0c543d09
-def _trace(s:_Setup, batch:int, count:bool=False)->tuple:
-    "({part: bytes} at the peak of one training step at `batch`, its T4 estimate when `count`)."
+def _trace(s:_Setup, batch:int, count:bool=False, cap:int|None=None)->tuple:
+    "({part: bytes} at the peak of one training step at `batch`, its T4 estimate when `count`); the allocator held to `cap` bytes."
     with MemoryTrace() as mt:
         try:
             est = estimate_t4(_step, s, batch, mt, repeats=0) if count else _step(s, batch, mt)
@@ -721,7 +740,9 @@ def _trace(s:_Setup, batch:int, count:bool=False)->tuple:
               else 'temporaries'] += b
     # held when the step starts, in the order a run makes them: weights, cuBLAS's workspace, optimizer state
     held = [*_storages([*s.model.parameters(), *s.model.buffers()]), ws, *_storages(_state(s.opt, s.extra))]
-    parts['slack'] = max(0, _Allocator.replay(held, mt).peak_reserved - sum(parts.values()))
+    a = _Allocator.replay(held, mt, cap)
+    if not a.fits: a = _Allocator.replay(held, mt)  # out of memory: the reserve it would want
+    parts['slack'] = max(0, a.peak_reserved - sum(parts.values()))
     return parts, est
 
 # %% ../nbs/05b_plan.ipynb #43fcba50
@@ -845,13 +866,14 @@ def _plan(s:_Setup, what:str, card:str, batch:int, checkpointing:bool, usable:in
         raise ArgumentError(f'checkpointing=True: {name} has no gradient checkpointing (a transformers '
                             'model or an nn.Sequential has): pass checkpointing=False.')
     if s.checkpoint: s.checkpoint(checkpointing)
-    try: parts, est = _trace(s, batch, count=True)
+    cap = usable - _total({})['context']  # what PyTorch's allocator can reserve beside the context
+    try: parts, est = _trace(s, batch, count=True, cap=cap)
     except (RuntimeError, NotImplementedError) as e:
         raise ColabT4Error(f'One training step of {name} failed on meta tensors ({e}). A model that '
                            'reads tensor values (.tolist(), data-dependent shapes) cannot be planned '
                            'this way.') from None
     parts = _total(parts)
-    peak = lambda b: sum(_total(_trace(s, b)[0]).values())
+    peak = lambda b: sum(_total(_trace(s, b, cap=cap)[0]).values())
     two = min(2 * batch, LIMITS['size']) if batch < LIMITS['size'] else batch // 2
     pts = {batch: sum(parts.values()), two: peak(two)}
     (x0, y0), (x1, y1) = sorted(pts.items())

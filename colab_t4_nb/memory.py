@@ -262,6 +262,7 @@ def _search(fn, mode, start, min_size, max_size, steps, margin, tol, verbose, cl
     if start is None: start = min(max(32, min_size), max_size) if mode == 'grow' else max_size
     trials = []
     def trial(size):
+        free_memory()  # each trial from an empty cache, as the run that uses the answer starts
         trials.append(t := try_batch(fn, size, steps))
         if verbose:
             print(f"{cls.what} {t.size}: {'ok' if t.ok else 'out of memory (' + t.error + ')'} in {t.seconds:.2f} s")

@@ -239,7 +239,9 @@ _ATTENTION = ('_scaled_dot_product_flash_attention_for_cpu',
 _MATMUL = ('mm', 'addmm', 'bmm', 'baddbmm', 'matmul', 'linear', '_addmm_activation')
 _CONV = ('convolution', 'convolution_backward', 'cudnn_convolution', '_convolution')
 _NO_KERNEL = ('empty', 'empty_strided', 'new_empty', 'new_empty_strided', 'empty_like', 'detach',
-              'lift_fresh', 'alias', '_unsafe_view', 'set_', 'resize_', 'record_stream')
+              'lift_fresh', 'alias', '_unsafe_view', 'set_', 'resize_', 'record_stream',
+              # in place, but only a tensor's sizes and strides change (cuDNN's channels-last outputs on CUDA)
+              'as_strided_', 'squeeze_', 'unsqueeze_', 'transpose_', 't_', 'swapdims_', 'swapaxes_', 'detach_')
 
 # %% ../nbs/03b_t4.ipynb #be3c9b3a
 def tensors_in(x)->list:

@@ -20,9 +20,10 @@ writes one JSON line to OUT.jsonl and prints a table:
   `plan_gib`: the whole plan for a T4; `plan_parts_gib`: its parts (the context left out);
 - `accelerate_gib`: `accelerate estimate-memory`'s training figure for the same model
   (`estimate_training_usage` on `calculate_maximum_sizes`, fp16: the largest of its stages);
-- `largest_measured`: `find_batch_size` under the rehearsal's T4 cap (largest size that ran);
-  `largest_planned_cap`: the plan's largest batch under that cap, which holds the allocator's reserved
-  memory but not the CUDA context (the plan made without it);
+- `largest_measured`: `find_batch_size` under the rehearsal's T4 cap (largest size that ran, each trial
+  from an empty cache); `largest_planned_cap`: the plan's largest batch under that cap, which holds the
+  allocator's reserved memory but not the CUDA context (the plan made without it), the allocator
+  replayed as it frees its cache and retries when the cap is reached;
 - cuBLAS's workspace is sized as on a T4 (`CUBLAS_WORKSPACE_CONFIG=:4096:2:16:8`, PyTorch's choice below
   compute capability 9.0), and a LoRA base is put on the card in fp16, as `from_pretrained` loads it;
 - `context_mib`: device memory in use minus PyTorch's reserved memory, once, before the setups:

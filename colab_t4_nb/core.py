@@ -221,7 +221,10 @@ def check_path(name:str, # the argument's name, for the message
     s = os.fspath(v)
     if not isinstance(s, str) or not s.strip() or '\0' in s:
         raise _refuse(name, v, 'a non-empty path without NUL characters', err)
-    p = Path(s).expanduser()
+    try: p = Path(s).expanduser()
+    except RuntimeError:  # `~name` of no user on this machine, or no home directory to put for `~`
+        raise _refuse(name, v, 'a path whose ~ this machine can expand', err,
+                      hint=f'there is no home directory for {s.split(os.sep)[0]!r} here; give the full path') from None
     # Linux's limits (NAME_MAX, PATH_MAX): past them every call on the path fails with ENAMETOOLONG
     if max((len(os.fsencode(part)) for part in p.parts), default=0) > 255 or len(os.fsencode(p)) > 4000:
         raise _refuse(name, v, 'a path the file system can hold: each name in it at most 255 '

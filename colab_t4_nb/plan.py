@@ -197,6 +197,11 @@ class _ShapeCache(dict):
 _SHAPES = _ShapeCache()
 
 # %% ../nbs/05b_plan.ipynb #725535af
+def _owners(st)->int:
+    "How many references hold a storage (PyTorch's `use_count`); 0 where this PyTorch cannot say."
+    count = getattr(torch._C, '_storage_Use_Count', None)
+    return count(st._cdata) if count else 0
+
 class MemoryTrace(TorchDispatchMode):
     "Follow each storage that ops create: its bytes, rounded as the CUDA allocator rounds them, until it is freed."
     def __init__(self):
@@ -222,8 +227,8 @@ class MemoryTrace(TorchDispatchMode):
             self.now -= self.info[n][0]
             self.log.append(~n)
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
+    def _run(self, func, args, kwargs):
+        "Run one op on meta tensors (from the shape cache where it can), counting the storages it makes."
         if func is torch.ops.aten._local_scalar_dense.default and args[0].device.type == 'meta':
             return _STAND_IN[args[0].dtype.is_floating_point + (args[0].dtype == torch.bool)]
         if not _fresh(func): return func(*args, **kwargs)
@@ -238,6 +243,43 @@ class MemoryTrace(TorchDispatchMode):
                 except TypeError: _SHAPES[k] = None  # a result that is not tensors: not cached
         for t in tensors_in(out): self._add(t)
         return out
+
+    def _safe_softmax(self, x, dim, dtype=None):
+        ("`_safe_softmax` as `attention.cpp` runs it, each part counted: the softmax, a mask of the `-inf` "
+         "inputs and the rows all masked; the zeros are written into the softmax's own storage.")
+        aten = torch.ops.aten
+        if dtype is not None and dtype != x.dtype: x = self._run(aten._to_copy.default, (x,), {'dtype': dtype})
+        out = self._run(aten._softmax.default, (x, dim, False), {})
+        self._run(aten.all.dim, (self._run(aten.isneginf.default, (x,), {}), dim, True), {})
+        self._run(aten.scalar_tensor.default, (0.0,), {'dtype': out.dtype, 'device': out.device})
+        return out
+
+    def _softmax_backward(self, grad, output, dim, input_dtype):
+        "`_softmax_backward_data` as CUDA runs it (`softmax_backward_cuda_out`): its result, then a temporary `grad * output`."
+        out = self._run(torch.ops.aten._softmax_backward_data.default, (grad, output, dim, input_dtype), {})
+        self._run(torch.ops.aten.mul.Tensor, (grad, output), {})  # freed as the kernel returns
+        return out
+
+    def _accumulated(self, func, args, kwargs)->torch.Tensor|None:
+        ("Autograd's sum of two gradients of one tensor as CUDA makes it: in place, in one that nothing else holds "
+         "(`InputBuffer::accumulate`). Meta tensors count as tensor subclasses there, so on them it is always a new "
+         "tensor; the sum is handed back in that one's storage instead. None: not such a sum.")
+        if (func is not torch.ops.aten.add.Tensor or self.phase != 'backward' or torch.is_grad_enabled()
+                or len(args) != 2 or kwargs or not all(isinstance(t, torch.Tensor) for t in args)
+                or args[0].shape != args[1].shape or args[0].dtype != args[1].dtype): return None
+        for t in args:
+            st = t.untyped_storage()  # held by `t` alone (the count includes `st`), and all of it `t`'s
+            if _owners(st) == 2 and st.nbytes() == t.numel() * t.element_size():
+                return torch.empty(0, dtype=t.dtype, device=t.device).set_(st, t.storage_offset(), t.shape, t.stride())
+        return None
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if not all(t.device.type == 'meta' for t in tensors_in(args)): return self._run(func, args, kwargs)
+        if func is torch.ops.aten._safe_softmax.default: return self._safe_softmax(*args, **kwargs)
+        if func is torch.ops.aten._softmax_backward_data.default: return self._softmax_backward(*args, **kwargs)
+        if (same := self._accumulated(func, args, kwargs)) is not None: return same
+        return self._run(func, args, kwargs)
 
     def __exit__(self, *exc):
         self.refs.clear()  # frees after the trace are not its business
@@ -327,10 +369,17 @@ def _efficient_ok(q, k, v, attn_mask, enable_gqa)->bool:
             and q.shape[-1] % align == 0 and v.shape[-1] % align == 0
             and all(t.stride(-1) == 1 for t in ts))  # a mask made by a permute (T5's position bias) fails
 
+def _autocast_args(*ts)->tuple:
+    "Tensors as autocast hands them to attention, one of its low-precision ops: cast where an `_Autocast` block is open."
+    stack = getattr(torch.overrides, '_get_current_function_mode_stack', lambda: [])()
+    mode = next((m for m in stack if isinstance(m, _Autocast)), None)
+    return ts if mode is None else mode._cast(ts, mode.dtype)
+
 def _t4_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
     "Attention on meta tensors as a T4 runs it: the memory-efficient kernel where its checks pass, else the math path."
+    if q.device.type == 'meta': q, k, v, attn_mask = _autocast_args(q, k, v, attn_mask)
     if not _efficient_ok(q, k, v, attn_mask, enable_gqa):
-        if q.device.type == 'meta' and dropout_p > 0:  # the math path, with CUDA's dropout
+        if q.device.type == 'meta':  # the math path, as CUDA runs it
             return _math_attention(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
         return _SDPA(q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
     if attn_mask is not None:  # the kernel takes an additive bias of the full shape
@@ -352,20 +401,24 @@ def _math_attention(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
 def _math_body(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa):
     "`_math_attention`'s ops, in the order `attention.cpp` runs them."
     dtype = q.dtype
-    if attn_mask is not None and attn_mask.dtype == torch.bool:  # as `convert_boolean_attn_mask`, in q's dtype
-        attn_mask = torch.zeros(attn_mask.shape, dtype=dtype, device=q.device).masked_fill(~attn_mask, -math.inf)
+    additive = lambda keep, dt: torch.where(keep, 0.0, torch.scalar_tensor(-math.inf, dtype=dt, device=q.device))
+    if attn_mask is not None and attn_mask.dtype == torch.bool:  # `convert_boolean_attn_mask`, in q's dtype
+        attn_mask = additive(attn_mask, dtype)
     elif attn_mask is not None: attn_mask = attn_mask.to(dtype)  # autocast casts the mask with q
     if dtype in (torch.float16, torch.bfloat16) and not _reduced_math_ok(): q, k, v = q.float(), k.float(), v.float()
     s = math.sqrt(scale if scale is not None else q.shape[-1] ** -0.5)
-    if is_causal:
-        keep = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
-        attn_mask = torch.zeros(keep.shape, dtype=q.dtype, device=q.device).masked_fill(~keep, -math.inf)
+    q = q * s
+    if is_causal: attn_mask = additive(torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril(), q.dtype)
     if enable_gqa:
         k, v = (t.repeat_interleave(q.shape[-3] // t.shape[-3], -3) for t in (k, v))
-    attn = torch.matmul(q * s, k.transpose(-2, -1) * s)
-    if attn_mask is not None: attn = attn + attn_mask
-    attn = torch.native_dropout(torch.ops.aten._safe_softmax(attn, -1), dropout_p, True)[0]
-    return torch.matmul(attn, v).to(dtype)
+    attn = torch.matmul(q, k.transpose(-2, -1) * s)
+    if attn_mask is not None: attn.add_(attn_mask)  # in place, on CUDA's tensors
+    attn = torch.ops.aten._safe_softmax(attn, -1)
+    if dropout_p > 0: attn = torch.native_dropout(attn, dropout_p, True)[0]
+    weights = attn.to(dtype)  # the weights are returned too, cast back first (`make_tuple`'s arguments, right to left)
+    out = torch.matmul(attn, v).to(dtype)
+    del weights
+    return out
 
 _DROPOUT = F.dropout
 
@@ -558,15 +611,19 @@ def _features(m:nn.Module)->tuple|None:
     return None
 
 class _LoraLayer(nn.Module):
-    "A frozen layer plus a trainable low-rank update, as peft adds it."
-    def __init__(self, base:nn.Module, r:int, alpha:float):
+    "A frozen layer plus a trainable low-rank update, run as peft's `lora.Linear.forward` runs it."
+    def __init__(self, base:nn.Module, r:int, alpha:float, dropout:float=0.0, rslora:bool=False):
         super().__init__()
         i, o = _features(base)
-        self.base, self.scale = base, alpha / r
+        self.base, self.scale = base, alpha / (math.sqrt(r) if rslora else r)
         self.lora_A = nn.Linear(i, r, bias=False, device=base.weight.device)
         self.lora_B = nn.Linear(r, o, bias=False, device=base.weight.device)
+        self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
 
-    def forward(self, x): return self.base(x) + self.lora_B(self.lora_A(x)) * self.scale
+    def forward(self, x):
+        out = self.base(x)
+        x = x.to(self.lora_A.weight.dtype)  # peft casts the input to the adapter's dtype: an fp32 copy beside an fp16 base
+        return (out + self.lora_B(self.lora_A(self.dropout(x))) * self.scale).to(out.dtype)
 
 # %% ../nbs/05b_plan.ipynb #bd31e15d
 def _lora_rank(lora)->int:
@@ -602,7 +659,8 @@ def _add_lora(model:nn.Module, lora, dtype:torch.dtype|None)->nn.Module:
                             'pass names of its nn.Linear modules.')
     for n, m in found:
         parent, _, child = n.rpartition('.')
-        layer = _LoraLayer(m, r, getattr(lora, 'lora_alpha', None) or r)
+        layer = _LoraLayer(m, r, getattr(lora, 'lora_alpha', None) or r, getattr(lora, 'lora_dropout', 0.0) or 0.0,
+                           bool(getattr(lora, 'use_rslora', False)))
         setattr(model.get_submodule(parent) if parent else model, child, layer)
     return model
 

@@ -260,6 +260,18 @@ class MemoryTrace(TorchDispatchMode):
         self._run(torch.ops.aten.mul.Tensor, (grad, output), {})  # freed as the kernel returns
         return out
 
+    def _efficient_backward(self, func, args, kwargs):
+        ("The memory-efficient attention's backward as CUDA runs it: the gradients, then the kernel's fp32 "
+         "accumulator for the query's gradient (`kNeedsAccumGradQ` in PyTorch's `mem_eff_attention/kernel_backward.h`, "
+         "on every card from compute capability 7.0), in tiles of 64 queries by 64 channels, each with 16 bytes of "
+         "lock and counter; freed as the kernel returns.")
+        out = self._run(func, args, kwargs)
+        b, h, m, k = args[1].shape  # the query, batch x heads x queries x channels
+        per = -(-m // 64) * -(-k // 64) * (4 + 64 * 64)  # floats per batch and head
+        nbytes = b * h * -(-per // 4) * 4 * 4
+        self._run(torch.ops.aten.empty.memory_format, ([nbytes],), {'dtype': torch.uint8, 'device': args[1].device})
+        return out
+
     def _accumulated(self, func, args, kwargs)->torch.Tensor|None:
         ("Autograd's sum of two gradients of one tensor as CUDA makes it: in place, in one that nothing else holds "
          "(`InputBuffer::accumulate`). Meta tensors count as tensor subclasses there, so on them it is always a new "
@@ -278,6 +290,8 @@ class MemoryTrace(TorchDispatchMode):
         if not all(t.device.type == 'meta' for t in tensors_in(args)): return self._run(func, args, kwargs)
         if func is torch.ops.aten._safe_softmax.default: return self._safe_softmax(*args, **kwargs)
         if func is torch.ops.aten._softmax_backward_data.default: return self._softmax_backward(*args, **kwargs)
+        if func is torch.ops.aten._scaled_dot_product_efficient_attention_backward.default:
+            return self._efficient_backward(func, args, kwargs)
         if (same := self._accumulated(func, args, kwargs)) is not None: return same
         return self._run(func, args, kwargs)
 

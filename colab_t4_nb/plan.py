@@ -20,8 +20,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from .core import (ColabT4Error, ArgumentError, ArgumentTypeError, LIMITS, require,
                               check_callable, check_choice, check_flag, check_int, check_num)
-from .allocation import as_card
+from .allocation import SPECS, as_card
 from .amp import amp_choice
+from .kernels import arch
 from .memory import usable_memory
 from .t4 import T4Estimate, estimate_t4, tensors_in
 from .persistence import DEFAULT_EVERY_MINUTES, SessionClock
@@ -196,16 +197,70 @@ class _ShapeCache(dict):
 
 _SHAPES = _ShapeCache()
 
+# %% ../nbs/05b_plan.ipynb #36f0ebb9
+def _grid(card)->tuple:
+    "(SMs, threads resident per SM) of `card`, which size a reduction's grid on it; a T4's SMs where the table lacks the card."
+    spec = card.spec or SPECS['T4']
+    a = arch(card.cc or spec.cc)
+    return spec.sms, a.max_warps * a.warp
+
+def _pow2_floor(n:int)->int: return 1 << (max(1, n).bit_length() - 1)
+
+def _reduce_staging(x:torch.Tensor, dims:set, outputs:int, acc_bytes:int, grid:tuple)->list:
+    ("Bytes of the temporaries CUDA's reduction kernel allocates (`gpu_reduce_kernel` in PyTorch's `Reduce.cuh`) to "
+     "reduce `x` over `dims` into `outputs` values: a staging buffer and its semaphores, where `setReduceConfig` "
+     "spreads each output's inputs over several blocks to fill the card's `grid` (SMs, threads per SM); else [].")
+    if outputs < 1 or not 1 < x.numel() < 2**31: return []
+    inputs, sms, per_sm = x.numel() // outputs, *grid
+    def merged(reduced:bool)->list:  # TensorIterator's dims, fastest first, adjacent ones coalesced
+        out = []
+        for size, stride in sorted((x.shape[d], x.stride(d)) for d in range(x.dim())
+                                   if x.shape[d] > 1 and (d in dims) == reduced):
+            if out and out[-1][0] * out[-1][1] == stride: out[-1] = (out[-1][0] * size, out[-1][1])
+            else: out.append((size, stride))
+        return sorted(out, key=lambda a: a[1])
+    red, kept = merged(True), merged(False)
+    if not red: return []
+    along_input = not kept or red[0][1] < kept[0][1]  # reducing along the fastest-moving dimension
+    dim0, dim1, vec = (inputs, outputs, 1) if along_input else (outputs, inputs, 1)
+    if (red if along_input else kept)[0][1] == 1:
+        if along_input and dim0 >= 128 and len(red) == 1: dim0 //= 4  # loads of 4 along the input
+        elif not along_input:  # loads of up to 4 outputs (`get_output_vec_size`)
+            vec = 4
+            for n in (x.storage_offset(), kept[0][0], *(s for _, s in red), *(s for _, s in kept[1:])):
+                while n % vec: vec //= 2
+            dim0 //= vec
+    most = 512 // vec  # threads in a block
+    d0, d1 = (most if d >= most else _pow2_floor(d) for d in (dim0, dim1))
+    height = min(d1, most // min(d0, 32))
+    width = min(d0, most // height)
+    step_in, step_out = (width, 1) if along_input else (1, width)
+    split = -(-inputs // step_in) >= min(height * 16, 256)  # across the warps of a block
+    step_in, step_out = (step_in * height, step_out) if split else (step_in, step_out * height)
+    per_thread, blocks = -(-inputs // step_in), -(-(outputs // vec) // step_out)
+    target = sms * (per_sm // (width * height))
+    if not (split and per_thread >= 256 and blocks <= target): return []
+    ctas = max(min(-(-target // blocks), -(-per_thread // 16)), -(-per_thread // 256))
+    if ctas <= 1: return []
+    return [acc_bytes * outputs * ctas * (1 if along_input else width * vec), 4 * blocks]
+
+
 # %% ../nbs/05b_plan.ipynb #725535af
 def _owners(st)->int:
     "How many references hold a storage (PyTorch's `use_count`); 0 where this PyTorch cannot say."
     count = getattr(torch._C, '_storage_Use_Count', None)
     return count(st._cdata) if count else 0
 
+# the reductions CUDA runs through `gpu_reduce_kernel` that a training step meets with large inputs
+_REDUCTIONS = {getattr(getattr(torch.ops.aten, op), overload) for op, overload in (
+    ('sum', 'default'), ('sum', 'dim_IntList'), ('mean', 'default'), ('mean', 'dim'), ('nansum', 'default'),
+    ('amax', 'default'), ('amin', 'default'), ('linalg_vector_norm', 'default'), ('prod', 'dim_int'))}
+
 class MemoryTrace(TorchDispatchMode):
     "Follow each storage that ops create: its bytes, rounded as the CUDA allocator rounds them, until it is freed."
-    def __init__(self):
+    def __init__(self, grid:tuple=(40, 1024)):  # the card's SMs and threads per SM (`_grid`); a T4's
         super().__init__()
+        self.grid = grid
         self.phase, self.now, self.peak, self.at = 'batch', 0, 0, 0
         self.live, self.refs, self.log, self.info, self.grads = {}, {}, [], {}, set()
 
@@ -261,16 +316,52 @@ class MemoryTrace(TorchDispatchMode):
         return out
 
     def _efficient_backward(self, func, args, kwargs):
-        ("The memory-efficient attention's backward as CUDA runs it: the gradients, then the kernel's fp32 "
-         "accumulator for the query's gradient (`kNeedsAccumGradQ` in PyTorch's `mem_eff_attention/kernel_backward.h`, "
+        ("The memory-efficient attention's backward as CUDA runs it: the gradients, each query row's fp32 `delta`, "
+         "then the kernel's fp32 accumulator for the query's gradient (`kNeedsAccumGradQ` in PyTorch's `mem_eff_attention/kernel_backward.h`, "
          "on every card from compute capability 7.0), in tiles of 64 queries by 64 channels, each with 16 bytes of "
-         "lock and counter; freed as the kernel returns.")
+         "lock and counter; the two freed as the kernel returns.")
         out = self._run(func, args, kwargs)
         b, h, m, k = args[1].shape  # the query, batch x heads x queries x channels
         per = -(-m // 64) * -(-k // 64) * (4 + 64 * 64)  # floats per batch and head
-        nbytes = b * h * -(-per // 4) * 4 * 4
-        self._run(torch.ops.aten.empty.memory_format, ([nbytes],), {'dtype': torch.uint8, 'device': args[1].device})
+        delta = self._empty(b * h * m * 4, args[1].device)  # each query row's sum of grad * output, fp32
+        self._empty(b * h * -(-per // 4) * 4 * 4, args[1].device)
         return out
+
+    def _empty(self, nbytes:int, device)->torch.Tensor:
+        "A temporary of `nbytes`, counted; freed when the caller drops it."
+        return self._run(torch.ops.aten.empty.memory_format, ([nbytes],), {'dtype': torch.uint8, 'device': device})
+
+    def _reduction(self, func, args, kwargs):
+        ("A reduction as CUDA runs it: its result, and for an instant the staging buffer and semaphores of "
+         "`gpu_reduce_kernel` where the card's grid spreads each output over several blocks (`_reduce_staging`).")
+        out = self._run(func, args, kwargs)
+        x, name = args[0], func._schema.name
+        p = dict(zip([a.name for a in func._schema.arguments], args), **kwargs)
+        dims = p.get('dim')
+        dims = {dims} if isinstance(dims, int) else set(dims or ())
+        dims = {d % max(1, x.dim()) for d in dims} or set(range(x.dim()))
+        wide = x.dtype in (torch.float64, torch.complex128) or not x.dtype.is_floating_point
+        acc = x.element_size() if name in ('aten::amax', 'aten::amin') else 8 if wide else 4
+        temps = [self._empty(n, x.device) for n in _reduce_staging(x, dims, out.numel(), acc, self.grid)]
+        del temps  # freed as the kernel returns
+        return out
+
+    def _layer_norm_backward(self, func, args, kwargs):
+        ("`native_layer_norm_backward` as CUDA runs it: where rows are many and features few for the card "
+         "(`LaunchGammaBetaBackwardCUDAKernel` in PyTorch's `layer_norm_kernel.cu`), the weight's and bias's gradients "
+         "are partial sums over blocks of 32 rows, each then summed (`.sum(0)`) into new tensors.")
+        dx, dgamma, dbeta = self._run(func, args, kwargs)
+        x, normalized = args[1], args[2]
+        n = math.prod(normalized)
+        m = x.numel() // max(1, n)
+        if not (m > 64 * 1024 and n // 32 < self.grid[0] // 2) or (dgamma is None and dbeta is None):
+            return dx, dgamma, dbeta
+        rows = min((32 * 1024) // -(-n // 32), -(-m // 32))
+        parts = [None if g is None else self._run(torch.ops.aten.empty.memory_format, ([rows, n],),
+                                                  {'dtype': g.dtype, 'device': g.device}) for g in (dgamma, dbeta)]
+        sums = [None if p is None else self._reduction(torch.ops.aten.sum.dim_IntList, (p, [0]), {}).view(g.shape)
+                for p, g in zip(parts, (dgamma, dbeta))]
+        return dx, *sums
 
     def _accumulated(self, func, args, kwargs)->torch.Tensor|None:
         ("Autograd's sum of two gradients of one tensor as CUDA makes it: in place, in one that nothing else holds "
@@ -292,6 +383,9 @@ class MemoryTrace(TorchDispatchMode):
         if func is torch.ops.aten._softmax_backward_data.default: return self._softmax_backward(*args, **kwargs)
         if func is torch.ops.aten._scaled_dot_product_efficient_attention_backward.default:
             return self._efficient_backward(func, args, kwargs)
+        if func in _REDUCTIONS: return self._reduction(func, args, kwargs)
+        if func is torch.ops.aten.native_layer_norm_backward.default:
+            return self._layer_norm_backward(func, args, kwargs)
         if (same := self._accumulated(func, args, kwargs)) is not None: return same
         return self._run(func, args, kwargs)
 
@@ -451,7 +545,9 @@ def _t4_kernels():
     finally: F.scaled_dot_product_attention, F.dropout = before
 
 # %% ../nbs/05b_plan.ipynb #2a9e4349
-WORKSPACE_MIB = 8.125  # cuBLAS workspace below cc 9.0: CUBLAS_WORKSPACE_CONFIG=:4096:2:16:8
+# cuBLAS workspaces below cc 9.0 (CUBLAS_WORKSPACE_CONFIG=:4096:2:16:8), the forward's thread's and the
+# backward's, and the 1 MiB block held beside them
+WORKSPACES_MIB = (8.125, 8.125, 1)
 CONTEXT_MIB = 512      # the CUDA context: a starting value, to be calibrated by tools/plan_check.py
 
 def _total(parts:dict)->dict:
@@ -796,22 +892,23 @@ def _step(s:_Setup, batch:int, mt:MemoryTrace):
     s.opt.step()
 
 # %% ../nbs/05b_plan.ipynb #0c543d09
-def _trace(s:_Setup, batch:int, count:bool=False, cap:int|None=None)->tuple:
-    "({part: bytes} at the peak of one training step at `batch`, its T4 estimate when `count`); the allocator held to `cap` bytes."
-    with MemoryTrace() as mt:
+def _trace(s:_Setup, batch:int, count:bool=False, cap:int|None=None, grid:tuple=(40, 1024))->tuple:
+    ("({part: bytes} at the peak of one training step at `batch`, its T4 estimate when `count`); the allocator held "
+     "to `cap` bytes, reductions spread over `grid` (`_grid`).")
+    with MemoryTrace(grid) as mt:
         try:
             est = estimate_t4(_step, s, batch, mt, repeats=0) if count else _step(s, batch, mt)
             at = mt.at_peak()
         finally: s.opt.zero_grad(set_to_none=True)
-    ws = int(WORKSPACE_MIB * 2**20)
+    ws = [int(w * 2**20) for w in WORKSPACES_MIB]
     parts = dict(weights=s.weights(), gradients=0, optimizer=s.state(), activations=0,
-                 temporaries=0, workspace=ws)
+                 temporaries=0, workspace=sum(ws))
     for n in at:
         b, phase = mt.info[n]
         parts['gradients' if n in mt.grads else 'activations' if phase in ('batch', 'forward')
               else 'temporaries'] += b
-    # held when the step starts, in the order a run makes them: weights, cuBLAS's workspace, optimizer state
-    held = [*_storages([*s.model.parameters(), *s.model.buffers()]), ws, *_storages(_state(s.opt, s.extra))]
+    # held when the step starts, in the order a run makes them: weights, cuBLAS's workspaces, optimizer state
+    held = [*_storages([*s.model.parameters(), *s.model.buffers()]), *ws, *_storages(_state(s.opt, s.extra))]
     a = _Allocator.replay(held, mt, cap)
     if not a.fits: a = _Allocator.replay(held, mt)  # out of memory: the reserve it would want
     parts['slack'] = max(0, a.peak_reserved - sum(parts.values()))
@@ -927,11 +1024,11 @@ def plan_run(model, # a transformers config, or an nn.Module built on meta tenso
         s, what = _prepare(model, seq, image_size, task, example, loss_fn, optimizer, amp,
                            choice.scaler, lora)
         return _plan(s, what, card.name, batch, checkpointing, usable, choice.name,
-                     samples, epochs, session_h)
+                     samples, epochs, session_h, _grid(card))
 
 # %% ../nbs/05b_plan.ipynb #275fc0f1
 def _plan(s:_Setup, what:str, card:str, batch:int, checkpointing:bool, usable:int, precision:str,
-          samples, epochs, session_h)->RunPlan:
+          samples, epochs, session_h, grid:tuple)->RunPlan:
     "Trace the step at `batch` (memory and T4 time), find the largest batches, and put the plan together."
     name = what.split(',')[0]
     if checkpointing and s.checkpoint is None:
@@ -939,13 +1036,13 @@ def _plan(s:_Setup, what:str, card:str, batch:int, checkpointing:bool, usable:in
                             'model or an nn.Sequential has): pass checkpointing=False.')
     if s.checkpoint: s.checkpoint(checkpointing)
     cap = usable - _total({})['context']  # what PyTorch's allocator can reserve beside the context
-    try: parts, est = _trace(s, batch, count=True, cap=cap)
+    try: parts, est = _trace(s, batch, count=True, cap=cap, grid=grid)
     except (RuntimeError, NotImplementedError) as e:
         raise ColabT4Error(f'One training step of {name} failed on meta tensors ({e}). A model that '
                            'reads tensor values (.tolist(), data-dependent shapes) cannot be planned '
                            'this way.') from None
     parts = _total(parts)
-    peak = lambda b: sum(_total(_trace(s, b, cap=cap)[0]).values())
+    peak = lambda b: sum(_total(_trace(s, b, cap=cap, grid=grid)[0]).values())
     two = min(2 * batch, LIMITS['size']) if batch < LIMITS['size'] else batch // 2
     pts = {batch: sum(parts.values()), two: peak(two)}
     (x0, y0), (x1, y1) = sorted(pts.items())

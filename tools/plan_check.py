@@ -27,7 +27,10 @@ writes one JSON line to OUT.jsonl and prints a table:
 - cuBLAS's workspace is sized as on a T4 (`CUBLAS_WORKSPACE_CONFIG=:4096:2:16:8`, PyTorch's choice below
   compute capability 9.0), and a LoRA base is put on the card in fp16, as `from_pretrained` loads it;
 - `context_mib`: device memory in use minus PyTorch's reserved memory, once, before the setups:
-  the CUDA context, to calibrate `CONTEXT_MIB`; `slack` = reserved / allocated - 1.
+  the CUDA context, to calibrate `CONTEXT_MIB`; `slack` = reserved / allocated - 1;
+- `grid`: [SMs, threads per SM] of the card that measured, read before the rehearsal: CUDA's reductions
+  size their staging buffers from the real card (a bias gradient over an H200's 132 SMs takes 132 MiB
+  for an instant where a T4's 40 take 20), so the plan set beside the measurement is made with it.
 
 One setup failing does not stop the others: its line holds the error. The whole run is meant to
 finish within 8 minutes on an H200; each setup's batch search is bounded.
@@ -90,13 +93,16 @@ def _lora_config(r:int):
         return LoraConfig(r=r, lora_alpha=2 * r, lora_dropout=0.0)
     return types.SimpleNamespace(r=r, target_modules=None, lora_alpha=2 * r)
 
-def plan_for(name, model, task, batch, size, optimizer, ckpt, rank):
+def plan_for(name, model, task, batch, size, optimizer, ckpt, rank, grid=None):
     """The plan of one setup (on meta tensors, any machine), made without the CUDA context: the rehearsal's
     cap holds PyTorch's reserve to a T4's 15 GiB and the context sits outside it, so the plan's largest batch
-    for a T4 without its context is the one to compare with find_batch_size's under the cap."""
-    before, plan.CONTEXT_MIB = plan.CONTEXT_MIB, 0
+    for a T4 without its context is the one to compare with find_batch_size's under the cap.
+    `grid`: (SMs, threads per SM) of the card that measured: CUDA's reductions size their staging buffers
+    from the real card's, which the rehearsal cannot change (None: a T4's, the plan's own)."""
+    before, grid_of, plan.CONTEXT_MIB = plan.CONTEXT_MIB, plan._grid, 0
+    if grid is not None: plan._grid = lambda card: tuple(grid)
     try: return _plan_for(model, task, batch, size, optimizer, ckpt, rank)
-    finally: plan.CONTEXT_MIB = before
+    finally: plan.CONTEXT_MIB, plan._grid = before, grid_of
 
 def _plan_for(model, task, batch, size, optimizer, ckpt, rank):
     kw = dict(batch=batch, optimizer=optimizer, checkpointing=ckpt)
@@ -205,14 +211,21 @@ def context_mib()->float:
     free, total = torch.cuda.mem_get_info()
     return (total - free - torch.cuda.memory_reserved()) / 2**20
 
-MEASURED = ('context_mib', 'device', 'base_gib', 'measured_gib', 'reserved_gib', 'largest_measured',
+MEASURED = ('context_mib', 'device', 'grid', 'base_gib', 'measured_gib', 'reserved_gib', 'largest_measured',
             'largest_oom', 'search_s')
 
-def run(out:Path, dry:bool, only:list|None, measured:dict|None=None)->list:
-    "One row per setup; with `measured` ({setup: row} of an earlier GPU run) its measurements beside a new plan."
+def real_grid()->list:
+    "[SMs, threads per SM] of the GPU here, read before the rehearsal makes it answer as a T4."
+    p = torch.cuda.get_device_properties(torch.cuda.current_device())
+    return [p.multi_processor_count, p.max_threads_per_multi_processor]
+
+def run(out:Path, dry:bool, only:list|None, measured:dict|None=None, grid:list|None=None)->list:
+    """One row per setup; with `measured` ({setup: row} of an earlier GPU run) its measurements beside a new plan.
+    `grid`: the measuring card's [SMs, threads per SM] (see `plan_for`); on a GPU, its own."""
     rows, t0 = [], time.perf_counter()
     setups = [s for s in SETUPS if (not only or s[0] in only) and (measured is None or s[0] in measured)]
     ctx = None if dry else context_mib()
+    if not dry: grid = real_grid()
     rehearsal = None
     if not dry:
         from colab_t4_nb.t4 import t4_rehearsal
@@ -221,10 +234,13 @@ def run(out:Path, dry:bool, only:list|None, measured:dict|None=None)->list:
     try:
         for name, model, task, batch, size, optimizer, ckpt, rank, bound in setups:
             row = dict(setup=name, model=model, task=task, batch=batch, size=size, optimizer=optimizer,
-                       checkpointing=ckpt, lora_rank=rank, context_mib=ctx, device=None if dry else torch.cuda.get_device_name())
+                       checkpointing=ckpt, lora_rank=rank, context_mib=ctx, device=None if dry else torch.cuda.get_device_name(),
+                       grid=grid)
             t = time.perf_counter()
             try:
-                p = plan_for(name, model, task, batch, size, optimizer, ckpt, rank)
+                g = measured[name].get('grid') or grid if measured is not None else grid
+                p = plan_for(name, model, task, batch, size, optimizer, ckpt, rank, g)
+                row['grid'] = g
                 alloc = sum(v for k, v in p.parts.items() if k not in ('slack', 'context'))
                 row.update(plan_gib=p.peak / GiB + plan.CONTEXT_MIB / 1024, plan_alloc_gib=alloc / GiB,
                            plan_reserved_gib=p.peak / GiB,
@@ -276,8 +292,18 @@ def main(argv=None)->int:
     ap.add_argument('--replan', metavar='MEASURED.jsonl', type=Path,
                     help="no CUDA: plan again the setups measured in an earlier run's file, and write its "
                          'measurements beside the new plans (after the plan changed, without a GPU)')
+    ap.add_argument('--measured-on', metavar='CARD',
+                    help="with --replan or --dry-run: the card (a spec-table name, 'H200') whose SMs size the "
+                         "reductions' buffers, where the measured rows do not record them (default: a T4's)")
     a = ap.parse_args(argv)
-    measured = None
+    measured, grid = None, None
+    if a.measured_on is not None:
+        from colab_t4_nb.allocation import as_card
+        from colab_t4_nb.core import ColabT4Error
+        try: grid = list(plan._grid(as_card(a.measured_on)))
+        except ColabT4Error as e:
+            print(f'plan_check: --measured-on {a.measured_on!r}: {e}', file=sys.stderr)
+            return 2
     if a.replan is not None:
         if not a.replan.is_file():
             print(f'plan_check: --replan {a.replan}: no such file', file=sys.stderr)
@@ -296,7 +322,7 @@ def main(argv=None)->int:
         print(f'plan_check: unknown setups {sorted(unknown)}; known: {[s[0] for s in SETUPS]}', file=sys.stderr)
         return 2
     print(HEAD, flush=True)
-    rows = run(Path(a.out), a.dry_run, a.only, measured)
+    rows = run(Path(a.out), a.dry_run, a.only, measured, grid)
     return 1 if any('error' in r for r in rows) else 0
 
 if __name__ == '__main__': sys.exit(main())

@@ -305,8 +305,10 @@ class MemoryTrace(TorchDispatchMode):
         aten = torch.ops.aten
         if dtype is not None and dtype != x.dtype: x = self._run(aten._to_copy.default, (x,), {'dtype': dtype})
         out = self._run(aten._softmax.default, (x, dim, False), {})
-        self._run(aten.all.dim, (self._run(aten.isneginf.default, (x,), {}), dim, True), {})
-        self._run(aten.scalar_tensor.default, (0.0,), {'dtype': out.dtype, 'device': out.device})
+        masked = self._run(aten.isneginf.default, (x,), {})
+        rows = self._run(aten.all.dim, (masked, dim, True), {})
+        zero = self._run(aten.scalar_tensor.default, (0.0,), {'dtype': out.dtype, 'device': out.device})
+        del masked, rows, zero  # freed as the C++ function returns
         return out
 
     def _softmax_backward(self, grad, output, dim, input_dtype):
@@ -507,26 +509,27 @@ def _math_attention(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
         return _math_body(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
 
 def _math_body(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa):
-    "`_math_attention`'s ops, in the order `attention.cpp` runs them."
+    ("`_math_attention`'s ops, in the order `attention.cpp` runs them; its named tensors (the fp32 copies, the scaled "
+     "query, the expanded key and value) live until it returns, as the C++ function's locals do.")
     dtype = q.dtype
     additive = lambda keep, dt: torch.where(keep, 0.0, torch.scalar_tensor(-math.inf, dtype=dt, device=q.device))
     if attn_mask is not None and attn_mask.dtype == torch.bool:  # `convert_boolean_attn_mask`, in q's dtype
         attn_mask = additive(attn_mask, dtype)
     elif attn_mask is not None: attn_mask = attn_mask.to(dtype)  # autocast casts the mask with q
-    if dtype in (torch.float16, torch.bfloat16) and not _reduced_math_ok(): q, k, v = q.float(), k.float(), v.float()
+    upcast = dtype in (torch.float16, torch.bfloat16) and not _reduced_math_ok()
+    q_acc, k_acc, v_acc = (t.float() for t in (q, k, v)) if upcast else (q, k, v)
     s = math.sqrt(scale if scale is not None else q.shape[-1] ** -0.5)
-    q = q * s
-    if is_causal: attn_mask = additive(torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril(), q.dtype)
-    if enable_gqa:
-        k, v = (t.repeat_interleave(q.shape[-3] // t.shape[-3], -3) for t in (k, v))
-    attn = torch.matmul(q, k.transpose(-2, -1) * s)
+    query = q_acc * s
+    if is_causal:
+        attn_mask = additive(torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril(), query.dtype)
+    key, value = ((t.repeat_interleave(q.shape[-3] // t.shape[-3], -3) for t in (k_acc, v_acc)) if enable_gqa
+                  else (k_acc, v_acc))
+    attn = torch.matmul(query, key.transpose(-2, -1) * s)
     if attn_mask is not None: attn.add_(attn_mask)  # in place, on CUDA's tensors
     attn = torch.ops.aten._safe_softmax(attn, -1)
     if dropout_p > 0: attn = torch.native_dropout(attn, dropout_p, True)[0]
     weights = attn.to(dtype)  # the weights are returned too, cast back first (`make_tuple`'s arguments, right to left)
-    out = torch.matmul(attn, v).to(dtype)
-    del weights
-    return out
+    return torch.matmul(attn, value).to(dtype)
 
 _DROPOUT = F.dropout
 
@@ -635,11 +638,15 @@ class _Allocator:
         bisect.insort(pool, (n, seg, off))
 
     @classmethod
-    def replay(cls, held:list, mt:MemoryTrace, cap:int|None=None)->'_Allocator':
-        "The allocator after the tensors `held` (their bytes), then the traced step's requests and frees; `fits` False when `cap` ran out."
+    def replay(cls, start:list, mt:MemoryTrace, cap:int|None=None)->'_Allocator':
+        ("The allocator after `start`, then the traced step's requests and frees; `fits` False when `cap` ran out. "
+         "`start`: what came before the step, in order: `(key, bytes)` made, `(key, None)` freed, `None` the cache emptied.")
         a = cls(cap)
         try:
-            for i, n in enumerate(held): a.malloc(('held', i), n)
+            for e in start:
+                if e is None: a._release()
+                elif e[1] is None: a.free(e[0])
+                else: a.malloc(*e)
             for e in mt.log:
                 if e >= 0: a.malloc(e, mt.info[e][0])
                 else: a.free(~e)
@@ -907,10 +914,15 @@ def _trace(s:_Setup, batch:int, count:bool=False, cap:int|None=None, grid:tuple=
         b, phase = mt.info[n]
         parts['gradients' if n in mt.grads else 'activations' if phase in ('batch', 'forward')
               else 'temporaries'] += b
-    # held when the step starts, in the order a run makes them: weights, cuBLAS's workspaces, optimizer state
-    held = [*_storages([*s.model.parameters(), *s.model.buffers()]), *ws, *_storages(_state(s.opt, s.extra))]
-    a = _Allocator.replay(held, mt, cap)
-    if not a.fits: a = _Allocator.replay(held, mt)  # out of memory: the reserve it would want
+    # what comes before the step, in the order a run makes it: the weights; the gradients of a first step, beside
+    # which the optimizer makes its state; the gradients freed (`zero_grad`); cuBLAS's workspaces; the cache emptied
+    made = lambda tag, ts: [((tag, i), n) for i, n in enumerate(ts)]
+    grads = made('grad', _storages(s.params))
+    start = [*made('weight', _storages([*s.model.parameters(), *s.model.buffers()])), *grads,
+             *made('state', _storages(_state(s.opt, s.extra))), *((k, None) for k, _ in grads),
+             *made('workspace', ws), None]
+    a = _Allocator.replay(start, mt, cap)
+    if not a.fits: a = _Allocator.replay(start, mt)  # out of memory: the reserve it would want
     parts['slack'] = max(0, a.peak_reserved - sum(parts.values()))
     return parts, est
 

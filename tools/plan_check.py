@@ -29,8 +29,9 @@ writes one JSON line to OUT.jsonl and prints a table:
 - `context_mib`: device memory in use minus PyTorch's reserved memory, once, before the setups:
   the CUDA context, to calibrate `CONTEXT_MIB`; `slack` = reserved / allocated - 1;
 - `grid`: [SMs, threads per SM] of the card that measured, read before the rehearsal: CUDA's reductions
-  size their staging buffers from the real card (a bias gradient over an H200's 132 SMs takes 132 MiB
-  for an instant where a T4's 40 take 20), so the plan set beside the measurement is made with it.
+  size their staging buffers from the real card (ViT-base's bias gradients at batch 192 take 132 MiB for
+  an instant over an H100's or H200's 132 SMs, 20 MiB over a T4's 40), so the plan set beside the
+  measurement is made with it.
 
 One setup failing does not stop the others: its line holds the error. The whole run is meant to
 finish within 8 minutes on an H200; each setup's batch search is bounded.

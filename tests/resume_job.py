@@ -13,7 +13,7 @@ where they are loaded (in the main process, or in the loader's workers). Framewo
 (`run_resumable`), hf (the Trainer and `HFCallback`), lightning (`LightningCallback`), keras
 (`KerasCallback`). Loaders: generator (shuffled by the loader's own seeded generator), global
 (shuffled from the global generator), workers (two worker processes)."""
-import argparse, os, signal, sys, warnings
+import argparse, os, signal, sys, threading, warnings
 from pathlib import Path
 
 import numpy as np
@@ -189,12 +189,18 @@ def keras(kind, folder):
     class Batches(keras.utils.PyDataset):  # loaded by two worker threads; shuffled each epoch
         def __init__(self):
             super().__init__(workers=2)
-            self.order = np.arange(N)
+            self.order, self.drawn = np.arange(N), threading.Event()
         def __len__(self): return N // BATCH
         def __getitem__(self, i):
+            # Keras starts the workers before it calls on_epoch_begin (keras-team/keras#23283): they wait for
+            # the epoch's order; Keras's own look at a first batch, before training, comes from the main thread
+            if threading.current_thread() is not threading.main_thread(): self.drawn.wait()
             idx = self.order[i * BATCH:(i + 1) * BATCH]
             return x[idx], y[idx]
-        def on_epoch_begin(self): self.order = np.random.permutation(N)
+        def on_epoch_begin(self):
+            self.order = np.random.permutation(N)
+            self.drawn.set()
+        def on_epoch_end(self): self.drawn.clear()
     cb = KerasCallback(folder/'ckpt')
     early = keras.callbacks.EarlyStopping('loss', patience=5)
     step, fit = Step(), dict(epochs=3, verbose=0)

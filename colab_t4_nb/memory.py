@@ -635,14 +635,18 @@ def _free_port()->int:
 
 # %% ../nbs/02_memory.ipynb #aeb45060
 def _ddp_worker(rank, fn, world, backend, port, args, queue, forked):
-    import pickle, torch.distributed as dist
+    import pickle, traceback, torch.distributed as dist
     os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
                       LOCAL_RANK=str(rank))
     if forked: torch.set_num_threads(1)
     if backend == 'nccl': torch.cuda.set_device(rank)
     dist.init_process_group(backend, rank=rank, world_size=world)
     try:
-        queue.put((rank, pickle.dumps(fn(rank, world, *args))))
+        try: out = pickle.dumps(fn(rank, world, *args))
+        except BaseException:  # sent before the group closes, so it arrives before the errors it causes elsewhere
+            queue.put((rank, None, traceback.format_exc()))
+            raise
+        queue.put((rank, out, None))
         gc.collect()  # what `fn` built (a DDP model and its reducer) goes while the group still exists
         dist.barrier()  # no rank tears down the group while another still uses it (gloo aborts the process otherwise)
     finally: dist.destroy_process_group()
@@ -691,14 +695,24 @@ def launch_ddp(fn:Callable, # `fn(rank, world_size, *args)`, run once in each pr
     wargs = (fn, nprocs, backend, _free_port(), args, queue, start_method == 'fork')
     ctx = mp.start_processes(worker, args=wargs,
                              nprocs=nprocs, join=False, start_method=start_method)
-    results, t0 = {}, time.monotonic()
+    results, failed, t0 = {}, [], time.monotonic()
     def drain():
-        while not queue.empty(): r, b = queue.get(); results[r] = pickle.loads(b)
+        while not queue.empty():
+            r, b, tb = queue.get()
+            if tb is None: results[r] = pickle.loads(b)
+            else: failed.append((r, tb))
     try:
         while not ctx.join(timeout=0.2):
             drain()
             if time.monotonic() - t0 > timeout:
                 raise ColabT4Error(f'launch_ddp: the {nprocs} processes did not finish within {timeout} s.')
+    except (mp.ProcessRaisedException, mp.ProcessExitedException) as e:  # the first seen may only have lost its peer
+        drain()
+        if not failed or failed[0][0] == e.error_index: raise
+        r, tb = failed[0]
+        raise mp.ProcessRaisedException(f'\n\n-- Process {r} failed first (process {e.error_index} then lost '
+                                        f'its connection to it), with the following error:\n{tb}',
+                                        r, ctx.processes[r].pid) from None
     finally:
         for p in ctx.processes:
             if p.is_alive(): p.terminate()

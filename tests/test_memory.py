@@ -38,8 +38,20 @@ def test_ddp_averages_gradients_over_two_gloo_processes():
 def test_allreduce_over_three_processes():
     assert launch_ddp(allreduce_check, nprocs=3, backend='gloo') == [6.0, 6.0, 6.0]
 
-def test_a_failing_rank_stops_the_launch_with_its_error():
-    with pytest.raises(Exception, match='rank 1 found no data'): launch_ddp(failing, nprocs=2, backend='gloo', timeout=120)
+def failing_in_a_collective(rank, world_size):
+    "Rank 1 fails; rank 0 then loses its peer inside the all-reduce, and fails too."
+    import torch.distributed as dist
+    if rank == 1: raise ValueError('rank 1 found no data')
+    dist.all_reduce(torch.ones(1))
+    return rank
+
+@pytest.mark.parametrize('fn', [failing, failing_in_a_collective])
+def test_a_failing_rank_stops_the_launch_with_its_error(fn):
+    "The error raised is the failing rank's own, not the lost connection of the rank that waited for it."
+    for _ in range(3):  # which process the parent sees die first varies from run to run
+        with pytest.raises(Exception, match='rank 1 found no data') as e:
+            launch_ddp(fn, nprocs=2, backend='gloo', timeout=120)
+        assert e.value.error_index == 1, e.value
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason='forking after CUDA or autograd started on a GPU machine is refused by PyTorch')
 def test_fork_runs_a_function_defined_in_main():

@@ -76,6 +76,7 @@ OPTIONAL = {
     'ov':       (0.5, 1.0, 'x', 'share of the smaller of host and GPU time per op not overlapped (1: sum, 0: max)'),
     't_mm':     (15.0, 1.0, 'us', 'fixed time per matrix product (tail/latency): half rate at flops = rate x t_mm'),
     'wino32':   (1.5, 1.0, 'x', 'fp32 dense 3x3 stride-1 conv rate / other fp32 dense convs (cuDNN Winograd: fewer multiplies than counted)'),
+    'grp_tf':   (1.0, 1.0, 'TFLOP/s', 'grouped convolution rate in TensorFlow rows (tf.nn.conv2d with a grouped filter)'),
     'ngc':      (1.0, 0.5, 'x', 'GPU-time factor for rows run in an NVIDIA NGC container on a datacenter T4 (as stated)'),
 }
 SCALE = {'TFLOP/s': 1e12, 'GB/s': 1e9, 'GFLOP': 1e9, 'us': 1e-6, 'x': 1.0}
@@ -147,6 +148,7 @@ def predict(d:Data, logp:torch.Tensor, combine:str='sum')->torch.Tensor:
     big = torch.where((d.kind == 1) & d.fp16, big * nchw16, big)
     if 'wino32' in p: big = torch.where(d.k3 & d.fp32, big * p['wino32'], big)  # --wino: fp32 3x3 convs (Winograd)
     big = torch.where(d.grouped, p['grp'], big)
+    if 'grp_tf' in p: big = torch.where(d.grouped & d.graph[d.w], p['grp_tf'], big)  # --grp-tf: TF's own grouped convs
     f_half = big * p['t_mm'] if 't_mm' in p else p['f_half']  # --t-mm: a fixed time, not a fixed size
     half = f_half if SIZE_CURVE == 'all' else torch.where(kxk, 0.0, f_half)
     rate = big * d.flops / (d.flops + half)
@@ -286,6 +288,7 @@ def main(argv=None):
     ap.add_argument('--k1-gemm', action='store_true', help='1x1 convs at the matmul rate (tested: worse)')
     ap.add_argument('--red', action='store_true', help='fit bw_red, the bandwidth of row reductions (tested)')
     ap.add_argument('--wino', action='store_true', help='fit wino32, the fp32 3x3 convs\' own rate (Winograd)')
+    ap.add_argument('--grp-tf', action='store_true', help="fit grp_tf, TensorFlow's grouped convolution rate")
     ap.add_argument('--ngc', action='store_true', help='fit ngc, a GPU-time factor for NGC-container rows (tested)')
     ap.add_argument('--t-mm', action='store_true', help='size curve as a fixed time per product (t_mm) instead of f_half')
     ap.add_argument('--throttle', action='store_true', help='fit throttle, the load-dependent fp16 clock (tested)')
@@ -297,6 +300,7 @@ def main(argv=None):
     for n in ('bw_red', 'throttle', 'ngc'):
         if getattr(a, n.replace('bw_', '')): PARAMS[n] = OPTIONAL[n]
     if a.wino: PARAMS['wino32'] = OPTIONAL['wino32']
+    if a.grp_tf: PARAMS['grp_tf'] = OPTIONAL['grp_tf']
     if a.combine == 'mix': PARAMS['ov'] = OPTIONAL['ov']
     if a.t_mm: PARAMS['t_mm'] = OPTIONAL['t_mm']; del PARAMS['f_half']
     fixed = {k: float(v) for k, v in (x.split('=') for x in a.fix.split(',') if x)}

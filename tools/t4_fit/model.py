@@ -24,6 +24,9 @@ and the workload's time is, by `--combine`,
                                                        its host time, a large one its GPU time)
     'async': max(sum of gpu, sum of host)             (the host queues the whole call ahead)
     'mix':   sum over ops of count * (max + ov * min)  (ov, fitted: the non-overlapped share; tested)
+    'queue': the launch queue, from the op order rebuild.py keeps: the host issues ops in turn, the GPU
+             runs each once issued and after the one before, every kernel taking g_kernel beyond its
+             work (fitted; tested, not kept)
 
 Tested and not kept (flags; each adds its parameter from OPTIONAL): --red (bw_red: softmax and
 layer/group norm at their own bandwidth), --throttle (a duty-dependent fp16 clock under the 70 W cap),
@@ -77,6 +80,7 @@ OPTIONAL = {
     't_mm':     (15.0, 1.0, 'us', 'fixed time per matrix product (tail/latency): half rate at flops = rate x t_mm'),
     'wino32':   (1.5, 1.0, 'x', 'fp32 dense 3x3 stride-1 conv rate / other fp32 dense convs (cuDNN Winograd: fewer multiplies than counted)'),
     'grp_tf':   (1.0, 1.0, 'TFLOP/s', 'grouped convolution rate in TensorFlow rows (tf.nn.conv2d with a grouped filter)'),
+    'g_kernel': (4.0, 1.0, 'us', 'GPU time every kernel takes beyond its work (launch, ramp, tail); --combine queue'),
     'ngc':      (1.0, 0.5, 'x', 'GPU-time factor for rows run in an NVIDIA NGC container on a datacenter T4 (as stated)'),
 }
 SCALE = {'TFLOP/s': 1e12, 'GB/s': 1e9, 'GFLOP': 1e9, 'us': 1e-6, 'x': 1.0}
@@ -107,6 +111,7 @@ class Data:
     nhwc: torch.Tensor       # per workload: convolutions run channels-last (as the source states)
     ngc: torch.Tensor        # per workload: run in an NGC container (DLE), as the source states
     n_work: int
+    q: dict | None = None    # --combine queue: the parts' op groups, call orders and each workload's parts
 
 
 def load(path:Path=CACHE / 'rows.pkl')->Data:
@@ -120,16 +125,61 @@ def load(path:Path=CACHE / 'rows.pkl')->Data:
             nhwc.append(r.get('layout', 'nchw') == 'nhwc'); ngc.append(r['family'] == 'nvidia-dle')
         ws.append(keys[k])
     rows = pd.DataFrame([{k: v for k, v in r.items() if k != 'ops'} for r in recs]).assign(w=ws)
-    ops = pd.concat([t.assign(w=i) for i, t in enumerate(tables)], ignore_index=True)
+    ops = pd.concat([pd.DataFrame(t).assign(w=i) for i, t in enumerate(tables)], ignore_index=True)
     ops = ops[ops['count'] != 0]
-    T = lambda x, dt=torch.float64: torch.tensor(np.asarray(x), dtype=dt)
-    return Data(rows, T(ops.w, torch.long), T(ops.kind.map(KINDS.index), torch.long),
-                T(ops.dtype == 'fp16', torch.bool), T(ops.dtype.isin(['fp32', 'bf16']), torch.bool),
-                T(ops.aligned, torch.bool), T(ops.grouped, torch.bool),
-                T(ops.name.isin(REDUCTIONS) & (ops.kind == 'other'), torch.bool),
-                T(ops['k1'] if 'k1' in ops else np.zeros(len(ops), bool), torch.bool),
-                T(ops['k3'] if 'k3' in ops else np.zeros(len(ops), bool), torch.bool), T(ops.flops), T(ops.nbytes), T(ops['count']),
-                T(graph, torch.bool), T(nhwc, torch.bool), T(ngc, torch.bool), len(tables))
+    d = Data(rows, *_groups(ops), T(graph, torch.bool), T(nhwc, torch.bool), T(ngc, torch.bool), len(tables))
+    if all('prog' in t.attrs or 'seq' in t.attrs for t in tables):
+        d.q = _queue(tables)
+        d.q['data'] = Data(rows, *d.q.pop('groups'), d.graph, d.nhwc, d.ngc, d.n_work)
+    return d
+
+
+T = lambda x, dt=torch.float64: torch.tensor(np.asarray(x), dtype=dt)
+
+
+def _groups(ops:pd.DataFrame)->list:
+    "The per-group fields of `Data`, from `w` (owner) to `count`."
+    return [T(ops.w, torch.long), T(ops.kind.map(KINDS.index), torch.long),
+            T(ops.dtype == 'fp16', torch.bool), T(ops.dtype.isin(['fp32', 'bf16']), torch.bool),
+            T(ops.aligned, torch.bool), T(ops.grouped, torch.bool),
+            T(ops.name.isin(REDUCTIONS) & (ops.kind == 'other'), torch.bool),
+            T(ops['k1'] if 'k1' in ops else np.zeros(len(ops), bool), torch.bool),
+            T(ops['k3'] if 'k3' in ops else np.zeros(len(ops), bool), torch.bool),
+            T(ops.flops), T(ops.nbytes), T(ops['count'])]
+
+
+def _queue(tables:list)->dict:
+    """For --combine queue: every workload as its counted parts in call order, [(times, part)], each part
+    with its op groups and the order its ops are called in (`rebuild.program`). Parts run a fractional
+    number of times (a GA=2 tick's half optimizer step) enter scaled; a part both added and taken away
+    (the same table twice) is merged first."""
+    from rebuild import program
+    leaves, seqs, owner, parts = [], [], [], []
+    for w, t in enumerate(tables):
+        merged = {}
+        for m, leaf in program(t):
+            seq = leaf.attrs['seq']
+            key = (len(leaf), float(leaf.flops.sum()), float(leaf.nbytes.sum()), len(seq), seq[:64].tobytes())
+            if key in merged: merged[key][0] += m
+            else: merged[key] = [m, leaf]
+        mine = []
+        for m, leaf in merged.values():
+            if m <= 1e-9 or len(leaf.attrs['seq']) == 0: continue
+            mine.append((m, len(leaves))); leaves.append(pd.DataFrame(leaf).assign(w=w)); owner.append(w)
+            seqs.append(leaf.attrs['seq'])
+        parts.append(mine)
+    base = np.cumsum([0] + [len(l) for l in leaves])[:-1]  # each part's first group in the concatenation
+    flat = pd.concat(leaves, ignore_index=True)
+    order = np.concatenate([s + b for s, b in zip(seqs, base)])
+    seg = np.concatenate([np.full(len(s), i) for i, s in enumerate(seqs)])
+    P = max(len(p) for p in parts); n = len(leaves)
+    leaf_of = np.full((len(tables), P), n); times = np.zeros((len(tables), P))  # n: an empty part
+    for w, mine in enumerate(parts):
+        for j, (m, i) in enumerate(mine): leaf_of[w, j], times[w, j] = i, m
+    ends = np.cumsum([len(x) for x in seqs])
+    return dict(groups=_groups(flat.assign(count=1)), order=T(order, torch.long), seg=T(seg, torch.long),
+                n=n, leaf_of=T(leaf_of, torch.long), times=T(times),
+                first=T(ends - [len(x) for x in seqs], torch.long), last=T(ends - 1, torch.long))
 
 
 def values(logp:torch.Tensor)->dict:
@@ -140,6 +190,47 @@ def values(logp:torch.Tensor)->dict:
 def predict(d:Data, logp:torch.Tensor, combine:str='sum')->torch.Tensor:
     "Predicted ms per workload."
     p = values(logp)
+    if combine == 'queue': return _queue_ms(d, p)
+    gpu, host = _per_op(d, p)
+    gpu, host = gpu * d.count, host * d.count
+    z = lambda v: torch.zeros(d.n_work).index_add_(0, d.w, v) * 1e3
+    if combine == 'sum': return z(gpu + host)
+    if combine == 'max': return z(torch.maximum(gpu, host))
+    if combine == 'mix': return z(torch.maximum(gpu, host) + p['ov'].clamp_max(1.0) * torch.minimum(gpu, host))
+    return torch.maximum(z(gpu), z(host))  # 'async': the host queues ahead; the slower side sets the pace
+
+
+def _queue_ms(d:Data, p:dict)->torch.Tensor:
+    """--combine queue: eager execution as a launch queue. The host issues a part's ops one after another
+    (op k is issued at c_k, the sum of host times up to it); the GPU runs op k once it is issued and the
+    op before it is done. The part then ends at e = max_k (c_k + GPU time of ops k..end). A part run
+    m times ends at e + (m - 1) max(host, GPU) of one run, and part B after part A at
+    max(e_A + GPU_B, host_A + e_B). Exact for this queue, from the op order `rebuild.py` keeps."""
+    q = d.q
+    if q is None: raise SystemExit('--combine queue needs rows counted with their op order (rebuild.py)')
+    g1, h1 = _per_op(q['data'], p)
+    g1 = g1 + torch.where(q['data'].kind == 4, 0.0, p['g_kernel'])  # a view launches no kernel
+    g, h, seg, n = g1[q['order']], h1[q['order']], q['seg'], q['n']
+    csh, csg = torch.cumsum(h, 0), torch.cumsum(g, 0)
+    first, last = q['first'], q['last']
+    issued = csh - (csh[first] - h[first])[seg]
+    rest = csg[last][seg] - csg + g
+    e = torch.zeros(n).scatter_reduce(0, seg, issued + rest, 'amax', include_self=False)
+    H = torch.zeros(n).index_add(0, seg, h); G = torch.zeros(n).index_add(0, seg, g)
+    zero = torch.zeros(1)
+    e, H, G = torch.cat([e, zero]), torch.cat([H, zero]), torch.cat([G, zero])
+    L, m = q['leaf_of'], q['times']
+    eL, HL, GL = e[L], H[L], G[L]
+    ep = torch.where(m >= 1, eL + (m - 1).clamp_min(0) * torch.maximum(GL, HL), m * eL)
+    Hp, Gp = m * HL, m * GL
+    E, Hc = ep[:, 0], Hp[:, 0]
+    for j in range(1, L.shape[1]):
+        E, Hc = torch.maximum(E + Gp[:, j], Hc + ep[:, j]), Hc + Hp[:, j]
+    return E * 1e3
+
+
+def _per_op(d:Data, p:dict)->tuple:
+    "GPU and host seconds of one op of each group of `d` (TF/XLA fusion applied to both)."
     big = torch.where(d.fp16, torch.where(d.aligned, p['r16'], p['u16']), p['r32'])
     big = torch.where(d.kind == 2, torch.minimum(big, p['attn']), big)
     kxk = (d.kind == 1) & ~(d.k1 & K1_GEMM)  # 1x1 convolutions run as GEMMs: the matmul rate
@@ -165,12 +256,7 @@ def predict(d:Data, logp:torch.Tensor, combine:str='sum')->torch.Tensor:
     graph, view = d.graph[d.w], d.kind == 4
     host = torch.where(graph, torch.where(view, 0.0, p['h_graph']), torch.where(view, p['h_view'], p['h_eager']))
     keep = torch.where(graph & (d.kind == 3), p['fuse'].clamp_max(1.0), torch.ones_like(gpu))  # XLA fusion
-    gpu, host = gpu * keep * d.count, host * keep * d.count
-    z = lambda v: torch.zeros(d.n_work).index_add_(0, d.w, v) * 1e3
-    if combine == 'sum': return z(gpu + host)
-    if combine == 'max': return z(torch.maximum(gpu, host))
-    if combine == 'mix': return z(torch.maximum(gpu, host) + p['ov'].clamp_max(1.0) * torch.minimum(gpu, host))
-    return torch.maximum(z(gpu), z(host))  # 'async': the host queues ahead; the slower side sets the pace
+    return gpu * keep, host * keep
 
 
 def prior()->tuple:
@@ -279,7 +365,7 @@ def sensitivity(d:Data, logp, combine)->pd.Series:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    ap.add_argument('--combine', default='sum', choices=['sum', 'max', 'async', 'mix'])
+    ap.add_argument('--combine', default='sum', choices=['sum', 'max', 'async', 'mix', 'queue'])
     ap.add_argument('--boot', type=int, default=0, help='bootstrap refits over sources')
     ap.add_argument('--prior', type=float, default=0.05, help='weight of the log-normal prior')
     ap.add_argument('--exclude', default='', help='comma-separated source_ids left out entirely')
@@ -302,6 +388,7 @@ def main(argv=None):
     if a.wino: PARAMS['wino32'] = OPTIONAL['wino32']
     if a.grp_tf: PARAMS['grp_tf'] = OPTIONAL['grp_tf']
     if a.combine == 'mix': PARAMS['ov'] = OPTIONAL['ov']
+    if a.combine == 'queue': PARAMS['g_kernel'] = OPTIONAL['g_kernel']
     if a.t_mm: PARAMS['t_mm'] = OPTIONAL['t_mm']; del PARAMS['f_half']
     fixed = {k: float(v) for k, v in (x.split('=') for x in a.fix.split(',') if x)}
     d = load()

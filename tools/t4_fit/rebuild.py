@@ -21,6 +21,7 @@ CACHE = Path(os.environ.get('T4_FIT_CACHE', Path.home()/'.cache'/'colab_t4_nb'/'
 sys.path.insert(0, str(ROOT))
 warnings.filterwarnings('ignore')
 
+import numpy as np
 import pandas as pd
 import torch
 import torch.nn.functional as F
@@ -75,7 +76,21 @@ def count_ops(fn, *args)->pd.DataFrame:
     with t4._sdpa_t4(), t4._fused_attention(), ShapeCounter() as wc: fn(*args)
     d = pd.DataFrame([(o.name, o.kind, o.dtype, o.flops, o.nbytes, o.aligned, o.grouped, k, k3)
                       for o, k, k3 in zip(wc.ops, wc.k1, wc.k3)], columns=COLS)
-    return d.groupby(COLS, as_index=False).size().rename(columns={'size': 'count'})
+    g = d.groupby(COLS, as_index=False).size().rename(columns={'size': 'count'})
+    g.attrs['seq'] = d.groupby(COLS).ngroup().to_numpy(np.int32)  # each op's row of g, in call order
+    return g
+
+
+def _leaf(d:pd.DataFrame)->pd.DataFrame:
+    "`d` with its ops' call order (`attrs['seq']`); a table written by hand runs its rows in turn."
+    if 'seq' in d.attrs: return d
+    d = d.copy(); d.attrs = {'seq': np.repeat(np.arange(len(d)), d['count'].astype(int)).astype(np.int32)}
+    return d
+
+
+def program(d:pd.DataFrame)->list:
+    "The counted parts of a workload in call order, [(times run, part with its op order)]: for --combine queue."
+    return d.attrs.get('prog') or [(1.0, _leaf(d))]
 
 
 def cached(key:str, make)->pd.DataFrame:
@@ -83,7 +98,7 @@ def cached(key:str, make)->pd.DataFrame:
     p = CACHE / 'parts' / f'{key}.pkl'
     if p.exists():
         d = pd.read_pickle(p)
-        if set(COLS) <= set(d.columns): return d  # else counted by an older version: count again
+        if set(COLS) <= set(d.columns) and d.attrs: return d  # else counted by an older version: count again
     t = time.time()
     d = make()
     p.parent.mkdir(parents=True, exist_ok=True)
@@ -100,8 +115,12 @@ def synthetic(name, kind, dtype, nbytes, count=1, flops=0.0)->pd.DataFrame:
 
 def combine(parts)->pd.DataFrame:
     "Sum of (multiplier, op summary) parts: one workload."
-    ds = [d.assign(count=d['count'] * m) for m, d in parts if m]
-    return pd.concat(ds, ignore_index=True).groupby(COLS, as_index=False)['count'].sum()
+    prog = [(m * k, leaf) for m, d in parts if m for k, leaf in program(d)]
+    ds = [pd.DataFrame(d).assign(count=d['count'] * m) for m, d in parts if m]
+    for x in ds: x.attrs = {}
+    out = pd.concat(ds, ignore_index=True).groupby(COLS, as_index=False)['count'].sum()
+    out.attrs['prog'] = prog
+    return out
 
 # --------------------------------------------------------------------------------------------
 # Emulated autocast (autocast does nothing on meta tensors)
@@ -364,6 +383,7 @@ def sd_train_step(arch, batch, res, precision, ckpt:bool, opt:str, lora_rank:int
     p = CACHE / 'parts' / f'{key}.pkl'
     d = pickle.loads(p.read_bytes()) if p.exists() else None
     if d is not None and not all(set(COLS) <= set(v.columns) for v in d.values()): d = None  # older version
+    if d is not None and 'seq' not in d['fb'].attrs: d = None  # counted before the op order was kept
     if d is None:
         t = time.time()
         d = parts()

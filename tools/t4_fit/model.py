@@ -154,7 +154,7 @@ def _queue(tables:list)->dict:
     number of times (a GA=2 tick's half optimizer step) enter scaled; a part both added and taken away
     (the same table twice) is merged first."""
     from rebuild import program
-    leaves, seqs, owner, parts = [], [], [], []
+    leaves, seqs, parts = [], [], []
     for w, t in enumerate(tables):
         merged = {}
         for m, leaf in program(t):
@@ -165,7 +165,7 @@ def _queue(tables:list)->dict:
         mine = []
         for m, leaf in merged.values():
             if m <= 1e-9 or len(leaf.attrs['seq']) == 0: continue
-            mine.append((m, len(leaves))); leaves.append(pd.DataFrame(leaf).assign(w=w)); owner.append(w)
+            mine.append((m, len(leaves))); leaves.append(pd.DataFrame(leaf).assign(w=w))
             seqs.append(leaf.attrs['seq'])
         parts.append(mine)
     base = np.cumsum([0] + [len(l) for l in leaves])[:-1]  # each part's first group in the concatenation

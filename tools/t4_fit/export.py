@@ -1,10 +1,15 @@
 """Copy one fit of `model.py` into the package, where `colab_t4_nb.t4` reads it.
 
     python tools/t4_fit/export.py sum_final "<what produced it: machine, versions, date, command>"
+    python tools/t4_fit/export.py --host "<what produced it>" oracle_all onerow_all oracle_colab onerow_colab
 
 Writes colab_t4_nb/files/t4_fit/fit.json (the fitted parameters with their spread, and every
 bootstrap refit, for prediction ranges) and rows.csv (each published row with its in-sample and
 leave-one-source-out predictions). The T4 page builds its tables from these two files.
+
+With --host: host.json, the runs of `host.py` named (each source its own host time per op): each
+run's overall errors, fitted card parameters, per source its host time and median |error|, and per
+row its error (null: the row set its source's host time).
 """
 from __future__ import annotations
 import json, sys
@@ -35,5 +40,20 @@ def main(tag:str, made:str):
     print(f'wrote {OUT}/fit.json ({len(fit["boot"])} refits) and rows.csv ({len(rows)} rows)')
 
 
+def host(made:str, *tags:str):
+    runs = {}
+    for tag in tags:
+        o = json.loads((CACHE / f'host_{tag}.json').read_text())
+        per = pd.read_csv(CACHE / f'host_{tag}.csv')
+        o['per_source'] = per.round(6).to_dict(orient='records')
+        rows = pd.read_csv(CACHE / f'host_{tag}_rows.csv')
+        o['row_error'] = {r.row_id: (None if pd.isna(r.error) else round(float(r.error), 6)) for r in rows.itertuples()}
+        runs[tag] = o
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / 'host.json').write_text(json.dumps(dict(made=made, runs=runs), indent=1) + '\n')
+    print(f'wrote {OUT}/host.json ({len(runs)} runs)')
+
+
 if __name__ == '__main__':
-    main(*sys.argv[1:3])
+    if sys.argv[1] == '--host': host(*sys.argv[2:])
+    else: main(*sys.argv[1:3])

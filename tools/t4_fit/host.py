@@ -10,9 +10,11 @@ time), and the held-out source's host time is then set from its own rows:
     --mode oracle   from all its rows (an upper bound on what knowing the host is worth)
     --mode one-row  from its fastest row only (the most host-bound), which then leaves the metric:
                     "time one small step on the runtime, predict the rest"
+    --mode population  not from its rows at all: the median of the other sources' host times (a
+                    held-out test like model.py's, with the card's parameters fitted free of the hosts)
 
-Neither is the leave-one-source-out test of `model.py`: the held-out source's own rows set one of
-its numbers. Combine is 'sum', as in the headline fit.
+Only `population` is a leave-one-source-out test like `model.py`'s; in the other two the held-out
+source's own rows set one of its numbers. Combine is 'sum', as in the headline fit.
 
 Usage:
     python tools/t4_fit/host.py --mode oracle --tag _all
@@ -84,7 +86,7 @@ def fit(d:M.Data, train:np.ndarray, srcs:list, card:torch.Tensor, lh:torch.Tenso
 def main(argv=None):
     global HOST_WIDTH
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    ap.add_argument('--mode', default='oracle', choices=['oracle', 'one-row'])
+    ap.add_argument('--mode', default='oracle', choices=['oracle', 'one-row', 'population'])
     ap.add_argument('--exclude', default='', help='comma-separated source_ids left out entirely')
     ap.add_argument('--fix', default='u16=8', help="card parameters held (display units)")
     ap.add_argument('--size-curve', default='matmul', choices=['all', 'matmul'])
@@ -106,7 +108,9 @@ def main(argv=None):
         if a.mode == 'one-row':  # the fastest row sets the host time and leaves the metric
             hr = np.where(held)[0]; first = hr[np.argmin(d.rows.ms.to_numpy()[hr])]
             cal = np.zeros_like(held); cal[first] = calib[first] = True
-        _, lf = fit(d, cal, srcs, cf, lf, fixed, card_free=False)
+        if a.mode == 'population':  # the other sources' median host time
+            lf = lf.clone(); lf[srcs.index(sid)] = torch.median(lf[[j for j, x in enumerate(srcs) if x != sid]])
+        else: _, lf = fit(d, cal, srcs, cf, lf, fixed, card_free=False)
         i = srcs.index(sid); held_h[sid] = math.exp(float(lf[i])) * 1e6
         with torch.no_grad():
             A, N = parts(d, cf); w = d.rows.w.to_numpy()[held]

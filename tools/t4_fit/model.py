@@ -32,7 +32,8 @@ Tested and not kept (flags; each adds its parameter from OPTIONAL): --red (bw_re
 layer/group norm at their own bandwidth), --throttle (a duty-dependent fp16 clock under the 70 W cap),
 --ngc (a GPU-time factor for NGC-container rows), --k1-gemm (1x1 convs at the matmul rate, no new
 parameter), --combine mix (ov), --t-mm (the size curve as a fixed time per product, t_mm, instead of
-the fixed size f_half). Their LOSO results are in tools/t4_fit/README.md.
+the fixed size f_half), --wino (wino32), --grp-tf (grp_tf), --grp-width (gw_half: grouped convs by
+their width per group, in place of grp). Their LOSO results are in tools/t4_fit/README.md.
 
 Fit: least squares on log(predicted / published), each source weighted equally (rows of a source
 share a weight of 1/n), plus a weak log-normal prior that keeps a parameter near its datasheet value
@@ -82,6 +83,7 @@ OPTIONAL = {
     'grp_tf':   (1.0, 1.0, 'TFLOP/s', 'grouped convolution rate in TensorFlow rows (tf.nn.conv2d with a grouped filter)'),
     'g_kernel': (4.0, 1.0, 'us', 'GPU time every kernel takes beyond its work (launch, ramp, tail); --combine queue'),
     'ngc':      (1.0, 0.5, 'x', 'GPU-time factor for rows run in an NVIDIA NGC container on a datacenter T4 (as stated)'),
+    'gw_half':  (8.0, 1.0, 'x', 'grouped conv: output channels per group at which half the dense conv rate is reached (--grp-width)'),
 }
 SCALE = {'TFLOP/s': 1e12, 'GB/s': 1e9, 'GFLOP': 1e9, 'us': 1e-6, 'x': 1.0}
 # ops that reduce along rows before writing (two passes or a block-wide reduction per row)
@@ -104,6 +106,7 @@ class Data:
     red: torch.Tensor        # bool: a row reduction (softmax, layer/group norm), see REDUCTIONS
     k1: torch.Tensor         # bool: a 1x1 convolution (a GEMM over pixels)
     k3: torch.Tensor         # bool: a dense 3x3 stride-1 convolution (Winograd's shapes)
+    gw: torch.Tensor         # a grouped convolution's output channels per group (0: not grouped)
     flops: torch.Tensor
     nbytes: torch.Tensor
     count: torch.Tensor
@@ -145,6 +148,7 @@ def _groups(ops:pd.DataFrame)->list:
             T(ops.name.isin(REDUCTIONS) & (ops.kind == 'other'), torch.bool),
             T(ops['k1'] if 'k1' in ops else np.zeros(len(ops), bool), torch.bool),
             T(ops['k3'] if 'k3' in ops else np.zeros(len(ops), bool), torch.bool),
+            T(ops['gw'] if 'gw' in ops else np.zeros(len(ops))),
             T(ops.flops), T(ops.nbytes), T(ops['count'])]
 
 
@@ -238,7 +242,9 @@ def _per_op(d:Data, p:dict)->tuple:
     nchw16 = torch.where(d.nhwc[d.w], 1.0, p['nchw16'])  # fp16 convs not channels-last: cuDNN's transposes
     big = torch.where((d.kind == 1) & d.fp16, big * nchw16, big)
     if 'wino32' in p: big = torch.where(d.k3 & d.fp32, big * p['wino32'], big)  # --wino: fp32 3x3 convs (Winograd)
-    big = torch.where(d.grouped, p['grp'], big)
+    if 'gw_half' in p:  # --grp-width: grouped convs at the dense conv rate, scaled by how full each group's product is
+        big = torch.where(d.grouped, big * d.gw / (d.gw + p['gw_half']), big)
+    else: big = torch.where(d.grouped, p['grp'], big)
     if 'grp_tf' in p: big = torch.where(d.grouped & d.graph[d.w], p['grp_tf'], big)  # --grp-tf: TF's own grouped convs
     f_half = big * p['t_mm'] if 't_mm' in p else p['f_half']  # --t-mm: a fixed time, not a fixed size
     half = f_half if SIZE_CURVE == 'all' else torch.where(kxk, 0.0, f_half)
@@ -375,6 +381,7 @@ def main(argv=None):
     ap.add_argument('--red', action='store_true', help='fit bw_red, the bandwidth of row reductions (tested)')
     ap.add_argument('--wino', action='store_true', help='fit wino32, the fp32 3x3 convs\' own rate (Winograd)')
     ap.add_argument('--grp-tf', action='store_true', help="fit grp_tf, TensorFlow's grouped convolution rate")
+    ap.add_argument('--grp-width', action='store_true', help='grouped convs by width per group (gw_half) instead of one rate (grp)')
     ap.add_argument('--ngc', action='store_true', help='fit ngc, a GPU-time factor for NGC-container rows (tested)')
     ap.add_argument('--t-mm', action='store_true', help='size curve as a fixed time per product (t_mm) instead of f_half')
     ap.add_argument('--throttle', action='store_true', help='fit throttle, the load-dependent fp16 clock (tested)')
@@ -387,6 +394,7 @@ def main(argv=None):
         if getattr(a, n.replace('bw_', '')): PARAMS[n] = OPTIONAL[n]
     if a.wino: PARAMS['wino32'] = OPTIONAL['wino32']
     if a.grp_tf: PARAMS['grp_tf'] = OPTIONAL['grp_tf']
+    if a.grp_width: PARAMS['gw_half'] = OPTIONAL['gw_half']; del PARAMS['grp']
     if a.combine == 'mix': PARAMS['ov'] = OPTIONAL['ov']
     if a.combine == 'queue': PARAMS['g_kernel'] = OPTIONAL['g_kernel']
     if a.t_mm: PARAMS['t_mm'] = OPTIONAL['t_mm']; del PARAMS['f_half']

@@ -30,8 +30,9 @@ from torch import nn
 from colab_t4_nb import models, t4
 
 META = torch.device('meta')
-COLS = ['name', 'kind', 'dtype', 'flops', 'nbytes', 'aligned', 'grouped', 'k1', 'k3']  # an op group's key
+COLS = ['name', 'kind', 'dtype', 'flops', 'nbytes', 'aligned', 'grouped', 'k1', 'k3', 'gw']  # an op group's key
 # k1: a 1x1 convolution (a matrix product over pixels: cuDNN runs it as a GEMM)
+# gw: a grouped convolution's output channels per group (0 for every other op)
 # k3: a dense 3x3 convolution of stride 1 and dilation 1, not transposed (cuDNN's Winograd shapes)
 F16, F32 = torch.float16, torch.float32
 
@@ -57,16 +58,27 @@ def _k3(name, kind, args)->bool:
     except Exception: return False
 
 
+def _gw(name, kind, args)->int:
+    "A grouped convolution's output channels per group (the width of each group's product); 0 otherwise."
+    if kind != 'conv': return 0
+    try:
+        _, w, transposed, groups = t4._conv_args(name, args)
+        if int(groups) == 1: return 0
+        return int(w.shape[1]) if transposed else int(w.shape[0]) // int(groups)
+    except Exception: return 0
+
+
 class ShapeCounter(t4.WorkCounter):
-    "`t4.WorkCounter` that also keeps, per op, whether a convolution is 1x1 (for the rejected --k1-gemm)."
+    "`t4.WorkCounter` that also keeps, per op, a convolution's shape flags: 1x1, dense 3x3, width per group."
     def __init__(self):
         super().__init__()
-        self.k1, self.k3 = [], []
+        self.k1, self.k3, self.gw = [], [], []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = super().__torch_dispatch__(func, types, args, kwargs)
         o = self.ops[-1]
         self.k1.append(_k1(o.name, o.kind, args)); self.k3.append(_k3(o.name, o.kind, args))
+        self.gw.append(_gw(o.name, o.kind, args))
         return out
 
 
@@ -74,8 +86,8 @@ def count_ops(fn, *args)->pd.DataFrame:
     """Ops of one call of `fn(*args)` (as `t4.count_work` counts them), grouped: one row per
     distinct (name, kind, dtype, flops, nbytes, aligned, grouped) with its `count`."""
     with t4._sdpa_t4(), t4._fused_attention(), ShapeCounter() as wc: fn(*args)
-    d = pd.DataFrame([(o.name, o.kind, o.dtype, o.flops, o.nbytes, o.aligned, o.grouped, k, k3)
-                      for o, k, k3 in zip(wc.ops, wc.k1, wc.k3)], columns=COLS)
+    d = pd.DataFrame([(o.name, o.kind, o.dtype, o.flops, o.nbytes, o.aligned, o.grouped, k, k3, gw)
+                      for o, k, k3, gw in zip(wc.ops, wc.k1, wc.k3, wc.gw)], columns=COLS)
     g = d.groupby(COLS, as_index=False).size().rename(columns={'size': 'count'})
     g.attrs['seq'] = d.groupby(COLS).ngroup().to_numpy(np.int32)  # each op's row of g, in call order
     return g
@@ -110,7 +122,7 @@ def cached(key:str, make)->pd.DataFrame:
 def synthetic(name, kind, dtype, nbytes, count=1, flops=0.0)->pd.DataFrame:
     "Ops that cannot be counted on meta (GradScaler, 8-bit Adam, schedulers), written out by hand."
     return pd.DataFrame([dict(name=name, kind=kind, dtype=dtype, flops=float(flops), nbytes=float(nbytes),
-                              aligned=True, grouped=False, k1=False, k3=False, count=count)])
+                              aligned=True, grouped=False, k1=False, k3=False, gw=0, count=count)])
 
 
 def combine(parts)->pd.DataFrame:

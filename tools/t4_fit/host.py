@@ -10,8 +10,9 @@ time), and the held-out source's host time is then set from its own rows:
     --mode oracle   from all its rows (an upper bound on what knowing the host is worth)
     --mode one-row  from its fastest row only (the most host-bound), which then leaves the metric:
                     "time one small step on the runtime, predict the rest"
-    --mode population  not from its rows at all: the median of the other sources' host times (a
-                    held-out test like model.py's, with the card's parameters fitted free of the hosts)
+    --mode population  not from its rows at all: the median of the other sources' host times, eager
+                    and TensorFlow sources alike (a held-out test like model.py's, with the card's
+                    parameters fitted free of the hosts)
 
 Only `population` is a leave-one-source-out test like `model.py`'s; in the other two the held-out
 source's own rows set one of its numbers. Combine is 'sum', as in the headline fit.

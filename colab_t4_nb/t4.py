@@ -5,7 +5,7 @@
 # %% ../nbs/03b_t4.ipynb #53618875
 from __future__ import annotations
 import json, math, statistics, sys, types, warnings
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, nullcontext
 from unittest import mock
 from dataclasses import dataclass, field, fields
 from importlib import resources
@@ -571,6 +571,29 @@ def _no_fastpath():
     finally:
         if mha: mha.set_fastpath_enabled(old)
 
+# %% ../nbs/03b_t4.ipynb #aef919e3
+def _dle_val_step(build:Callable, batch:int, amp:bool)->Callable:
+    ("build(device) -> (fn, args): DLE PyTorch ConvNets' timed validation step on a random batch of "
+     "`batch` images: `build()`'s forward, cross-entropy and top-1/top-5 accuracy, the model in fp32; "
+     "with `amp`, channels-last under fp16 autocast.")
+    def make(device):
+        from colab_t4_nb.plan import _Autocast  # here: plan imports this module
+        with torch.device(device): model = build().eval()
+        x = torch.randn(batch, 3, 224, 224, device=device)
+        y = torch.randint(1000, (batch,), device=device)
+        if amp: model, x = model.to(memory_format=torch.channels_last), x.to(memory_format=torch.channels_last)
+        def step(x, y):
+            cast = (nullcontext() if not amp else torch.autocast('cuda', torch.float16)
+                    if x.is_cuda else _Autocast(torch.float16))
+            with torch.no_grad(), cast:
+                out = model(x)
+                loss = F.cross_entropy(out, y)
+                pred = out.topk(5, 1, True, True)[1].t()
+                hits = pred.eq(y.view(1, -1).expand_as(pred))
+                return loss, [hits[:k].float().sum() * (100.0 / batch) for k in (1, 5)]
+        return step, (x, y)
+    return make
+
 # %% ../nbs/03b_t4.ipynb #a287da0a
 # (model, run, dtype, sequence length or None (images: 224 x 224), ((batch, ms per batch), ...))
 T4_TABLES = [
@@ -702,21 +725,21 @@ def _build(model:str, dtype:str, batch:int, seq:int|None, run:str='')->Callable:
     if model in _CONVNETS:
         net = {'ResNet-50 v1.5': resnet50, 'ResNeXt101-32x4d': resnext101_32x4d,
                'SE-ResNeXt101-32x4d': lambda: resnext101_32x4d(se=True)}[model]
-        nhwc = run.startswith('TensorFlow') or (run.startswith('PyTorch') and dtype == 'fp16')
-        return _inference(net, (batch, 3, 224, 224), dtype, channels_last=nhwc)
+        if run.startswith('PyTorch'): return _dle_val_step(net, batch, amp=dtype == 'fp16')
+        return _inference(net, (batch, 3, 224, 224), dtype, channels_last=True)  # TensorFlow: NHWC
     size = model.split()[0].removeprefix('BERT-')
     return _inference(lambda: bert_qa(size), (batch, seq), dtype, ids=30522)
 
 # %% ../nbs/03b_t4.ipynb #db53f6ee
 def _published()->list:
     "A `T4Measurement` for every row of `T4_TABLES`."
-    out = []
+    out, builds = [], {}  # rows that rebuild the same work share one build
     for model, run, dtype, seq, rows in T4_TABLES:
         best = max(b / ms for b, ms in rows)
         for b, ms in rows:
             name = f'{model}, {dtype}, batch {b}' + (f', seq {seq}' if seq else '')
-            out.append(T4Measurement(name, run, ms, b / ms / best, _build(model, dtype, b, seq, run),
-                                     _source(model, run, dtype)))
+            build = builds.setdefault((name, run.startswith('PyTorch')), _build(model, dtype, b, seq, run))
+            out.append(T4Measurement(name, run, ms, b / ms / best, build, _source(model, run, dtype)))
     return out
 
 # %% ../nbs/03b_t4.ipynb #59772579
@@ -738,16 +761,16 @@ def validation_table(measurements:list|None=None, # `T4Measurement`s; None: `PUB
                      device:str|None=None, # where to rebuild the workloads; None: 'meta' (counted)
                     )->pd.DataFrame:
     ("Each published T4 figure beside `estimate_t4`'s prediction for the rebuilt workload, "
-     "and the error; measurements of one workload are counted once.")
+     "and the error; measurements that share a `build` are counted once.")
     item = lambda n, m: check_type(n, m, T4Measurement)
     ms = PUBLISHED if measurements is None else check_seq('measurements', measurements, item)
     dev = _device('meta' if device is None else device)
     rows, done = [], {}
     for m in ms:
-        if m.workload not in done:
+        if m.build not in done:
             fn, args = m.build(dev)
-            done[m.workload] = estimate_t4(fn, *args, repeats=0)
-        e = done[m.workload]
+            done[m.build] = estimate_t4(fn, *args, repeats=0)
+        e = done[m.build]
         rows.append(dict(workload=m.workload, run=m.run, published_ms=m.ms, predicted_ms=e.ms,
                          low_ms=e.low_ms, high_ms=e.high_ms, error=e.ms / m.ms - 1, busy=m.busy,
                          bound=e.bound, launches=e.launches, source=m.source))

@@ -408,15 +408,19 @@ def sd_train_step(arch, batch, res, precision, ckpt:bool, opt:str, lora_rank:int
 # NVIDIA DeepLearningExamples rows already in colab_t4_nb.t4.PUBLISHED
 # --------------------------------------------------------------------------------------------
 
+DLE_BUILD = 2  # raised when PUBLISHED's builds change (2: PyTorch ConvNets as their validation step), so parts are counted again
+
+
 def dle_rows()->list:
-    "One record per PUBLISHED row, the counted forward from the row's own `build('meta')`."
+    "One record per PUBLISHED row, the counted work of the row's own `build('meta')`."
     out = []
     for m in t4.PUBLISHED:
         framework = 'tf' if m.run.startswith('TensorFlow') else 'pytorch'
         table = 'bert' if 'BERT' in m.workload else 'convnets'
         sid = f"dle-{'tf2' if m.run.startswith('TensorFlow2') else framework}-{table}-published"
         key = 'dle_' + ''.join(ch if ch.isalnum() else '_' for ch in m.workload)
-        ops = cached(key, lambda m=m: count_ops(*_build_dle(m)))
+        # the part's key names the framework: since DLE_BUILD 2 PyTorch and TensorFlow rows of a workload differ
+        ops = cached(f'dle{DLE_BUILD}_{framework}_{key[4:]}', lambda m=m: count_ops(*_build_dle(m)))
         # conv layout, as the sources state it: DLE PyTorch ConvNets configs.yml runs T4 AMP with
         # `memory_format: nhwc` (FP32: default NCHW); DLE TensorFlow ConvNets `--data_format` defaults
         # to NHWC. Every other rebuilt row runs NCHW (diffusers, transformers defaults).

@@ -577,17 +577,23 @@ def _dle_val_step(build:Callable, batch:int, amp:bool)->Callable:
      "`batch` images: `build()`'s forward, cross-entropy and top-1/top-5 accuracy, the model in fp32; "
      "with `amp`, channels-last under fp16 autocast.")
     def make(device):
-        from colab_t4_nb.plan import _Autocast  # here: plan imports this module
         with torch.device(device): model = build().eval()
         x = torch.randn(batch, 3, 224, 224, device=device)
         y = torch.randint(1000, (batch,), device=device)
         if amp: model, x = model.to(memory_format=torch.channels_last), x.to(memory_format=torch.channels_last)
+        low = [n for n, p in model.named_parameters()  # what autocast casts: conv and linear weights and biases
+               if isinstance(model.get_submodule(n.rpartition('.')[0]), (nn.Conv2d, nn.Linear))]
         def step(x, y):
-            cast = (nullcontext() if not amp else torch.autocast('cuda', torch.float16)
-                    if x.is_cuda else _Autocast(torch.float16))
-            with torch.no_grad(), cast:
-                out = model(x)
-                loss = F.cross_entropy(out, y)
+            with torch.no_grad():
+                if amp and x.is_cuda:
+                    with torch.autocast('cuda', torch.float16):
+                        out = model(x); loss = F.cross_entropy(out, y)
+                elif amp:  # meta or CPU, where autocast does nothing: its casts, written out
+                    params = dict(model.named_parameters())
+                    out = torch.func.functional_call(model, {n: params[n].half() for n in low}, (x.half(),))
+                    # autocast's cross-entropy on CUDA: log-softmax kept in fp16, the loss taken in fp32
+                    loss = F.nll_loss(torch.log_softmax(out, 1, dtype=out.dtype).float(), y)
+                else: out = model(x); loss = F.cross_entropy(out, y)
                 pred = out.topk(5, 1, True, True)[1].t()
                 hits = pred.eq(y.view(1, -1).expand_as(pred))
                 return loss, [hits[:k].float().sum() * (100.0 / batch) for k in (1, 5)]

@@ -17,9 +17,16 @@ time), and the held-out source's host time is then set from its own rows:
 Only `population` is a leave-one-source-out test like `model.py`'s; in the other two the held-out
 source's own rows set one of its numbers. Combine is 'sum', as in the headline fit.
 
+With --gpu-factor each source also gets its own factor on the GPU time (clock, cooling, container,
+library versions: whatever makes its T4 run the same work faster or slower), set like its host time
+(oracle and one-row: from its rows; population: 1, the other sources' median being ~1 by the prior).
+Run with `--mode oracle`, it asks how well the card's shared physics can fit the rows once everything
+that is a property of the source is free: an in-sample floor for any model of this family.
+
 Usage:
     python tools/t4_fit/host.py --mode oracle --tag _all
     python tools/t4_fit/host.py --mode one-row --exclude <the five DLE sources> --tag _colab1
+    python tools/t4_fit/host.py --mode oracle --gpu-factor --tag _gf_all
 Writes CACHE/host_<mode><tag>.csv (per source: host time, rows, median |error|),
 CACHE/host_<mode><tag>_rows.csv (per row: its error; empty where the row set its source's host time)
 and CACHE/host_<mode><tag>.json (overall).
@@ -37,6 +44,7 @@ import model as M
 
 HOSTS = ('h_eager', 'h_graph')  # replaced by the per-source host time
 HOST_WIDTH = 3.0  # log units (10 us x/÷ 20 at one sigma): a nuisance, kept weak
+GPU_WIDTH = 0.5   # log units, --gpu-factor: a source's GPU-time factor x/÷ 1.65 at one sigma
 
 
 def parts(d:M.Data, card:torch.Tensor)->tuple:
@@ -51,16 +59,19 @@ def parts(d:M.Data, card:torch.Tensor)->tuple:
 
 
 def fit(d:M.Data, train:np.ndarray, srcs:list, card:torch.Tensor, lh:torch.Tensor, fixed:dict,
-        card_free:bool=True, prior_weight:float=0.05)->tuple:
+        card_free:bool=True, prior_weight:float=0.05, lg:torch.Tensor|None=None)->tuple:
     """Card log-parameters and per-source log host times (seconds) minimising the weighted squared log
     error of `model.fit` (each source weight 1), with its prior on the card and, on every host time, a
-    log-normal prior centred on `h_eager`'s with width HOST_WIDTH (a nuisance: kept weak)."""
+    log-normal prior centred on `h_eager`'s with width HOST_WIDTH (a nuisance: kept weak). With `lg`
+    (per-source log GPU-time factors, --gpu-factor) those are fitted too, prior 1 with width GPU_WIDTH.
+    Returns (card, lh) or, with `lg`, (card, lh, lg)."""
     c, s = M.prior(); idx = {n: i for i, n in enumerate(M.PARAMS)}
     rows = d.rows[train]
     wt = torch.tensor((1.0 / rows.groupby('source_id').source_id.transform('size')).to_numpy())
     wi = torch.tensor(rows.w.to_numpy()); y = torch.log(torch.tensor(rows.ms.to_numpy()) * 1e-3)
     si = torch.tensor(rows.source_id.map({x: i for i, x in enumerate(srcs)}).to_numpy())
     card = card.clone().requires_grad_(card_free); lh = lh.clone().requires_grad_(True)
+    g = None if lg is None else lg.clone().requires_grad_(True)
     mask = torch.ones(len(M.PARAMS))
     with torch.no_grad():
         for n, v in fixed.items(): card[idx[n]] = math.log(v); mask[idx[n]] = 0
@@ -69,10 +80,13 @@ def fit(d:M.Data, train:np.ndarray, srcs:list, card:torch.Tensor, lh:torch.Tenso
     used = torch.zeros(len(srcs), dtype=torch.bool); used[si.unique()] = True
     def loss():
         A, N = parts(d, card)
-        r = torch.log(A[wi] + torch.exp(lh[si]) * N[wi]) - y
-        return ((wt * r ** 2).sum() + prior_weight * ((((card - c) / s) ** 2) * mask).sum()
-                + prior_weight * (((lh - hc) / hs) ** 2)[used].sum())
-    params = [lh] + ([card] if card_free else [])
+        gf = 1.0 if g is None else torch.exp(g[si])
+        r = torch.log(A[wi] * gf + torch.exp(lh[si]) * N[wi]) - y
+        out = ((wt * r ** 2).sum() + prior_weight * ((((card - c) / s) ** 2) * mask).sum()
+               + prior_weight * (((lh - hc) / hs) ** 2)[used].sum())
+        if g is not None: out = out + prior_weight * ((g / GPU_WIDTH) ** 2)[used].sum()
+        return out
+    params = [lh] + ([card] if card_free else []) + ([] if g is None else [g])
     def step(opt):
         opt.zero_grad(); l = loss(); l.backward()
         if card.grad is not None: card.grad *= mask
@@ -81,7 +95,7 @@ def fit(d:M.Data, train:np.ndarray, srcs:list, card:torch.Tensor, lh:torch.Tenso
     for _ in range(300): step(opt); opt.step()
     opt = torch.optim.LBFGS(params, lr=0.5, max_iter=200, line_search_fn='strong_wolfe')
     opt.step(lambda: step(opt))
-    return card.detach(), lh.detach()
+    return (card.detach(), lh.detach()) if g is None else (card.detach(), lh.detach(), g.detach())
 
 
 def main(argv=None):
@@ -92,6 +106,7 @@ def main(argv=None):
     ap.add_argument('--fix', default='u16=8', help="card parameters held (display units)")
     ap.add_argument('--size-curve', default='matmul', choices=['all', 'matmul'])
     ap.add_argument('--host-width', type=float, default=HOST_WIDTH, help='prior width of a host time (log units)')
+    ap.add_argument('--gpu-factor', action='store_true', help="each source its own GPU-time factor too")
     ap.add_argument('--tag', default='')
     a = ap.parse_args(argv)
     M.SIZE_CURVE, HOST_WIDTH = a.size_curve, a.host_width
@@ -100,22 +115,27 @@ def main(argv=None):
     if a.exclude: d.rows = d.rows[~d.rows.source_id.isin(a.exclude.split(','))].reset_index(drop=True)
     srcs = sorted(d.rows.source_id.unique())
     c, _ = M.prior(); lh0 = torch.full((len(srcs),), math.log(20e-6))
-    card, lh = fit(d, np.ones(len(d.rows), bool), srcs, c, lh0, fixed)
-    err = np.full(len(d.rows), np.nan); calib = np.zeros(len(d.rows), bool); held_h = {}
+    lg0 = torch.zeros(len(srcs)) if a.gpu_factor else None
+    card, lh, *lg = fit(d, np.ones(len(d.rows), bool), srcs, c, lh0, fixed, lg=lg0)
+    lg = lg[0] if lg else None
+    err = np.full(len(d.rows), np.nan); calib = np.zeros(len(d.rows), bool); held_h = {}; held_g = {}
     for sid in srcs:
         held = (d.rows.source_id == sid).to_numpy()
-        cf, lf = fit(d, ~held, srcs, card, lh, fixed)
+        cf, lf, *gf = fit(d, ~held, srcs, card, lh, fixed, lg=lg)
+        gf = gf[0] if gf else None
         cal = held
         if a.mode == 'one-row':  # the fastest row sets the host time and leaves the metric
             hr = np.where(held)[0]; first = hr[np.argmin(d.rows.ms.to_numpy()[hr])]
             cal = np.zeros_like(held); cal[first] = calib[first] = True
-        if a.mode == 'population':  # the other sources' median host time
+        if a.mode == 'population':  # the other sources' median host time (and a GPU factor of 1)
             lf = lf.clone(); lf[srcs.index(sid)] = torch.median(lf[[j for j, x in enumerate(srcs) if x != sid]])
-        else: _, lf = fit(d, cal, srcs, cf, lf, fixed, card_free=False)
+            if gf is not None: gf = gf.clone(); gf[srcs.index(sid)] = 0.0
+        else: _, lf, *g2 = fit(d, cal, srcs, cf, lf, fixed, card_free=False, lg=gf); gf = g2[0] if g2 else None
         i = srcs.index(sid); held_h[sid] = math.exp(float(lf[i])) * 1e6
+        held_g[sid] = 1.0 if gf is None else math.exp(float(gf[i]))
         with torch.no_grad():
             A, N = parts(d, cf); w = d.rows.w.to_numpy()[held]
-            err[held] = (A[w] + math.exp(float(lf[i])) * N[w]).numpy() / (d.rows.ms.to_numpy()[held] * 1e-3) - 1
+            err[held] = (A[w] * held_g[sid] + math.exp(float(lf[i])) * N[w]).numpy() / (d.rows.ms.to_numpy()[held] * 1e-3) - 1
     err[calib] = np.nan
     r = d.rows.assign(error=err)
     per = r.groupby('source_id').agg(
@@ -123,9 +143,12 @@ def main(argv=None):
         median_abs=('error', lambda e: float(np.nanmedian(np.abs(e))) if e.notna().any() else np.nan))
     per['host_us_all_rows'] = [math.exp(float(lh[srcs.index(x)])) * 1e6 for x in per.index]
     per['host_us_held_out'] = [held_h[x] for x in per.index]
+    if a.gpu_factor:
+        per['gpu_factor_all_rows'] = [math.exp(float(lg[srcs.index(x)])) for x in per.index]
+        per['gpu_factor_held_out'] = [held_g[x] for x in per.index]
     ok = ~np.isnan(err)
     summ = lambda m: M.summary(err[ok & m])
-    overall = dict(mode=a.mode, exclude=a.exclude, all=summ(np.ones(len(err), bool)),
+    overall = dict(mode=a.mode, exclude=a.exclude, gpu_factor=a.gpu_factor, all=summ(np.ones(len(err), bool)),
                    training=summ((r['mode'] == 'training').to_numpy()),
                    source_weighted=M.weighted(err[ok], r.source_id[ok]),
                    sources=int(r.source_id[ok].nunique()),

@@ -24,6 +24,8 @@ and the workload's time is, by `--combine`,
                                                        its host time, a large one its GPU time)
     'async': max(sum of gpu, sum of host)             (the host queues the whole call ahead)
     'mix':   sum over ops of count * (max + ov * min)  (ov, fitted: the non-overlapped share; tested)
+    'pnorm': (G^k + H^k)^(1/k), G and H the call's GPU and host sums, k = 1 + kp fitted (k = 1: 'sum',
+             k -> infinity: 'async'; tested, not kept)
     'queue': the launch queue, from the op order rebuild.py keeps: the host issues ops in turn, the GPU
              runs each once issued and after the one before, every kernel taking g_kernel beyond its
              work (fitted; tested, not kept)
@@ -32,7 +34,7 @@ Tested and not kept (flags; each adds its parameter from OPTIONAL): --red (bw_re
 layer/group norm at their own bandwidth), --throttle (a duty-dependent fp16 clock under the 70 W cap),
 --ngc (a GPU-time factor for NGC-container rows), --k1-gemm (1x1 convs at the matmul rate, no new
 parameter), --combine mix (ov), --t-mm (the size curve as a fixed time per product, t_mm, instead of
-the fixed size f_half), --wino (wino32), --grp-tf (grp_tf), --grp-width (gw_half: grouped convs by
+the fixed size f_half), --combine pnorm (kp), --wino (wino32), --grp-tf (grp_tf), --grp-width (gw_half: grouped convs by
 their width per group, in place of grp). Their LOSO results are in tools/t4_fit/README.md.
 
 Fit: least squares on log(predicted / published), each source weighted equally (rows of a source
@@ -84,6 +86,7 @@ OPTIONAL = {
     'g_kernel': (4.0, 1.0, 'us', 'GPU time every kernel takes beyond its work (launch, ramp, tail); --combine queue'),
     'ngc':      (1.0, 0.5, 'x', 'GPU-time factor for rows run in an NVIDIA NGC container on a datacenter T4 (as stated)'),
     'gw_half':  (8.0, 1.0, 'x', 'grouped conv: output channels per group at which half the dense conv rate is reached (--grp-width)'),
+    'kp':       (1.0, 1.0, 'x', 'overlap of host and GPU time in a call, --combine pnorm: time = (G^k + H^k)^(1/k), k = 1 + kp'),
 }
 SCALE = {'TFLOP/s': 1e12, 'GB/s': 1e9, 'GFLOP': 1e9, 'us': 1e-6, 'x': 1.0}
 # ops that reduce along rows before writing (two passes or a block-wide reduction per row)
@@ -201,6 +204,9 @@ def predict(d:Data, logp:torch.Tensor, combine:str='sum')->torch.Tensor:
     if combine == 'sum': return z(gpu + host)
     if combine == 'max': return z(torch.maximum(gpu, host))
     if combine == 'mix': return z(torch.maximum(gpu, host) + p['ov'].clamp_max(1.0) * torch.minimum(gpu, host))
+    if combine == 'pnorm':
+        G, H, k = z(gpu), z(host), 1 + p['kp']; m = torch.maximum(G, H)
+        return m * ((G / m) ** k + (H / m) ** k) ** (1 / k)
     return torch.maximum(z(gpu), z(host))  # 'async': the host queues ahead; the slower side sets the pace
 
 
@@ -371,7 +377,7 @@ def sensitivity(d:Data, logp, combine)->pd.Series:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    ap.add_argument('--combine', default='sum', choices=['sum', 'max', 'async', 'mix', 'queue'])
+    ap.add_argument('--combine', default='sum', choices=['sum', 'max', 'async', 'mix', 'queue', 'pnorm'])
     ap.add_argument('--boot', type=int, default=0, help='bootstrap refits over sources')
     ap.add_argument('--prior', type=float, default=0.05, help='weight of the log-normal prior')
     ap.add_argument('--exclude', default='', help='comma-separated source_ids left out entirely')
@@ -396,6 +402,7 @@ def main(argv=None):
     if a.grp_tf: PARAMS['grp_tf'] = OPTIONAL['grp_tf']
     if a.grp_width: PARAMS['gw_half'] = OPTIONAL['gw_half']; del PARAMS['grp']
     if a.combine == 'mix': PARAMS['ov'] = OPTIONAL['ov']
+    if a.combine == 'pnorm': PARAMS['kp'] = OPTIONAL['kp']
     if a.combine == 'queue': PARAMS['g_kernel'] = OPTIONAL['g_kernel']
     if a.t_mm: PARAMS['t_mm'] = OPTIONAL['t_mm']; del PARAMS['f_half']
     fixed = {k: float(v) for k, v in (x.split('=') for x in a.fix.split(',') if x)}

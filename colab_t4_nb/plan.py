@@ -24,7 +24,7 @@ from .allocation import SPECS, as_card
 from .amp import amp_choice
 from .kernels import arch
 from .memory import usable_memory
-from .t4 import T4Estimate, estimate_t4, tensors_in
+from .t4 import MetaAutocast, T4Estimate, estimate_t4, tensors_in
 from .persistence import DEFAULT_EVERY_MINUTES, SessionClock
 
 # %% auto #0
@@ -407,66 +407,6 @@ class MemoryTrace(TorchDispatchMode):
         "The number of `t`'s storage, if the trace made it and it is alive."
         return self.live.get(id(t.untyped_storage()))
 
-# %% ../nbs/05b_plan.ipynb #ba42ec0e
-_LOW = {'linear', 'matmul', '__matmul__', '__rmatmul__', 'mm', 'bmm', 'baddbmm', 'addmm', 'addbmm',
-        'addmv', 'mv', 'einsum', 'conv1d', 'conv2d', 'conv3d', 'conv_transpose1d', 'conv_transpose2d',
-        'conv_transpose3d', 'prelu', 'scaled_dot_product_attention'}
-_FP32 = {'softmax', 'log_softmax', 'layer_norm', 'group_norm', 'cross_entropy', 'nll_loss', 'mse_loss',
-         'l1_loss', 'smooth_l1_loss', 'huber_loss', 'binary_cross_entropy_with_logits', 'kl_div',
-         'exp', 'log', 'pow', 'rsqrt', 'logsumexp', 'cumsum', 'softplus', 'cosine_similarity',
-         'interpolate', 'norm'}
-
-# %% ../nbs/05b_plan.ipynb #78437031
-def _half_to_float(name:str, func, args:tuple, kwargs:dict):
-    "`name` of an fp16 meta tensor as CUDA runs it under autocast: fp32 out of fp16 in, with no fp32 copy; else None."
-    x = args[0] if args else kwargs.get('input')
-    if not (isinstance(x, torch.Tensor) and x.dtype == torch.float16 and x.device.type == 'meta'): return None
-    if name == 'cross_entropy':  # a composite of two ops, each under its own rule
-        p = inspect.signature(F.cross_entropy).bind(*args, **kwargs).arguments
-        t, w = p.get('target'), p.get('weight')
-        if (not isinstance(t, torch.Tensor) or t.is_floating_point() or p.get('label_smoothing', 0.0)
-            or p.get('size_average') is not None or p.get('reduce') is not None): return None
-        # its log_softmax is asked for the input's dtype, so it stays fp16; nll_loss is an fp32 op of autocast
-        logp = torch.log_softmax(x, 1 if x.dim() > 1 else 0, dtype=x.dtype)
-        return F.nll_loss(logp.float(), t,
-                          None if w is None else w.float(), ignore_index=p.get('ignore_index', -100),
-                          reduction=p.get('reduction', 'mean'))
-    # autocast asks for fp32 where no dtype is given; given fp32 (eager attention's softmax), CUDA does the same
-    dim = kwargs.get('dim', args[1] if len(args) > 1 else None)
-    dtype = kwargs.get('dtype', next((a for a in args[2:] if isinstance(a, torch.dtype)), None))
-    if not isinstance(dim, int) or set(kwargs) - {'input', 'dim', 'dtype', '_stacklevel'}: return None
-    if dtype not in (None, torch.float32): return func(*args, **kwargs)  # a dtype of its own: autocast stays out
-    return (torch._log_softmax if name == 'log_softmax' else torch._softmax)(x, dim, True)
-
-class _Autocast(TorchFunctionMode):
-    "`torch.autocast` for meta tensors: products in `dtype`, autocast's fp32 ops in fp32, each cast recorded by autograd."
-    def __init__(self, dtype:torch.dtype):
-        super().__init__()
-        self.dtype, self.cache = dtype, {}
-
-    def _cast(self, x, dt):
-        if isinstance(x, (list, tuple)):  # the last argument first, as autocast's compiled casts run
-            return type(x)([self._cast(v, dt) for v in x[::-1]][::-1])
-        if (not isinstance(x, torch.Tensor) or not x.is_floating_point()
-            or x.dtype in (dt, torch.float64)): return x
-        if not (x.is_leaf and x.requires_grad): return x.to(dt)
-        if id(x) not in self.cache: self.cache[id(x)] = (x, x.to(dt))  # autocast's weight cache
-        return self.cache[id(x)][1]
-
-    def __exit__(self, *exc):
-        self.cache.clear()  # autocast drops its cached casts when its region ends
-        return super().__exit__(*exc)
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        name = getattr(func, '__name__', '')
-        if name in ('softmax', 'log_softmax', 'cross_entropy') and self.dtype == torch.float16:
-            out = _half_to_float(name, func, args, kwargs or {})
-            if out is not None: return out
-        dt = self.dtype if name in _LOW else torch.float32 if name in _FP32 else None
-        if dt is None: return func(*args, **(kwargs or {}))
-        kwargs = {k: self._cast(v, dt) for k, v in (kwargs or {}).items()}
-        return func(*self._cast(args, dt), **kwargs)
-
 # %% ../nbs/05b_plan.ipynb #0c614508
 _SDPA = F.scaled_dot_product_attention
 
@@ -480,10 +420,10 @@ def _efficient_ok(q, k, v, attn_mask, enable_gqa)->bool:
             and all(t.stride(-1) == 1 for t in ts))  # a mask made by a permute (T5's position bias) fails
 
 def _autocast_args(*ts)->tuple:
-    "Tensors as autocast hands them to attention, one of its low-precision ops: cast where an `_Autocast` block is open."
+    "Tensors as autocast hands them to attention, one of its low-precision ops: cast where a `MetaAutocast` block is open."
     stack = getattr(torch.overrides, '_get_current_function_mode_stack', lambda: [])()
-    mode = next((m for m in stack if isinstance(m, _Autocast)), None)
-    return ts if mode is None else mode._cast(ts, mode.dtype)
+    mode = next((m for m in stack if isinstance(m, MetaAutocast)), None)
+    return ts if mode is None else mode.cast(ts)
 
 def _t4_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
     "Attention on meta tensors as a T4 runs it: the memory-efficient kernel where its checks pass, else the math path."
@@ -815,7 +755,7 @@ def _recompute(amp:torch.dtype|None)->Callable:
     "`context_fn` for `torch.utils.checkpoint`: recompute under the forward's autocast emulation and attention."
     @contextmanager
     def again():
-        with _Autocast(amp) if amp is not None else contextlib.nullcontext(), _t4_kernels(): yield
+        with MetaAutocast(amp) if amp is not None else contextlib.nullcontext(), _t4_kernels(): yield
     return lambda: (contextlib.nullcontext(), again())
 
 class _Checkpoint(nn.Module):
@@ -885,7 +825,7 @@ def _step(s:_Setup, batch:int, mt:MemoryTrace):
     mt.phase = 'batch'
     x = s.example(batch)
     mt.phase = 'forward'
-    with _Autocast(s.amp) if s.amp is not None else contextlib.nullcontext(), _t4_kernels():
+    with MetaAutocast(s.amp) if s.amp is not None else contextlib.nullcontext(), _t4_kernels():
         out = (s.model(**x) if isinstance(x, dict) else s.model(*x) if isinstance(x, tuple)
                else s.model(x))
         loss = _loss(out, x, s.loss_fn)

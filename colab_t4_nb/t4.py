@@ -4,7 +4,7 @@
 
 # %% ../nbs/03b_t4.ipynb #53618875
 from __future__ import annotations
-import json, math, statistics, sys, types, warnings
+import inspect, json, math, statistics, sys, types, warnings
 from contextlib import ExitStack, contextmanager, nullcontext
 from unittest import mock
 from dataclasses import dataclass, field, fields
@@ -18,6 +18,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
@@ -31,8 +32,8 @@ from .memory import cap_memory, usable_memory
 from .timing import benchmark
 
 # %% auto #0
-__all__ = ['T4_CONSTANTS', 'PUBLISHED', 't4_rehearsal', 'Rehearsal', 'T4Constant', 'count_work', 'T4Estimate', 'estimate_t4',
-           'T4Measurement', 'validation_table']
+__all__ = ['T4_CONSTANTS', 'PUBLISHED', 't4_rehearsal', 'Rehearsal', 'T4Constant', 'count_work', 'MetaAutocast', 'T4Estimate',
+           'estimate_t4', 'T4Measurement', 'validation_table']
 
 # %% ../nbs/03b_t4.ipynb #099229ea
 def _sdpa_t4():
@@ -391,6 +392,81 @@ def count_work(fn:Callable, *args, **kwargs)->list:
     with _sdpa_t4(), _fused_attention(), _foreach_as_on_gpu(), WorkCounter() as wc: fn(*args, **kwargs)
     return wc.ops
 
+# %% ../nbs/03b_t4.ipynb #2864d208
+_LOW = {'linear', 'matmul', '__matmul__', '__rmatmul__', 'mm', 'bmm', 'baddbmm', 'addmm', 'addbmm',
+        'addmv', 'mv', 'einsum', 'conv1d', 'conv2d', 'conv3d', 'conv_transpose1d', 'conv_transpose2d',
+        'conv_transpose3d', 'prelu', 'scaled_dot_product_attention'}
+_FP32 = {'softmax', 'log_softmax', 'layer_norm', 'group_norm', 'cross_entropy', 'nll_loss', 'mse_loss',
+         'l1_loss', 'smooth_l1_loss', 'huber_loss', 'binary_cross_entropy_with_logits', 'kl_div',
+         'exp', 'log', 'pow', 'rsqrt', 'logsumexp', 'cumsum', 'softplus', 'cosine_similarity',
+         'interpolate', 'norm'}
+
+
+# %% ../nbs/03b_t4.ipynb #cdabf2f3
+def _half_to_float(name:str, func, args:tuple, kwargs:dict):
+    ("`name` of an fp16 tensor as CUDA runs it under autocast: cross-entropy as its two ops (any device); "
+     "softmax fp32 out of fp16 in, with no fp32 copy (meta tensors); else None.")
+    x = args[0] if args else kwargs.get('input')
+    if not (isinstance(x, torch.Tensor) and x.dtype == torch.float16): return None
+    if name == 'cross_entropy':  # a composite of two ops, each under its own rule
+        p = inspect.signature(F.cross_entropy).bind(*args, **kwargs).arguments
+        t, w = p.get('target'), p.get('weight')
+        if (not isinstance(t, torch.Tensor) or t.is_floating_point() or p.get('label_smoothing', 0.0)
+            or p.get('size_average') is not None or p.get('reduce') is not None): return None
+        # its log_softmax is asked for the input's dtype, so it stays fp16; nll_loss is an fp32 op of autocast
+        logp = torch.log_softmax(x, 1 if x.dim() > 1 else 0, dtype=x.dtype)
+        return F.nll_loss(logp.float(), t,
+                          None if w is None else w.float(), ignore_index=p.get('ignore_index', -100),
+                          reduction=p.get('reduction', 'mean'))
+    if x.device.type != 'meta': return None  # the CPU has no half-to-float softmax: cast, as given
+    # autocast asks for fp32 where no dtype is given; given fp32 (eager attention's softmax), CUDA does the same
+    dim = kwargs.get('dim', args[1] if len(args) > 1 else None)
+    dtype = kwargs.get('dtype', next((a for a in args[2:] if isinstance(a, torch.dtype)), None))
+    if not isinstance(dim, int) or set(kwargs) - {'input', 'dim', 'dtype', '_stacklevel'}: return None
+    if dtype not in (None, torch.float32): return func(*args, **kwargs)  # a dtype of its own: autocast stays out
+    return (torch._log_softmax if name == 'log_softmax' else torch._softmax)(x, dim, True)
+
+
+# %% ../nbs/03b_t4.ipynb #c7557233
+class MetaAutocast(TorchFunctionMode):
+    ("`torch.autocast('cuda', dtype)`'s casts for tensors it does not reach (meta tensors; the CPU with "
+     "CUDA's rules): products in `dtype`, autocast's fp32 ops in fp32, each cast recorded by autograd.")
+    def __init__(self, dtype:str|torch.dtype='fp16'): # the low precision: 'fp16' or 'bf16'
+        super().__init__()
+        dt = parse_dtype(dtype)
+        if dt == torch.float32:
+            raise ArgumentError(f"dtype must be a low precision, 'fp16' or 'bf16', got dtype={dtype!r}; "
+                                "for fp32, count without MetaAutocast.")
+        self.dtype, self.cache = dt, {}
+
+    def cast(self, x):
+        "`x` as autocast hands it to one of its low-precision ops: floating tensors (in lists and tuples too) in `dtype`."
+        return self._cast(x, self.dtype)
+
+    def _cast(self, x, dt):
+        if isinstance(x, (list, tuple)):  # the last argument first, as autocast's compiled casts run
+            return type(x)([self._cast(v, dt) for v in x[::-1]][::-1])
+        if (not isinstance(x, torch.Tensor) or not x.is_floating_point()
+            or x.dtype in (dt, torch.float64)): return x
+        if not (x.is_leaf and x.requires_grad): return x.to(dt)
+        if id(x) not in self.cache: self.cache[id(x)] = (x, x.to(dt))  # autocast's weight cache
+        return self.cache[id(x)][1]
+
+    def __exit__(self, *exc):
+        self.cache.clear()  # autocast drops its cached casts when its region ends
+        return super().__exit__(*exc)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, '__name__', '')
+        if name in ('softmax', 'log_softmax', 'cross_entropy') and self.dtype == torch.float16:
+            out = _half_to_float(name, func, args, kwargs or {})
+            if out is not None: return out
+        dt = self.dtype if name in _LOW else torch.float32 if name in _FP32 else None
+        if dt is None: return func(*args, **(kwargs or {}))
+        kwargs = {k: self._cast(v, dt) for k, v in (kwargs or {}).items()}
+        return func(*self._cast(args, dt), **kwargs)
+
+
 # %% ../nbs/03b_t4.ipynb #75f3e570
 def _times(d:pd.DataFrame, p:dict)->tuple:
     ("(compute, memory, host) seconds of each op of `d` (`Op` fields as columns) under parameters `p` "
@@ -581,19 +657,11 @@ def _dle_val_step(build:Callable, batch:int, amp:bool)->Callable:
         x = torch.randn(batch, 3, 224, 224, device=device)
         y = torch.randint(1000, (batch,), device=device)
         if amp: model, x = model.to(memory_format=torch.channels_last), x.to(memory_format=torch.channels_last)
-        low = [n for n, p in model.named_parameters()  # what autocast casts: conv and linear weights and biases
-               if isinstance(model.get_submodule(n.rpartition('.')[0]), (nn.Conv2d, nn.Linear))]
         def step(x, y):
+            # meta or CPU, where CUDA's autocast does nothing: its casts, made by MetaAutocast
+            mixed = (torch.autocast('cuda', torch.float16) if x.is_cuda else MetaAutocast('fp16')) if amp else nullcontext()
+            with torch.no_grad(), mixed: out = model(x); loss = F.cross_entropy(out, y)
             with torch.no_grad():
-                if amp and x.is_cuda:
-                    with torch.autocast('cuda', torch.float16):
-                        out = model(x); loss = F.cross_entropy(out, y)
-                elif amp:  # meta or CPU, where autocast does nothing: its casts, written out
-                    params = dict(model.named_parameters())
-                    out = torch.func.functional_call(model, {n: params[n].half() for n in low}, (x.half(),))
-                    # autocast's cross-entropy on CUDA: log-softmax kept in fp16, the loss taken in fp32
-                    loss = F.nll_loss(torch.log_softmax(out, 1, dtype=out.dtype).float(), y)
-                else: out = model(x); loss = F.cross_entropy(out, y)
                 pred = out.topk(5, 1, True, True)[1].t()
                 hits = pred.eq(y.view(1, -1).expand_as(pred))
                 return loss, [hits[:k].float().sum() * (100.0 / batch) for k in (1, 5)]

@@ -421,8 +421,7 @@ def _efficient_ok(q, k, v, attn_mask, enable_gqa)->bool:
 
 def _autocast_args(*ts)->tuple:
     "Tensors as autocast hands them to attention, one of its low-precision ops: cast where a `MetaAutocast` block is open."
-    stack = getattr(torch.overrides, '_get_current_function_mode_stack', lambda: [])()
-    mode = next((m for m in stack if isinstance(m, MetaAutocast)), None)
+    mode = MetaAutocast.active()
     return ts if mode is None else mode.cast(ts)
 
 def _t4_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):

@@ -367,7 +367,9 @@ def _fused_attention():
             return sdpa(q, k, v, attn_mask, dropout_p, is_causal,
                         scale=scale, enable_gqa=enable_gqa)
         # the fused CPU kernel has no dropout: the counted call runs without it
-        # (the work is the same)
+        # (the work is the same); in a MetaAutocast block, its inputs cast as autocast casts attention's
+        mixed = MetaAutocast.active()
+        if mixed is not None: q, k, v = mixed.cast((q, k, v))
         return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
             q, k, v, 0.0, is_causal, scale=scale)[0]
     F.scaled_dot_product_attention = fused
@@ -396,6 +398,9 @@ def count_work(fn:Callable, *args, **kwargs)->list:
 _LOW = {'linear', 'matmul', '__matmul__', '__rmatmul__', 'mm', 'bmm', 'baddbmm', 'addmm', 'addbmm',
         'addmv', 'mv', 'einsum', 'conv1d', 'conv2d', 'conv3d', 'conv_transpose1d', 'conv_transpose2d',
         'conv_transpose3d', 'prelu', 'scaled_dot_product_attention'}
+# Python composites whose ops autocast reaches one by one, but a TorchFunctionMode only at the top: every product
+# inside them is a low-precision op of autocast, so their floating inputs are cast on the way in
+_COMPOSITE = {'multi_head_attention_forward'}  # nn.MultiheadAttention
 _FP32 = {'softmax', 'log_softmax', 'layer_norm', 'group_norm', 'cross_entropy', 'nll_loss', 'mse_loss',
          'l1_loss', 'smooth_l1_loss', 'huber_loss', 'binary_cross_entropy_with_logits', 'kl_div',
          'exp', 'log', 'pow', 'rsqrt', 'logsumexp', 'cumsum', 'softplus', 'cosine_similarity',
@@ -443,6 +448,12 @@ class MetaAutocast(TorchFunctionMode):
         "`x` as autocast hands it to one of its low-precision ops: floating tensors (in lists and tuples too) in `dtype`."
         return self._cast(x, self.dtype)
 
+    @staticmethod
+    def active()->MetaAutocast|None:
+        "The `MetaAutocast` block open here, or None: for code that stands in for an op autocast casts (attention)."
+        stack = getattr(torch.overrides, '_get_current_function_mode_stack', lambda: [])()
+        return next((m for m in reversed(stack) if isinstance(m, MetaAutocast)), None)
+
     def _cast(self, x, dt):
         if isinstance(x, (list, tuple)):  # the last argument first, as autocast's compiled casts run
             return type(x)([self._cast(v, dt) for v in x[::-1]][::-1])
@@ -451,6 +462,15 @@ class MetaAutocast(TorchFunctionMode):
         if not (x.is_leaf and x.requires_grad): return x.to(dt)
         if id(x) not in self.cache: self.cache[id(x)] = (x, x.to(dt))  # autocast's weight cache
         return self.cache[id(x)][1]
+
+    def _composite(self, func, args:tuple, kwargs:dict):
+        "`func` on its inputs cast once each: self-attention's query, key and value are one tensor, cast once."
+        done = {}
+        def one(v):
+            if not isinstance(v, torch.Tensor): return v
+            if id(v) not in done: done[id(v)] = self._cast(v, self.dtype)
+            return done[id(v)]
+        return func(*[one(a) for a in args], **{k: one(v) for k, v in kwargs.items()})
 
     def __exit__(self, *exc):
         self.cache.clear()  # autocast drops its cached casts when its region ends
@@ -461,6 +481,7 @@ class MetaAutocast(TorchFunctionMode):
         if name in ('softmax', 'log_softmax', 'cross_entropy') and self.dtype == torch.float16:
             out = _half_to_float(name, func, args, kwargs or {})
             if out is not None: return out
+        if name in _COMPOSITE: return self._composite(func, args, kwargs or {})
         dt = self.dtype if name in _LOW else torch.float32 if name in _FP32 else None
         if dt is None: return func(*args, **(kwargs or {}))
         kwargs = {k: self._cast(v, dt) for k, v in (kwargs or {}).items()}

@@ -138,6 +138,11 @@ def combine(parts)->pd.DataFrame:
 # Emulated autocast (autocast does nothing on meta tensors)
 # --------------------------------------------------------------------------------------------
 
+# T4_FIT_AUTOCAST=meta: the training rows' fp16 autocast is the package's `t4.MetaAutocast` (CUDA's fp32 ops in fp32 too),
+# counted into parts of their own (tested: see README, "Training steps"); default: Autocast16 below
+META_AUTOCAST = os.environ.get('T4_FIT_AUTOCAST', '') == 'meta'
+
+
 class Autocast16(torch.overrides.TorchFunctionMode):
     """fp16 autocast for meta tensors: inputs of linear/conv/matmul/attention are cast to fp16
     (the casts are counted, and their backward too), everything else runs as given."""
@@ -367,7 +372,8 @@ def sd_train_step(arch, batch, res, precision, ckpt:bool, opt:str, lora_rank:int
     + backward passes (fused attention, as xFormers), gradient checkpointing as one more forward,
     GradScaler in fp16 AMP, one optimizer step.  precision: 'fp32' or 'amp' (fp32 master weights,
     emulated autocast) or 'amp16' (fp16 frozen weights + fp32 LoRA, autocast)."""
-    key = f'sdtrain_{arch}_b{batch}_r{res}_{precision}_lora{lora_rank}'
+    key = f'sdtrain_{arch}_b{batch}_r{res}_{precision}_lora{lora_rank}' + ('_mac' if META_AUTOCAST and precision != 'fp32' else '')
+    autocast = (lambda: t4.MetaAutocast('fp16')) if META_AUTOCAST else Autocast16
     def parts():
         wdt = F16 if precision == 'amp16' else F32
         u = _unet(arch, wdt, 'fused')
@@ -380,13 +386,13 @@ def sd_train_step(arch, batch, res, precision, ckpt:bool, opt:str, lora_rank:int
         def fwd_bwd():
             if precision == 'fp32': fwd().backward()
             else:
-                with Autocast16(): loss = fwd()
+                with autocast(): loss = fwd()
                 (loss * 1024.0).backward()
         def fwd_only():
             with torch.no_grad():
                 if precision == 'fp32': fwd()
                 else:
-                    with Autocast16(): fwd()
+                    with autocast(): fwd()
         fb = count_ops(fwd_bwd)
         f = count_ops(fwd_only)
         o = optimizer_ops(params, opt)

@@ -98,7 +98,6 @@ def _t4_reads(refuse_bf16:bool):
     stack.enter_context(mock.patch.object(torch.amp.autocast_mode.autocast, '__enter__', autocast_enter))
     return stack
 
-
 # %% ../nbs/03b_t4.ipynb #b92fd8af
 def t4_rehearsal(bf16:str='warn', # 'warn' (as `amp_choice` does for a T4) or 'error' (refuse it)
                  memory:bool=True, # hold PyTorch to a T4's usable memory (on a GPU with more)
@@ -107,7 +106,6 @@ def t4_rehearsal(bf16:str='warn', # 'warn' (as `amp_choice` does for a T4) or 'e
     "A `Rehearsal`: a context in which the card at hand behaves for PyTorch as a T4 would; everything is restored on exit."
     return Rehearsal(check_choice('bf16', bf16, ('warn', 'error')), check_flag('memory', memory),
                      check_flag('verbose', verbose))
-
 
 # %% ../nbs/03b_t4.ipynb #2e4be2bb
 _OPEN = []  # the rehearsals entered and not yet undone, oldest first
@@ -168,7 +166,6 @@ class Rehearsal:
     def _repr_markdown_(self):
         lines = [f'**Rehearsing a T4 on {self.device}**'] + [f'- {a}' for a in self.applied]
         return '\n'.join(lines + [f'- skipped: {s}' for s in self.skipped])
-
 
 # %% ../nbs/03b_t4.ipynb #706b7fa9
 @dataclass(frozen=True)
@@ -406,7 +403,6 @@ _FP32 = {'softmax', 'log_softmax', 'layer_norm', 'group_norm', 'cross_entropy', 
          'exp', 'log', 'pow', 'rsqrt', 'logsumexp', 'cumsum', 'softplus', 'cosine_similarity',
          'interpolate', 'norm'}
 
-
 # %% ../nbs/03b_t4.ipynb #cdabf2f3
 def _half_to_float(name:str, func, args:tuple, kwargs:dict):
     ("`name` of an fp16 tensor as CUDA runs it under autocast: cross-entropy as its two ops (any device); "
@@ -430,7 +426,6 @@ def _half_to_float(name:str, func, args:tuple, kwargs:dict):
     if not isinstance(dim, int) or set(kwargs) - {'input', 'dim', 'dtype', '_stacklevel'}: return None
     if dtype not in (None, torch.float32): return func(*args, **kwargs)  # a dtype of its own: autocast stays out
     return (torch._log_softmax if name == 'log_softmax' else torch._softmax)(x, dim, True)
-
 
 # %% ../nbs/03b_t4.ipynb #c7557233
 class MetaAutocast(TorchFunctionMode):
@@ -486,7 +481,6 @@ class MetaAutocast(TorchFunctionMode):
         if dt is None: return func(*args, **(kwargs or {}))
         kwargs = {k: self._cast(v, dt) for k, v in (kwargs or {}).items()}
         return func(*self._cast(args, dt), **kwargs)
-
 
 # %% ../nbs/03b_t4.ipynb #75f3e570
 def _times(d:pd.DataFrame, p:dict)->tuple:
@@ -849,7 +843,6 @@ def _device(device)->torch.device:
         raise ArgumentError(f"device must be 'meta', 'cpu' or a CUDA device this runtime has "
                             f"(pass device=None to count only), got device={device!r}.")
     return dev
-
 
 # %% ../nbs/03b_t4.ipynb #0b37e3cb
 def validation_table(measurements:list|None=None, # `T4Measurement`s; None: `PUBLISHED`

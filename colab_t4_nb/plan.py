@@ -24,7 +24,7 @@ from .allocation import SPECS, as_card
 from .amp import amp_choice
 from .kernels import arch
 from .memory import usable_memory
-from .t4 import MetaAutocast, T4Estimate, estimate_t4, tensors_in
+from .t4 import MetaAutocast, T4Estimate, cuda_dropout, estimate_t4, tensors_in
 from .persistence import DEFAULT_EVERY_MINUTES, SessionClock
 
 # %% auto #0
@@ -470,19 +470,11 @@ def _math_body(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa):
     weights = attn.to(dtype)  # the weights are returned too, cast back first (`make_tuple`'s arguments, right to left)
     return torch.matmul(attn, value).to(dtype)
 
-_DROPOUT = F.dropout
-
-def _cuda_dropout(input, p=0.5, training=True, inplace=False):
-    "Dropout on meta tensors as CUDA runs it: the fused kernel, which keeps a one-byte mask for backward."
-    if input.device.type != 'meta' or not training or inplace or not 0 < p < 1:
-        return _DROPOUT(input, p, training, inplace)
-    return torch.native_dropout(input, p, True)[0]
-
 @contextmanager
 def _t4_kernels():
-    "Attention through `_t4_attention` and dropout through `_cuda_dropout` for the block."
+    "Attention through `_t4_attention` and dropout through `cuda_dropout` (the T4 page) for the block."
     before = F.scaled_dot_product_attention, F.dropout
-    F.scaled_dot_product_attention, F.dropout = _t4_attention, _cuda_dropout
+    F.scaled_dot_product_attention, F.dropout = _t4_attention, cuda_dropout
     try: yield
     finally: F.scaled_dot_product_attention, F.dropout = before
 

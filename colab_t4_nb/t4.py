@@ -383,12 +383,28 @@ def _foreach_as_on_gpu():
     with mock.patch.object(optimizer, '_get_foreach_kernels_supported_devices',
                            lambda: [*real(), 'cpu', 'meta']): yield
 
+# %% ../nbs/03b_t4.ipynb #3a764f0a
+_DROPOUT = F.dropout  # PyTorch's own
+
+def cuda_dropout(input:torch.Tensor, p:float=0.5, training:bool=True, inplace:bool=False)->torch.Tensor:
+    ("`F.dropout` as CUDA runs it, on any device: out of place, one fused kernel (`native_dropout`) that keeps "
+     "a one-byte mask for backward. In place, or with nothing to drop, it is `F.dropout` itself, on CUDA too.")
+    if input.device.type == 'cuda' or not training or inplace or not 0 < p < 1:
+        return _DROPOUT(input, p, training, inplace)
+    return torch.native_dropout(input, p, True)[0]
+
+@contextmanager
+def _dropout_as_on_gpu():
+    "`F.dropout` (and so `nn.Dropout`) through `cuda_dropout` for the block."
+    with mock.patch.object(F, 'dropout', cuda_dropout): yield
+
 # %% ../nbs/03b_t4.ipynb #08f3b073
 def count_work(fn:Callable, *args, **kwargs)->list:
     ("The ops one call of `fn(*args, **kwargs)` runs, as Op records, "
-     "with attention counted as the fused kernel a T4 runs.")
+     "with attention and dropout counted as the fused kernels a T4 runs.")
     check_callable('fn', fn)
-    with _sdpa_t4(), _fused_attention(), _foreach_as_on_gpu(), WorkCounter() as wc: fn(*args, **kwargs)
+    with _sdpa_t4(), _fused_attention(), _dropout_as_on_gpu(), _foreach_as_on_gpu(), WorkCounter() as wc:
+        fn(*args, **kwargs)
     return wc.ops
 
 # %% ../nbs/03b_t4.ipynb #2864d208

@@ -85,7 +85,7 @@ class ShapeCounter(t4.WorkCounter):
 def count_ops(fn, *args)->pd.DataFrame:
     """Ops of one call of `fn(*args)` (as `t4.count_work` counts them), grouped: one row per
     distinct (name, kind, dtype, flops, nbytes, aligned, grouped) with its `count`."""
-    with t4._sdpa_t4(), t4._fused_attention(), ShapeCounter() as wc: fn(*args)
+    with t4._sdpa_t4(), t4._fused_attention(), t4._dropout_as_on_gpu(), ShapeCounter() as wc: fn(*args)
     d = pd.DataFrame([(o.name, o.kind, o.dtype, o.flops, o.nbytes, o.aligned, o.grouped, k, k3, gw)
                       for o, k, k3, gw in zip(wc.ops, wc.k1, wc.k3, wc.gw)], columns=COLS)
     g = d.groupby(COLS, as_index=False).size().rename(columns={'size': 'count'})

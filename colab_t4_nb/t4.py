@@ -254,6 +254,13 @@ def _is_view(func)->bool:
     rets = func._schema.returns
     return bool(rets) and all(r.alias_info is not None and not r.alias_info.is_write for r in rets)
 
+def _written(func, args:tuple, kwargs:dict)->list:
+    "The tensors an op writes in place: the arguments its schema marks `Tensor(a!)`."
+    schema = func._schema.arguments
+    given = [kwargs[a.name] if a.name in kwargs else args[i] if i < len(args) else None for i, a in enumerate(schema)]
+    return [t for a, v in zip(schema, given) if a.alias_info is not None and a.alias_info.is_write
+            for t in tensors_in(v)]
+
 # %% ../nbs/03b_t4.ipynb #d2e285fa
 def _dtype_name(ts:list)->str:
     fl = [t.dtype for t in ts if t.is_floating_point()]
@@ -337,6 +344,7 @@ class WorkCounter(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         name = func._overloadpacket.__name__
         ins, outs = tensors_in(args) + tensors_in(kwargs or {}), tensors_in(out)
+        if not func._schema.returns: outs = _written(func, args, kwargs or {})  # `_foreach_` and fused ops: in place, return nothing
         if name in _NO_KERNEL or _is_view(func) or not (ins or outs):
             self.ops.append(Op(name, 'view', 'int', 0.0, 0.0))  # host time only
             return out

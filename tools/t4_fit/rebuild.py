@@ -333,6 +333,7 @@ def optimizer_ops(params, kind:str)->pd.DataFrame:
         return pd.concat([synthetic('bnb_adam8bit', 'other', 'fp32', 17 * p.numel()) for p in params])
     for p in params: p.grad = torch.zeros_like(p)
     opt = torch.optim.AdamW(params, lr=1e-4, foreach=True)
+    opt.step()  # the first step makes the state (two zeroed moments a tensor); a run repeats the steps after it
     return count_ops(opt.step)
 
 
@@ -372,7 +373,8 @@ def sd_train_step(arch, batch, res, precision, ckpt:bool, opt:str, lora_rank:int
     + backward passes (fused attention, as xFormers), gradient checkpointing as one more forward,
     GradScaler in fp16 AMP, one optimizer step.  precision: 'fp32' or 'amp' (fp32 master weights,
     emulated autocast) or 'amp16' (fp16 frozen weights + fp32 LoRA, autocast)."""
-    key = f'sdtrain_{arch}_b{batch}_r{res}_{precision}_lora{lora_rank}' + ('_mac' if META_AUTOCAST and precision != 'fp32' else '')
+    key = (f'sdtrain_{arch}_b{batch}_r{res}_{precision}_lora{lora_rank}_{opt}'  # the optimizer's ops are a part
+           + ('_mac' if META_AUTOCAST and precision != 'fp32' else ''))
     autocast = (lambda: t4.MetaAutocast('fp16')) if META_AUTOCAST else Autocast16
     def parts():
         wdt = F16 if precision == 'amp16' else F32

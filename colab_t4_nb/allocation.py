@@ -543,7 +543,8 @@ class Budget:
     def __init__(self, path:str|Path, # the JSON file; its folder is created
                  per_day:int=5, # attempts allowed per calendar day
                 ):
-        path, per_day = check_path('path', path), check_int('per_day', per_day, hi=1000)
+        path = check_path('path', path, kind='file')  # a named pipe would block the read
+        per_day = check_int('per_day', per_day, hi=1000)
         self.path, self.per_day = path, per_day
 
     def _read(self)->dict:
@@ -601,7 +602,7 @@ def record_allocation(ledger:str|Path, # the usage ledger file (JSON lines)
                       runtime_id:str|None=None, # tells this runtime from others; default host name and boot id
                      )->dict:
     "Append one allocation attempt to `ledger`; returns the record."
-    ledger, gpus = check_path('ledger', ledger), check_seq('gpus', gpus, _gpu, lo=0)
+    ledger, gpus = check_path('ledger', ledger, kind='file'), check_seq('gpus', gpus, _gpu, lo=0)
     wanted, action = check_seq('wanted', wanted, check_str, lo=0), check_str('action', action)
     when = time.time() if when is None else check_num('when', when, hi=2**33)
     runtime_id = check_str('runtime_id', runtime_id, none=True)
@@ -644,7 +645,8 @@ def want_label(specs:list[GPUSpec])->str:
 def _ledger_path(ledger)->Path|None:
     if ledger is False or ledger is None: return None
     if ledger is True: return state_dir()/'usage_ledger.jsonl'
-    if isinstance(ledger, (str, os.PathLike)) and str(ledger): return Path(ledger)
+    if isinstance(ledger, (str, os.PathLike)) and str(ledger):
+        return check_path('ledger', ledger, kind='file')
     raise BadArgument(f'ledger={ledger!r}: pass a file path, True for the default usage ledger, '
                       f'or False for none.')
 
@@ -680,7 +682,7 @@ def ensure_gpu(want:str|list='T4', # card(s) accepted: spec keys, families or dr
               )->list[GPU]:
     "Return the GPUs here if one is `want`; in Colab hand the runtime back (within `budget`), elsewhere raise."
     specs, budget = wanted_specs(want), check_int('budget', budget, hi=1000)
-    budget_path = check_path('budget_path', budget_path, none=True)
+    budget_path = check_path('budget_path', budget_path, none=True, kind='file')
     gpus = check_seq('gpus', gpus, _gpu, lo=0, none=True)
     accepted, wanted, led = {s.key for s in specs}, want_label(specs), _ledger_path(ledger)
     gpus = gpu_info() if gpus is None else gpus

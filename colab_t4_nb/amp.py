@@ -4,7 +4,7 @@
 
 # %% ../nbs/01_amp.ipynb #d460caa8
 from __future__ import annotations
-import contextvars, dataclasses, functools, json, math, numbers, os, re, statistics, time, warnings
+import dataclasses, functools, json, math, numbers, os, re, statistics, time, warnings
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -162,15 +162,16 @@ def _gpu_choice(card, cc, spec, want)->AmpChoice:
     return AmpChoice('cuda', dt, True, fp16, card, why)
 
 # %% ../nbs/01_amp.ipynb #47e1266c
-_DECIDE_AS = contextvars.ContextVar('colab_t4_nb_decide_as', default=None)
+_DECIDE_AS = {}  # the (card spec, refuse bf16) of each `decide_as` block open, by block, oldest first
 
 # %% ../nbs/01_amp.ipynb #051468cc
 def _stand_in(device)->tuple|None:
     ("(card spec, refuse bf16, device here) when `decide_as` is on "
      "and `device` means the device at hand; else None.")
-    if (stand := _DECIDE_AS.get()) is None: return None
+    stands = list(_DECIDE_AS.values())  # one step: another thread may open or close a block
+    if not stands: return None
     here = as_card(device).device  # None for a card named, not here
-    return None if here is None else (*stand, here)
+    return None if here is None else (*stands[-1], here)
 
 # %% ../nbs/01_amp.ipynb #ff78ecd0
 def _rehearsed_choice(spec:GPUSpec, refuse_bf16:bool, here:torch.device, want)->AmpChoice:
@@ -194,9 +195,10 @@ def decide_as(device='T4', # the card `amp_choice` answers for (see `as_card`)
     if spec is None:
         raise AmpError(f'device={device!r}: decide_as needs a card of the spec table, such as '
                        "'T4' or 'A100-SXM4-40GB'.")
-    token = _DECIDE_AS.set((spec, refuse_bf16))
+    block = object()
+    _DECIDE_AS[block] = spec, refuse_bf16
     try: yield spec
-    finally: _DECIDE_AS.reset(token)
+    finally: del _DECIDE_AS[block]
 
 # %% ../nbs/01_amp.ipynb #0a5ad242
 def _check_int(name:str, value, lo:int=1, hi:int|None=None)->int:

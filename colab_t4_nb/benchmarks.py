@@ -853,12 +853,12 @@ def _check_workloads(names, arg:str='workloads')->list:
 def writable_dir(out:str|Path # the folder for results; created if missing
                 )->Path:
     "`out` as a folder that exists and can be written to; `BenchError` saying why not otherwise."
-    p = check_path('out', out, err=BenchError).expanduser()
+    p = check_path('out', out, err=BenchError, kind='folder')  # `~` expanded once, here
     try:
         p.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=p): pass
     except OSError as e:
-        raise BenchError(f'Cannot write the results to out={str(out)!r}: {e.strerror or e}. '
+        raise BenchError(f'Cannot write the results to out={str(p)!r}: {e.strerror or e}. '
                          'Pass a folder you can write to (it is created if missing).') from None
     return p
 
@@ -997,22 +997,22 @@ def run_suite(quick:bool=False, # speed, attention and embeddings only (no searc
     if ctx.small:
         print('No CUDA GPU: running small CPU shapes (every row says "CPU quick shapes"); '
               'they say nothing about a GPU.', file=sys.stderr)
-    parts, stopped = [], None
-    # Ctrl-C, SIGTERM (`timeout`) or SIGHUP (a closed notebook) ends the measurements; any later
-    # signal waits until what was measured is saved
+    plan, parts, stopped = _plan(names, ctx, quick, cap), [], None
+    # Ctrl-C, SIGTERM (`timeout`) or SIGHUP (a closed notebook) ends the measurements wherever it
+    # lands, in a measurement or in the progress bar; a later signal waits until the rows are saved
     with stop_on_signals(('SIGINT', 'SIGTERM', 'SIGHUP')) as got:
-        with t4_rehearsal(verbose=False) if as_t4 else nullcontext(), \
-             tqdm(_plan(names, ctx, quick, cap), desc='colab-t4 bench', disable=not progress,
-                  file=sys.stderr) as bar:
-            for label, call in bar:
-                bar.set_postfix_str(label)
-                try: parts.append(_guarded(call, ctx, label))
-                except KeyboardInterrupt: stopped = label; break  # keep what is finished
-                finally: free_memory()
-        by = {'SIGINT': 'Ctrl-C'}.get(got[0], got[0]) if got else 'Ctrl-C'
+        try:
+            with t4_rehearsal(verbose=False) if as_t4 else nullcontext(), \
+                 tqdm(plan, desc='colab-t4 bench', disable=not progress, file=sys.stderr) as bar:
+                for label, call in bar:
+                    bar.set_postfix_str(label)
+                    try: parts.append(_guarded(call, ctx, label))
+                    finally: free_memory()
+        except KeyboardInterrupt:  # keep what is finished
+            label = plan[len(parts)][0] if len(parts) < len(plan) else 'the end of the run'
+            stopped = label, {'SIGINT': 'Ctrl-C'}.get(got[0], got[0]) if got else 'Ctrl-C'
         got.append('saving')
-        return _finish(parts, names, ctx, quick, as_t4, folder, stopped and (stopped, by))
-
+        return _finish(parts, names, ctx, quick, as_t4, folder, stopped)
 
 # %% ../nbs/04_benchmarks.ipynb #f1558501
 def _finish(parts:list, names, ctx, quick:bool, as_t4:bool, folder, stopped)->pd.DataFrame:

@@ -13,14 +13,13 @@ import numpy as np
 import torch
 from fastcore.basics import basic_repr, patch
 
-from .core import runtime, ColabT4Error, MissingPackage, require, ArgumentTypeError, check_flag, check_int, check_num, check_path
+from .core import runtime, ColabT4Error, MissingPackage, require, ArgumentTypeError, check_flag, check_int, check_name, check_num, check_path
 from .amp import AmpChoice, amp_choice, keras_amp
 from .memory import find_batch_size
 from .monitoring import FIELDS, GPUMonitor
 from .checkpoint_format import CheckpointCorrupt, CheckpointWarning
 from .persistence import (DEFAULT_EVERY_MINUTES, CheckpointManager, FolderInUse, ResumableLoader, SessionClock,
                                      drive_checkpoints, rng_state, set_rng_state)
-
 
 # %% auto #0
 __all__ = ['CallbackError', 'HFCallback', 'hf_precision', 'batch_plan', 'hf_settings', 'LightningCallback', 'lightning_precision',
@@ -36,7 +35,8 @@ _CKPTS = weakref.WeakValueDictionary()  # folder -> the callback of this process
 def _manager(run)->CheckpointManager:
     "The run's manager: `run` itself, `drive_checkpoints(run)` for a name, or one for a folder."
     if isinstance(run, CheckpointManager): return run
-    if isinstance(run, str) and run and not set(run) & {'/', '\\'}: return drive_checkpoints(run)
+    if isinstance(run, str) and run and not set(run) & {'/', '\\'}:  # a name: never '.' or '..'
+        return drive_checkpoints(check_name('run', run))
     if isinstance(run, (str, os.PathLike)): return CheckpointManager(check_path('run', run))
     raise ArgumentTypeError(f'run must be a run name such as "bert-run" (on Drive in Colab), a folder, '
                             f'or a CheckpointManager, got {run!r} ({type(run).__name__}).')
@@ -246,6 +246,11 @@ def on_train_begin(self:HFCallback, args, state, control, **kwargs):
     if getattr(args, 'save_only_model', False):
         raise CallbackError('save_only_model=True saves no optimizer, scheduler or random state, '
                             'so a run cannot resume from it: leave save_only_model=False.')
+    if getattr(args, 'dataloader_persistent_workers', False) and args.dataloader_num_workers > 0:
+        raise CallbackError("dataloader_persistent_workers=True keeps the loader's workers and "
+                            'their random streams from one epoch to the next, but a resumed run '
+                            'starts new ones: it would train on other random draws than the '
+                            'uninterrupted run. Leave dataloader_persistent_workers=False.')
     self._start()
     was, now = (self._resumed or {}).get('batch'), _hf_batch(args)
     if was is not None and list(was) != now:
@@ -362,7 +367,9 @@ class LightningCallback(_Saver, _Lazy):
                 ):
         super().__init__()
         self._setup(run, every_steps, every_minutes, session, monitor)
-        self._done, self._saved_at, self._loaders, self._cut = 0, None, [], False
+        self._done, self._saved_at, self._cut = 0, None, False
+        # the loaders the fit under way trains on, by first epoch; the states they resume from
+        self._fitting, self._loaders, self._pending = None, [], []
 
     @property
     def precision(self)->str:
@@ -378,6 +385,14 @@ class LightningCallback(_Saver, _Lazy):
         finally: shutil.rmtree(stage, ignore_errors=True)
         self._saved_at = trainer.global_step
 
+    def _take(self, rl:ResumableLoader):
+        "Loader `rl` of this callback begins an epoch: follow it if the fit under way trains on it."
+        trainer, i = self._fitting and self._fitting(), len(self._loaders)
+        if trainer is not None and not trainer.training or any(r is rl for r in self._loaders):
+            return
+        if i < len(self._pending): rl.load_state_dict(self._pending[i])
+        self._loaders.append(rl)
+
 # %% ../nbs/06b_callbacks.ipynb #3d849f1d
 @patch
 def ckpt_path(self:LightningCallback)->str|None:
@@ -392,13 +407,28 @@ def lightning_precision(device=None, # as for `amp_choice`; None: the card here
     names = {torch.float16: '16-mixed', torch.bfloat16: 'bf16-mixed', torch.float32: '32-true'}
     return names[_card(device).dtype]
 
+# %% ../nbs/06b_callbacks.ipynb #62e53e3e
+class _FitLoader(ResumableLoader):
+    "A `LightningCallback`'s loader: as each epoch begins, it tells the callback, which follows it."
+    def __init__(self, loader, cb:LightningCallback):
+        super().__init__(loader, lambda: cb._done)
+        self._cb = cb
+
+    def __iter__(self):
+        self._cb._take(self)
+        yield from super().__iter__()
+
 # %% ../nbs/06b_callbacks.ipynb #c9b60a00
 @patch
 def loader(self:LightningCallback, loader)->ResumableLoader:
     "`loader` made resumable mid-epoch: `trainer.fit(model, cb.loader(train_loader), ...)`."
-    rl = ResumableLoader(loader, lambda: self._done)
-    self._loaders.append(rl)
-    return rl
+    return _FitLoader(loader, self)
+
+# %% ../nbs/06b_callbacks.ipynb #1343884f
+@patch
+def setup(self:LightningCallback, trainer, pl_module, stage:str):
+    "A fit begins: the callback follows the loaders it trains on, not those of an earlier fit."
+    if stage == 'fit': self._fitting, self._loaders, self._pending = weakref.ref(trainer), [], []
 
 # %% ../nbs/06b_callbacks.ipynb #cce77d19
 @patch
@@ -432,13 +462,14 @@ def on_exception(self:LightningCallback, trainer, pl_module, exception): self._e
 # %% ../nbs/06b_callbacks.ipynb #62029218
 @patch
 def state_dict(self:LightningCallback)->dict:
-    return {'rng': rng_state(), 'loaders': [rl.state_dict() for rl in self._loaders]}
+    given = [rl.state_dict() for rl in self._loaders]
+    return {'rng': rng_state(), 'loaders': given + self._pending[len(given):]}
 
 # %% ../nbs/06b_callbacks.ipynb #6433c05d
 @patch
 def load_state_dict(self:LightningCallback, state_dict:dict):
     set_rng_state(state_dict['rng'])
-    for rl, sd in zip(self._loaders, state_dict.get('loaders', [])): rl.load_state_dict(sd)
+    self._pending = list(state_dict.get('loaders', []))  # each loader takes its own as it begins
 
 # %% ../nbs/06b_callbacks.ipynb #540c1836
 def _arrays(values)->list:

@@ -12,8 +12,8 @@ import torch
 from fastcore.basics import patch
 
 from .core import (atomic_write, ArgumentError, ColabT4Error, check_choice, check_flag, check_int,
-                              check_num, check_path, check_stateful, check_str, check_type)
-
+                              check_num, check_path, check_stateful, check_str, check_type,
+                              open_regular)
 
 # %% auto #0
 __all__ = ['CheckpointError', 'CheckpointCorrupt', 'NoCheckpoint', 'CheckpointMismatch', 'CheckpointWriteError',
@@ -220,7 +220,7 @@ def read_trailer(path:str|Path)->Checkpoint|None:
     "The `Checkpoint` the trailer of `path` describes; None if it has none (truncated, damaged, foreign, unreadable)."
     path = check_path('path', path)
     try:
-        with open(path, 'rb') as f:
+        with open_regular(path) as f:  # never a named pipe's endless wait
             n = f.seek(0, os.SEEK_END)
             if n < _TRAILER: return None
             f.seek(n - _TRAILER); m = _TRAILER_RE.fullmatch(f.read())
@@ -240,7 +240,7 @@ def verify_file(c:Checkpoint, chunk:int=16 << 20)->str|None:
     algo, want = c.checksum.split(':', 1)
     h, left, buf = new_hash(algo), c.size, memoryview(bytearray(max(1, min(chunk, c.size))))
     try:
-        with open(c.path, 'rb', buffering=0) as f:
+        with open_regular(c.path) as f:
             n = os.fstat(f.fileno()).st_size
             if n != c.size + _TRAILER: return f'it has {n} bytes, not {c.size + _TRAILER}'
             while left:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse, dataclasses, json, sys
 
 from . import __version__
-from .core import ArgumentError, check_seq, check_type
+from .core import ArgumentError, check_path, check_seq, check_type
 
 # %% auto #0
 __all__ = ['main']
@@ -95,21 +95,24 @@ def _plan_parser(sub):
 # %% ../nbs/07_cli.ipynb #e84da674
 def _read_config(path:str):
     "The transformers config in the JSON file `path` (or the folder holding config.json)."
-    from pathlib import Path
     from colab_t4_nb.core import require
-    transformers = require('transformers', 'colab-t4 plan --config')
-    if not Path(path).exists():
-        raise ArgumentError(f'--config {path}: no such file. Pass the config.json that '
+    p = check_path('--config', path)  # `~` expanded once, here
+    f = p/'config.json' if p.is_dir() else p
+    if not f.exists():
+        raise ArgumentError(f'--config {f}: no such file. Pass the config.json that '
                             'save_pretrained wrote, or --model NAME.')
-    try: return transformers.AutoConfig.from_pretrained(path, local_files_only=True)
+    check_path('--config', f, kind='file')  # a named pipe would block the read
+    transformers = require('transformers', 'colab-t4 plan --config')
+    try: return transformers.AutoConfig.from_pretrained(p, local_files_only=True)
     except (OSError, ValueError, KeyError) as e:
-        raise ArgumentError(f'--config {path} is not a transformers config ({e}).') from None
+        raise ArgumentError(f'--config {p} is not a transformers config ({e}).') from None
 
 def _plan(args:argparse.Namespace)->int:
     "Carry out `plan`: build the config, plan the run, print a table or one JSON object."
     import types
+    if args.config: config, task = _read_config(args.config), None  # told before PyTorch loads
     from colab_t4_nb.plan import model_config, plan_run
-    config, task = model_config(args.model) if args.model else (_read_config(args.config), None)
+    if args.model: config, task = model_config(args.model)
     lora = None if args.lora_rank is None else types.SimpleNamespace(r=args.lora_rank, target_modules=None)
     p = plan_run(config, batch=args.batch, seq=args.seq, image_size=args.image_size, task=args.task or task,
                  optimizer=args.optimizer, precision=args.precision, checkpointing=args.checkpointing,
@@ -170,7 +173,9 @@ def _run(args:argparse.Namespace)->int:
         print(json.dumps(d, indent=1) if args.json else info_text(d))
     elif args.cmd == 'ensure':
         from colab_t4_nb.allocation import ensure_gpu
-        gpus = ensure_gpu(args.want, budget=args.budget, budget_path=args.budget_path)
+        # the option's name in the message; a named pipe would block reading the count
+        budget_path = check_path('--budget-path', args.budget_path, none=True, kind='file')
+        gpus = ensure_gpu(args.want, budget=args.budget, budget_path=budget_path)
         print(f"OK: {', '.join(g.name for g in gpus)}")
     elif args.cmd == 'plan': return _plan(args)
     elif args.cmd == 'monitor':

@@ -4,7 +4,7 @@
 
 # %% ../nbs/00_core.ipynb #d248351b
 from __future__ import annotations
-import errno, importlib, inspect, json, math, numbers, os, re, signal, socket, sys, tempfile, threading, time
+import errno, importlib, inspect, json, math, numbers, os, re, signal, socket, stat, sys, tempfile, threading, time
 from collections.abc import Iterable, Mapping
 from contextlib import contextmanager
 from importlib.util import find_spec
@@ -13,7 +13,7 @@ from typing import Callable
 
 # %% auto #0
 __all__ = ['COLAB_DRIVE', 'ColabT4Error', 'ArgumentError', 'runtime', 'state_dir', 'needs', 'MissingPackage', 'require',
-           'cuda_sync', 'oom_kind', 'atomic_write', 'stop_on_signals']
+           'cuda_sync', 'oom_kind', 'atomic_write', 'open_regular', 'stop_on_signals']
 
 # %% ../nbs/00_core.ipynb #f8260cab
 class ColabT4Error(Exception):
@@ -208,11 +208,28 @@ def check_seq(name:str, # the argument's name, for the message
     if len(xs) < lo or (hi is not None and len(xs) > hi): raise _refuse(name, v, want, err)
     return xs if item is None else [item(f'{name}[{i}]', x) for i, x in enumerate(xs)]
 
+# %% ../nbs/00_core.ipynb #dd12f8e2
+_KINDS = {stat.S_ISREG: 'a regular file', stat.S_ISDIR: 'a folder', stat.S_ISFIFO: 'a named pipe',
+          stat.S_ISSOCK: 'a socket', stat.S_ISCHR: 'a character device',
+          stat.S_ISBLK: 'a block device'}
+
+def _check_kind(name:str, p:Path, kind:str, err=None):
+    "Refuse an existing `p` that is not what `kind` names: a regular file or a folder."
+    kind = check_choice('kind', kind, ['file', 'folder'])
+    want = 'a regular file' if kind == 'file' else 'a folder'
+    try: mode = os.stat(p).st_mode  # links followed: what an open would reach
+    except (OSError, ValueError): return  # nothing there (yet), or the open will say why not
+    what = next((w for test, w in _KINDS.items() if test(mode)), 'something else')
+    if what != want:  # a named pipe would make an open wait forever for the other end
+        raise (err or ArgumentError)(f'{name}={str(p)!r} is {what}, not {want}: pass the path of '
+                                     f'{want} instead.')
+
 # %% ../nbs/00_core.ipynb #0ccb917f
 def check_path(name:str, # the argument's name, for the message
                v, # its value
                none:bool=False, # None allowed
                err:type|None=None, # the error class to raise; default `ArgumentError`
+               kind:str|None=None, # 'file' or 'folder': what an existing path must be
               )->Path|None:
     "`v` as a `Path`, `~` expanded (None allowed when `none`); otherwise an error naming `name`."
     if v is None and none: return None
@@ -229,7 +246,22 @@ def check_path(name:str, # the argument's name, for the message
     if max((len(os.fsencode(part)) for part in p.parts), default=0) > 255 or len(os.fsencode(p)) > 4000:
         raise _refuse(name, v, 'a path the file system can hold: each name in it at most 255 '
                       'bytes, the whole at most 4000', err)
+    if kind is not None: _check_kind(name, p, kind, err)
     return p
+
+# %% ../nbs/00_core.ipynb #4e954f1f
+def check_name(name:str, # the argument's name, for the message
+               v, # its value
+               none:bool=False, # None allowed
+               err:type|None=None, # the error class to raise; default `ArgumentError`
+              )->str|None:
+    "`v` if it names one folder or file: no slashes, not '.' or '..', at most 255 bytes."
+    if v is None and none: return None
+    v = check_str(name, v, err=err)
+    if v in ('.', '..') or set(v) & {'/', '\\', '\0'} or len(os.fsencode(v)) > 255:
+        raise _refuse(name, v, 'a folder name (no slashes, not "." or "..", at most 255 bytes) '
+                      'such as "run-1"', err)
+    return v
 
 # %% ../nbs/00_core.ipynb #8fa99793
 def check_stateful(name:str, # the argument's name, for the message
@@ -391,6 +423,27 @@ def atomic_write(path:str|Path, # the file to (re)write; its folder must exist
     except BaseException:
         Path(tmp).unlink(missing_ok=True); raise
     _fsync_dir(path.parent)
+
+# %% ../nbs/00_core.ipynb #21797634
+_NONBLOCK = getattr(os, 'O_NONBLOCK', 0)  # Windows has none: it has no named pipes in folders
+_MODES = {'rb': os.O_RDONLY, 'ab': os.O_WRONLY | os.O_APPEND}
+
+def open_regular(path:str|Path, # the file
+                 mode:str='rb', # 'rb' to read, 'ab' to append
+                ):
+    "`path` opened in `mode` if it is a regular file; an `OSError` for a pipe, socket or device."
+    path, mode = check_path('path', path), check_choice('mode', mode, list(_MODES))
+    odd = OSError(errno.EINVAL, 'not a regular file (a named pipe, a socket or a device): move it '
+                  'away', str(path))
+    try: fd = os.open(path, _MODES[mode] | _NONBLOCK)  # a named pipe would wait for a writer
+    except OSError as e:
+        if e.errno == errno.ENXIO: raise odd from e  # a pipe with no reader, a socket
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode): raise odd
+        if _NONBLOCK: os.set_blocking(fd, True)
+        return os.fdopen(fd, mode)
+    except BaseException: os.close(fd); raise
 
 # %% ../nbs/00_core.ipynb #75e0d426
 def _take_lock_file(lock:Path, stale_s:float):

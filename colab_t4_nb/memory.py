@@ -4,7 +4,7 @@
 
 # %% ../nbs/02_memory.ipynb #ee15110d
 from __future__ import annotations
-import functools, gc, math, numbers, os, re, socket, sys, time, traceback, warnings
+import functools, gc, inspect, math, numbers, os, re, socket, sys, threading, time, traceback, warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable
@@ -22,9 +22,8 @@ from .core import (ColabT4Error, cuda_sync, oom_kind, require, ArgumentTypeError
                               check_seq, check_str, check_type)
 from .timing import benchmark
 
-
 # %% auto #0
-__all__ = ['BatchSizeError', 'NothingFits', 'free_memory', 'BatchSizeResult', 'find_batch_size', 'find_max_size',
+__all__ = ['T4_MEMORY', 'BatchSizeError', 'NothingFits', 'free_memory', 'BatchSizeResult', 'find_batch_size', 'find_max_size',
            'auto_batch_size', 'Accumulation', 'accumulation', 'usable_memory', 'cap_memory', 'peak_memory',
            'memory_report', 'checkpoint_every', 'checkpoint_report', 'split_model', 'launch_ddp', 'allreduce_check',
            'tf_memory_growth', 'synthetic_step']
@@ -347,29 +346,55 @@ def accumulation(target:int, # the effective batch size wanted
     base, extra = divmod(target, n)
     return Accumulation(target, [base + 1] * extra + [base] * (n - extra))
 
+# %% ../nbs/02_memory.ipynb #305ce197
+T4_MEMORY = [  # (figure, GiB as its source prints it, where it was seen): a Colab T4's memory
+    ('nvidia-smi total', 15360 / 1024,
+     "nvidia-smi on Colab's T4, reading 't4_colab_nvidia-smi_2023.txt' (15109 MiB: 2021's driver)"),
+    ('total_memory', 14.74,
+     'github.com/Beomi/KoAlpaca/issues/112, free Colab T4, 2025-12: '
+     '"GPU 0 has a total capacity of 14.74 GiB of which 238.12 MiB is free"'),
+    ('PyTorch can reserve', 14.61,
+     'github.com/camenduru/Fooocus-colab/issues/4, Colab T4, 2023-09: "14.75 GiB total capacity; '
+     '14.18 GiB already allocated; 832.00 KiB free; 14.61 GiB reserved in total by PyTorch"'),
+    ('total_memory', 14.56,
+     'github.com/facebookresearch/tribev2/issues/28, Colab, 2026-04: '
+     '"GPU 0 has a total capacity of 14.56 GiB of which 29.81 MiB is free"'),
+    ('PyTorch can reserve', 14.43,
+     'the same message: 13.86 GiB allocated by PyTorch, 558.41 MiB reserved but unallocated, '
+     'and the 29.81 MiB free'),
+]
+
 # %% ../nbs/02_memory.ipynb #9f5ec0a6
-REPORTED_MIB = {'T4': 15360, 'K80': 11441, 'H200': 143771}  # total memory the driver reports, recorded (see `reading`)
+REPORTED_MIB = {'T4': 15360, 'K80': 11441, 'H200': 143771}  # nvidia-smi's total, recorded (see `reading`)
+
+def _t4_bytes(figure:str)->int:
+    "The smallest `figure` of `T4_MEMORY`, in bytes (whole MiB)."
+    return min(int(gib * 1024) for f, gib, _ in T4_MEMORY if f == figure) * 2**20
 
 # %% ../nbs/02_memory.ipynb #afc9b5d4
 def usable_memory(device='T4', # a card's name ('T4', 'Tesla T4'), a GPU here, a spec row: see `as_card`
+                  reserve:bool=False, # what PyTorch's allocator can hold, the CUDA context left out
                  )->int:
-    "Bytes of GPU memory a program on `device` sees: the driver's recorded total, else 15/16 of the datasheet's size."
+    "Bytes of GPU memory PyTorch sees on `device` (`total_memory`), or can `reserve` there."
     spec = as_card(device).spec
     if spec is None:
         raise UnknownGPUError(f'device={device!r} is not a card of the spec table: pass a name '
                               "such as 'T4' or 'Tesla T4'.")
+    check_flag('reserve', reserve)
+    if spec.key == 'T4': return _t4_bytes('PyTorch can reserve' if reserve else 'total_memory')
     if spec.key in REPORTED_MIB: return REPORTED_MIB[spec.key] * 2**20
     warnings.warn(f'No recorded reading for {spec.key}: estimating its usable memory as 15/16 '
                   f'of the {spec.mem_gb} GB datasheet figure.')
     return int(spec.mem_gb * 2**30 * 15 / 16)
 
-
 # %% ../nbs/02_memory.ipynb #8d35e47a
+_CAPS, _CAPS_LOCK = {}, threading.Lock()  # (torch.cuda, device): [fraction found, caps open there]
+
 class cap_memory:
-    "Hold PyTorch's allocations on `device` to what the card `like` offers; the previous cap comes back on exit or `.restore()`."
+    "Hold PyTorch's reserve on `device` to what the card `like` allows; the tightest cap holds."
     _cuda = torch.cuda  # tests patch a stand-in here
 
-    def __init__(self, like:str|int='T4', # the card to imitate (see `usable_memory`), or a number of bytes
+    def __init__(self, like:str|int='T4', # the card to imitate (see `usable_memory`), or bytes
                  device:int|str|None=None, # CUDA device; default the current one
                 ):
         if not self._cuda.is_available():
@@ -379,20 +404,39 @@ class cap_memory:
         if bytes_given: like = check_int('like', like, 1, 2**50)
         if isinstance(device, str) and not re.fullmatch(r'cuda(:\d+)?', device.strip()):
             raise DeviceError(f"device is a CUDA device ('cuda:0', 0) or None, got {device=}")
-        if not isinstance(device, str): device = check_int('device', device, hi=1023, none=True)
+        if isinstance(device, str): device = int(device.strip()[5:] or self._cuda.current_device())
+        device = check_int('device', device, hi=1023, none=True)
+        self._cuda = self._cuda  # the same torch.cuda (or stand-in) for the restore
         self.device = self._cuda.current_device() if device is None else device
-        self.total = self._cuda.get_device_properties(self.device).total_memory
-        self.limit = like if bytes_given else usable_memory(like)
+        real = inspect.unwrap(self._cuda.get_device_properties)  # the card, not a rehearsal's T4
+        self.total = real(self.device).total_memory
+        self.limit = like if bytes_given else usable_memory(like, reserve=True)
         if self.limit > self.total:
             raise ColabT4Error(f'Cannot cap at like={like!r}: {self.limit / 2**30:.1f} GiB '
                                f'is more than this GPU has ({self.total / 2**30:.1f} GiB).')
-        get = getattr(self._cuda, 'get_per_process_memory_fraction', None)
-        self.previous = get(self.device) if get else 1.0
         self.fraction = self.limit / self.total
-        if self._cuda.is_initialized(): self._cuda.empty_cache()
-        self._cuda.set_per_process_memory_fraction(self.fraction, self.device)
+        get = getattr(self._cuda, 'get_per_process_memory_fraction', None)
+        with _CAPS_LOCK:
+            self.previous = get(self.device) if get else 1.0
+            _CAPS.setdefault((self._cuda, self.device), [self.previous, []])[1].append(self)
+            if self._cuda.is_initialized(): self._cuda.empty_cache()
+            self._hold()
 
-    def restore(self): self._cuda.set_per_process_memory_fraction(self.previous, self.device)
+    def _hold(self):
+        "Set the tightest fraction of the caps open on this device, or the one found before them."
+        key = (self._cuda, self.device)
+        found, caps = _CAPS[key]
+        self._cuda.set_per_process_memory_fraction(min((c.fraction for c in caps), default=found),
+                                                   self.device)
+        if not caps: del _CAPS[key]
+
+    def restore(self):
+        "Lift this cap: the tightest other cap open holds, or the fraction from before them all."
+        with _CAPS_LOCK:
+            open_here = _CAPS.get((self._cuda, self.device), [None, []])[1]
+            if self in open_here:
+                open_here.remove(self)
+                self._hold()
     def __enter__(self): return self
     def __exit__(self, *exc): self.restore()
     def __repr__(self):

@@ -21,7 +21,8 @@ from fastcore.basics import patch
 from .allocation import NoGPUError, parse_smi_csv
 from .core import (ColabT4Error, state_dir, stop_on_signals, check_callable,
                               check_choice, check_flag,
-                              check_int, check_num, check_path, check_seq, check_type)
+                              check_int, check_num, check_path, check_seq, check_type,
+                              open_regular)
 from .ledger import LedgerError, UsageLedger
 from .timing import benchmark
 
@@ -392,7 +393,10 @@ class GPUMonitor:
         self.interval = _check_interval(interval)
         E = MonitorError
         max_rows = check_int('max_rows', max_rows, 1, 10**8, err=E)
-        csv, gpus = check_path('csv', csv, none=True, err=E), _check_gpus(gpus)
+        # a named pipe would block the CSV's first read, or the ledger's
+        csv, gpus = check_path('csv', csv, none=True, err=E, kind='file'), _check_gpus(gpus)
+        if isinstance(ledger, (str, os.PathLike)):
+            ledger = check_path('ledger', ledger, err=E, kind='file')
         torch_memory = check_flag('torch_memory', torch_memory, err=E)
         live = check_flag('live', live, err=E)
         busy_util = check_num('busy_util', busy_util, 0, 100, eq=True, err=E)
@@ -602,6 +606,8 @@ def run_once(self:GPUMonitor)->list[tuple]:
 def read_csv(path:str|Path # a CSV written by `GPUMonitor(csv=...)`
             )->pd.DataFrame:
     "Samples from a monitor CSV, in the layout of `GPUMonitor.df`."
+    if isinstance(path, (str, os.PathLike)):  # a named pipe would block the read
+        path = check_path('path', path, err=MonitorError, kind='file')
     try: raw = pd.read_csv(path, dtype={'name': object, 'reasons': object}, keep_default_na=False,
                            na_values={c: [''] for c in FIELDS})
     except (OSError, ValueError) as e:
@@ -818,12 +824,9 @@ def _writable(path:Path, what:str, name:str):
     "Raise `MonitorError` unless `path` can be written: an existing file opened to append, else a probe file beside it."
     fix = f'Pass as {name} a {what} path in a folder you can write.'
     if path.is_dir(): raise MonitorError(f'Cannot write the {what} {path}: it is a folder. {fix}')
-    if path.exists() and not path.is_file():  # a named pipe would block the open below
-        raise MonitorError(f'Cannot write the {what} {path}: it is not a regular file (a pipe, a '
-                           f'socket or a device). {fix}')
     try:
         if path.exists():
-            with open(path, 'ab'): pass
+            with open_regular(path, 'ab'): pass  # a named pipe is refused, not waited on
             return
         d = path.parent
         while not d.exists(): d = d.parent  # the folders that are missing are created when writing
@@ -928,7 +931,7 @@ def _wait(mon:GPUMonitor, duration, every):
             print(status_text(mon.latest(), mon.names), flush=True); nxt += every
 
 # %% ../nbs/06a_monitoring.ipynb #41ecb501
-def _report(mon:GPUMonitor, csv:str|None, plot_path:str|None)->int:
+def _report(mon:GPUMonitor, csv:Path|None, plot_path:Path|None)->int:
     "After a stopped run: print the summary, save the plot, say where the samples are; the exit status."
     df, failed = mon.df, []
     print(summarize(df).round(1).to_string() if len(df) else 'No samples.')
@@ -936,7 +939,7 @@ def _report(mon:GPUMonitor, csv:str|None, plot_path:str|None)->int:
         try: plot_samples(df).savefig(plot_path, dpi=100); print(f'Plot saved to {plot_path}')
         except (OSError, ValueError) as e: failed.append(f'the plot {plot_path} ({e})')
     if csv and mon.unwritten: failed.append(f'{mon.unwritten} sample(s) to {csv}')
-    elif csv and not Path(csv).is_file(): failed.append(f'the samples to {csv} (it is gone)')
+    elif csv and not csv.is_file(): failed.append(f'the samples to {csv} (it is gone)')
     elif csv:
         again = (f' (removed during the run: written again {mon.csv_recreated} time(s))'
                  if mon.csv_recreated else '')
@@ -959,9 +962,12 @@ def run_monitor(interval:float=1.0, # seconds between samples
                 force:bool=False, # replace an existing plot file
                )->int:
     "Monitor, print status lines and a summary, save CSV and plot; the exit status. No GPU: `NoGPUError`."
-    duration = check_num('duration', duration, 0, 366 * 24 * 3600, none=True, err=MonitorError)
-    check_type('csv', csv, (str, os.PathLike), 'a path', none=True, err=MonitorError)
-    check_type('ledger', ledger, (str, os.PathLike), 'a path', none=True, err=MonitorError)
+    E = MonitorError
+    duration = check_num('duration', duration, 0, 366 * 24 * 3600, none=True, err=E)
+    # `~` expanded once, here: the checks, the writes and the messages all use these paths
+    csv = check_path('csv', csv, none=True, err=E)
+    plot_path = check_path('plot_path', plot_path, none=True, err=E)
+    if ledger != '': ledger = check_path('ledger', ledger, none=True, err=E)  # '': the default
     mon = GPUMonitor(interval, csv=csv, ledger=None if ledger is None else (ledger or True),
                      sources=sources)
     every = _check_every(every, mon.interval)

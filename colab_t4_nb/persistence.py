@@ -21,13 +21,12 @@ from fastcore.meta import delegates
 from .core import (COLAB_DRIVE, ColabT4Error, ArgumentError, ArgumentTypeError, stop_on_signals,
                               atomic_write, oom_kind, runtime,
                               state_dir, check_callable, check_choice, check_flag, check_int,
-                              check_num, check_path, check_seq, check_stateful, check_str,
-                              check_type)
+                              check_name, check_num, check_path, check_seq, check_stateful,
+                              check_str, check_type, open_regular)
 from .checkpoint_format import (CHECKSUMS, Checkpoint, CheckpointCorrupt, CheckpointError,
                                            CheckpointMismatch, CheckpointWarning, CheckpointWriteError,
                                            NoCheckpoint, read_trailer, verify_file, write_checkpoint,
                                            write_error)
-
 
 # %% auto #0
 __all__ = ['DEFAULT_EVERY_MINUTES', 'rng_state', 'set_rng_state', 'CheckpointDir', 'FolderInUse', 'CheckpointManager', 'Resumed',
@@ -102,6 +101,17 @@ _NAME_RE = re.compile(r'ckpt-\d{9,}\.pt')
 # names that mark the manager's files
 _MANIFEST, _OWNER = 'colab_t4_nb-manifest.json', '.colab_t4_nb-owner.json'
 
+_DRIVE_ROOTS = ('MyDrive', 'Shareddrives')  # the folders a Google Drive mount shows
+
+def _drive_root(p:Path)->Path|None:
+    "In Colab, the `MyDrive` (or `Shareddrives`) of the Drive mount holding `p`, wherever mounted."
+    if runtime() != 'colab': return None
+    return next((a for a in reversed((p, *p.parents)) if a.name in _DRIVE_ROOTS), None)
+
+def _read(p:Path)->str:
+    "The text of the regular file `p` (an `OSError` for a named pipe, which would never end)."
+    with open_regular(p) as f: return f.read().decode()
+
 def _shown(p:Path)->str:
     "`p` as a user would name it: relative to the working folder when inside it."
     r = os.path.relpath(p)
@@ -122,11 +132,10 @@ class CheckpointDir:
         self._verified, self._deleting, self._owned, self._busy = {}, None, False, False
         self._retiring = None  # (files being deleted, checkpoints listed) of the last rotation
         # files this run wrote; files it found and did not write
-        self._written, self._found = set(), set()
-        self.on_drive = (runtime() == 'colab'
-                         and (COLAB_DRIVE/'MyDrive') in self.path.absolute().parents)
+        self._written, self._found, self._told = set(), set(), set()
         # a folder that must be there to write here: Drive's MyDrive, gone when Drive unmounts
-        self.mount = COLAB_DRIVE/'MyDrive' if self.on_drive else None
+        self.mount = _drive_root(self.path)
+        self.on_drive = self.mount is not None
 
     @property
     def manifest(self)->Path: return self.path/_MANIFEST
@@ -140,7 +149,7 @@ class CheckpointDir:
     def _owner(self)->tuple:
         "The folder's owner record ({} while it is unreadable) and its age in seconds; (None, None) when it has none."
         try:
-            with open(self.owner_file, 'rb') as f:
+            with open_regular(self.owner_file) as f:
                 age, text = time.time() - os.fstat(f.fileno()).st_mtime, f.read()
         except FileNotFoundError: return None, None
         try: rec = json.loads(text)
@@ -166,7 +175,8 @@ class CheckpointDir:
 
     def _may_write(self)->bool:
         "True when no other run is writing the folder (its manifest may be rebuilt)."
-        rec, age = self._owner()
+        try: rec, age = self._owner()
+        except OSError: return False  # an owner record that cannot be read: keep off
         if rec is None or rec.get('run') == self.run: return True
         # a manager of this process
         if rec.get('host') == socket.gethostname() and rec.get('pid') == os.getpid():
@@ -176,16 +186,17 @@ class CheckpointDir:
 
     def _read_manifest(self)->tuple:
         "(entries, None) or (None, what is wrong with the manifest); a folder of an older version has `manifest.json`."
-        try: data = json.loads(self.manifest.read_text())
+        try: data = json.loads(_read(self.manifest))
         except FileNotFoundError:
-            try: text = (self.path/'manifest.json').read_text()
-            except OSError: return None, 'is missing'
+            try: text = _read(self.path/'manifest.json')
+            except (OSError, ValueError): return None, 'is missing'
             if not _ours(text): return None, 'is missing'  # a manifest.json of the user's own
             data = json.loads(text)
         except (OSError, ValueError) as e: return None, f'is unreadable ({type(e).__name__}: {e})'
         ok = (isinstance(data, dict) and data.get('format') == _FORMAT
               and isinstance(data.get('checkpoints'), list))
         ok = ok and all(isinstance(e, dict) and all(isinstance(e.get(k), t) for k, t in _ENTRY.items())
+                        and isinstance(e.get('run', ''), str)
                         and _NAME_RE.fullmatch(e['file']) for e in data['checkpoints'])
         if ok:
             try:
@@ -198,7 +209,7 @@ class CheckpointDir:
     def _write_manifest(self, cks:list, retired:list=()):
         "Write the manifest listing `cks`, and the `retired` files being deleted (to finish)."
         data = {'format': _FORMAT, 'written': datetime.now(timezone.utc).isoformat(timespec='seconds'),
-                'checkpoints': [{**c.as_dict(),
+                'checkpoints': [{**c.as_dict(), **({'run': c.run} if c.run else {}),
                                  **({'found': True} if c.path.name in self._found else {})}
                                 for c in cks], **({'retired': list(retired)} if retired else {})}
         with atomic_write(self.manifest, tmp_prefix=self._tmp()) as f:
@@ -206,12 +217,12 @@ class CheckpointDir:
         # an older version's manifest, now superseded; one of the user's stays
         old = self.path/'manifest.json'
         try:
-            if old.exists() and _ours(old.read_text()): old.unlink()
-        except OSError: pass
+            if old.exists() and _ours(_read(old)): old.unlink()
+        except (OSError, ValueError): pass
 
     def _retired(self)->list[str]:
         "The files the last save was deleting, as its manifest says, that are still those very files."
-        try: data = json.loads(self.manifest.read_text())
+        try: data = json.loads(_read(self.manifest))
         except (OSError, ValueError): return []
         entries = data.get('retired', []) if isinstance(data, dict) else []
         out = []
@@ -253,6 +264,19 @@ class CheckpointDir:
         foreign = self._found - self._written  # files found here, of unknown or other runs
         return next((c.run for c in cks if c.run and c.path.name not in foreign), None)
 
+    def _foreign(self, c:Checkpoint, ours:str|None, how:str,
+                 use:str='Being the newest, it is used')->bool:
+        "True when `c` comes from a run other than `ours`: kept out of the rotation, named once."
+        if not (c.run and ours and c.run != ours): return False
+        self._found.add(c.path.name)  # not this run's to rotate away
+        if (c.path.name, c.seq, c.run) not in self._told:
+            self._told.add((c.path.name, c.seq, c.run))
+            _warn(f'{c.path} (save {c.seq}, step {c.step}) {how} and comes from another training '
+                  f'run ({c.run}; the checkpoints listed here are from {ours}). {use}; it is kept '
+                  f'out of the rotation. If it was copied here by mistake, move it out of '
+                  f'{self.path}.')
+        return True
+
     def _mkdir(self):
         try: self.path.mkdir(parents=True, exist_ok=True)
         except OSError as e: raise write_error(e, self.path, making=True) from e
@@ -263,6 +287,7 @@ class CheckpointDir:
 
     def _set_aside(self, p:Path, why:str):
         "Rename the damaged checkpoint `p` to `damaged-<name>` (out of rotation's reach), with a warning."
+        if not p.is_file(): return  # a named pipe, a socket: not a checkpoint, and left alone
         dst, n = p.with_name(f'damaged-{p.name}'), 1
         while dst.exists(): dst, n = p.with_name(f'damaged-{n}-{p.name}'), n + 1
         try: os.rename(p, dst)
@@ -431,7 +456,8 @@ def release(self:CheckpointDir):
     "Give the folder up: remove this run's owner record, so that another run may save there."
     with _OWNERS_LOCK:
         self.wait()
-        rec, _ = self._owner()
+        try: rec, _ = self._owner()
+        except OSError: rec = None  # not a record this run wrote
         if self._owned and rec and rec.get('run') == self.run:
             self.owner_file.unlink(missing_ok=True)
         self._owned = False
@@ -474,10 +500,10 @@ def verify(self:CheckpointDir, c:Checkpoint)->str|None:
 def checkpoints(self:CheckpointDir)->list[Checkpoint]:
     "The checkpoints of this folder, newest first: the manifest, checked against the files' trailers."
     files = {p.name: read_trailer(p) for p in self.path.glob('ckpt-*.pt')
-             if _NAME_RE.fullmatch(p.name)}
+             if _NAME_RE.fullmatch(p.name) and p.is_file()}  # a named pipe so named is skipped
     listed, problem = self._read_manifest()
     if listed is None: return self._rebuild(problem, files) if files else []
-    out, changed = {}, False
+    out, changed, todo = {}, False, []  # todo: (file, the run it should be of, how it came)
     for e in listed:
         name, t = e['file'], files.get(e['file'], 'gone')
         if e.get('found'): self._found.add(name)
@@ -488,22 +514,22 @@ def checkpoints(self:CheckpointDir)->list[Checkpoint]:
         elif t is None: out[name] = Checkpoint(self.path/name, e['step'], e['seq'], e['size'],
                                                e['checksum'])
         elif t.as_dict() == {k: e[k] for k in _ENTRY}: out[name] = t
-        # saved again at this step; manifest update interrupted
-        elif t.seq > e['seq']: out[name], changed = t, True
+        # saved again at this step, manifest update interrupted; or another run's file put there
+        elif t.seq > e['seq']:
+            out[name], changed = t, True
+            todo.append((t, e.get('run'), 'replaced the checkpoint of that name listed in '
+                                          f'{self.manifest.name}'))
         else: return self._rebuild(f'does not match {name} (edited by hand?)', files)
     listed = sorted(out.values(), key=lambda c: c.seq, reverse=True)
-    ours = self._lineage(listed)
+    ours = self._lineage([c for c in listed if all(c is not t for t, _, _ in todo)])
     for name, t in files.items():
         if name in out or t is None or t.seq <= (listed[0].seq if listed else -1): continue
-        out[name], changed = t, True  # saved after the manifest was last written...
-        if t.run and ours and t.run != ours:  # ...or copied in from another training run
-            self._found.add(name)  # not this run's to rotate away
-            _warn(f'{self.path/name} (save {t.seq}, step {t.step}) is not listed in '
-                  f'{self.manifest.name} and comes from another training run ({t.run}; the '
-                  f'checkpoints listed here are from {ours}). Being the newest, it is used, and '
-                  'kept out of the rotation; if it was copied here by mistake, move it out of '
-                  f'{self.path}.')
+        out[name], changed = t, True  # saved after the manifest was last written, or copied in
+        todo.append((t, None, f'is not listed in {self.manifest.name}'))
     res = sorted(out.values(), key=lambda c: c.seq, reverse=True)
+    for t, run, how in todo:
+        self._foreign(t, run or ours, how,
+                      'Being the newest, it is used' if t is res[0] else 'It stays listed')
     if changed: self._try_write_manifest(res)
     return res
 
@@ -586,19 +612,19 @@ class CheckpointManager:
                  name:str|None=None, # subfolder of the default folder; default a new one for each run
                  take_over:bool=False, # take the folders from another run that may still hold them
                 ):
-        name = check_str('name', name, none=True)
+        name = check_name('name', name, none=True)
         if name is not None and path is not None:
             raise ArgumentError(f'name={name!r} names a folder under the default one, and path='
                                 f'{str(path)!r} is the folder itself: give one of them.')
         if name is None: name = _run_name()
-        if name in ('.', '..') or set(name) & {'/', '\\'}:
-            raise ArgumentError('name must be a folder name (no slashes), such as "run", got '
-                                f'{name!r}.')
         path, mirror = check_path('path', path, none=True), check_path('mirror', mirror, none=True)
         self.local = CheckpointDir(state_dir()/'checkpoints'/name if path is None else path,
                                    keep, checksum,
                                    take_over)
         self.mirror = None if mirror is None else CheckpointDir(mirror, keep, checksum, take_over)
+        if mirror is not None and os.path.realpath(self.mirror.path) == os.path.realpath(self.path):
+            raise ArgumentError(f'mirror={str(mirror)!r} is the checkpoint folder itself: give the '
+                                'mirror a folder of its own (on Drive, say).')
         self._thread = self._error = self._host = None
         self.last_saved = self.last_loaded = self.mirror_error = None
         _live.add(self)
@@ -691,10 +717,10 @@ def _not_a_checkpoint(p:Path)->CheckpointError:
                             '`ckpt.local.checkpoints()`, or leave checkpoint=None for the newest '
                             'that verifies.')
     if not p.is_file():
-        return CheckpointCorrupt(f'checkpoint={str(p)!r} is not a file: pass a checkpoint file, '
-                                 'not a folder.')
+        return CheckpointCorrupt(f'checkpoint={str(p)!r} is not a file (a folder, a named pipe): '
+                                 'pass a checkpoint file.')
     try:
-        with open(p, 'rb') as f:
+        with open_regular(p) as f:
             n = f.seek(0, os.SEEK_END)
             f.seek(max(0, n - (1 << 16)))
             tail = f.read()
@@ -810,6 +836,11 @@ def load(self:CheckpointManager, model=None, optimizer=None, scaler=None,
     check_type('checkpoint', checkpoint, kinds, 'a Checkpoint or a path', none=True)
     self._settle()
     c = self._pick(checkpoint)
+    for d in self._dirs():  # the run its trailer names, checked on every load
+        if os.path.realpath(c.path.parent) == os.path.realpath(d.path):
+            d._foreign(c, d._lineage(self._listing(d)), 'was picked to load',
+                       'It is loaded, as asked' if checkpoint is not None else
+                       'Being the newest, it is loaded')
     try: st = torch.load(c.path, map_location='cpu', weights_only=weights_only)
     except pickle.UnpicklingError as e:
         raise CheckpointError(f'{c.path} holds objects that torch.load(weights_only=True) refuses '
@@ -939,7 +970,7 @@ def copy_in(self:CheckpointDir, c:Checkpoint)->Checkpoint:
         self.own()
         self._clean_tmp()
         old = self.checkpoints()
-        with open(c.path, 'rb') as src, atomic_write(dst, check, tmp_prefix=self._tmp()) as f:
+        with open_regular(c.path) as src, atomic_write(dst, check, tmp_prefix=self._tmp()) as f:
             shutil.copyfileobj(src, f, 16 << 20)
         self._written.add(dst.name)
         new = replace(c, path=dst)
@@ -962,7 +993,9 @@ def drive_checkpoints(name:str|None=None, # the run's folder name; default a new
                      )->CheckpointManager:
     "A `CheckpointManager` that in Colab keeps a verified copy of each checkpoint on Google Drive (mounted if needed)."
     mountpoint, local = check_path('mountpoint', mountpoint), check_path('local', local, none=True)
-    if not check_str('folder', folder).strip('/') or '..' in Path(folder).parts:
+    name = check_name('name', name, none=True)  # in Colab as elsewhere: never '..' or a path
+    if (not check_str('folder', folder).strip('/') or '..' in Path(folder).parts
+            or Path(folder).is_absolute()):
         raise ArgumentError('folder must be a folder path under MyDrive such as '
                             f'"colab_t4_nb/checkpoints", got {folder!r}.')
     new, name = name is None, _run_name() if name is None else name
@@ -1153,7 +1186,13 @@ def run_resumable(step_fn:Callable, # step_fn(step), data from `step` alone; ste
         if loader is not None:
             fresh, batches = batches is None, iter(loader) if batches is None else batches
             if (batch := next(batches, batches)) is batches:  # the epoch is over
-                if fresh: raise ArgumentError(f'loader gave no batches: {loader.loader!r}.')
+                if fresh and not loader._given:  # (a resumed epoch may end with its last skipped batch)
+                    used = loader.epoch and callable(getattr(loader.loader, '__next__', None))
+                    raise ArgumentError(f'loader {loader.loader!r} is an iterator, used up by the '
+                                        'epochs before: it cannot start another. Give an iterable '
+                                        'that starts again at each iter() (a DataLoader, a list), '
+                                        'or fewer steps.' if used else
+                                        f'loader gave no batches: {loader.loader!r}.')
                 batches = None
                 continue
         try: step_fn(step) if loader is None else step_fn(step, batch)
@@ -1202,6 +1241,59 @@ def _generators(loader)->list:
         if isinstance(g, torch.Generator) and not any(g is f for f in found): found.append(g)
     return found
 
+# %% ../nbs/05a_persistence.ipynb #fca7ef7b
+class _WorkerSeeds:
+    "A persistent loader's `worker_init_fn`: each epoch, workers reseed from the run's seed and the epoch."
+    def __init__(self, init_fn:Callable|None, # the loader's own `worker_init_fn`, run first
+                 workers:int, # the loader's `num_workers`
+                ):
+        # shared with the workers: the epoch, the run's seed, the epoch each worker reseeded for
+        self.init_fn, self.shared = init_fn, torch.tensor([0, 0] + [-1] * workers).share_memory_()
+
+    @classmethod
+    def install(cls, loader)->_WorkerSeeds:
+        "Make `loader`'s workers reseed at each epoch; they must not have started."
+        if isinstance(loader.worker_init_fn, cls): return loader.worker_init_fn  # wrapped before
+        if getattr(loader, '_iterator', None) is not None:
+            raise ArgumentError('loader keeps persistent workers that have already started (it was '
+                                'iterated before being made resumable); their random streams '
+                                'cannot be resumed. Make it resumable before its first epoch, or '
+                                'make the DataLoader again.')
+        kind = getattr(torch.utils.data, '_DatasetKind', None)
+        if not callable(getattr(kind, 'create_fetcher', None)):
+            raise ArgumentError(f'This torch ({torch.__version__}) starts the epochs of persistent '
+                                'workers in a way ResumableLoader does not know, so a resume would '
+                                'not be exact: make the DataLoader with persistent_workers=False.')
+        loader.worker_init_fn = cls(loader.worker_init_fn, loader.num_workers)
+        return loader.worker_init_fn
+
+    def __call__(self, worker_id:int):  # in each worker, as it starts
+        if self.init_fn is not None: self.init_fn(worker_id)
+        kind = torch.utils.data._DatasetKind
+        make = kind.create_fetcher
+        def create_fetcher(*args, **kwargs):  # as the worker starts, and as each epoch begins
+            self.reseed(worker_id)
+            return make(*args, **kwargs)
+        kind.create_fetcher = staticmethod(create_fetcher)  # in this worker process alone
+
+    def reseed(self, worker_id:int):
+        "Seed this worker's Python, NumPy and torch generators for the loader's epoch."
+        epoch, seed = self.shared[:2].tolist()
+        seq = np.random.SeedSequence([seed, epoch, worker_id])
+        s = int(seq.generate_state(1, np.uint64)[0])
+        random.seed(s)
+        torch.manual_seed(s)
+        np.random.seed(seq.generate_state(4))
+        self.shared[2 + worker_id] = epoch
+
+    def check(self, epoch:int):
+        "Raise unless a worker reseeded for `epoch`; called once a batch of it has arrived."
+        if not (self.shared[2:] == epoch).any():
+            raise CheckpointError(f"The loader's persistent workers did not reseed for epoch "
+                                  f'{epoch}: this torch ({torch.__version__}) starts their epochs '
+                                  'in a way ResumableLoader does not know, and a resume would not '
+                                  'be exact. Make the DataLoader with persistent_workers=False.')
+
 # %% ../nbs/05a_persistence.ipynb #b293a0d2
 class ResumableLoader:
     "A data loader that resumes mid-epoch as an uninterrupted run goes on: same order, next batch."
@@ -1215,11 +1307,19 @@ class ResumableLoader:
         self.loader, self._done, self.epoch = loader, done, 0
         self._resume, self._begun, self._given, self._over = None, False, 0, False
         self._start, self._before = None, {}  # the epoch's first states; states before batch i
+        keeps = isinstance(loader, torch.utils.data.DataLoader) and loader.persistent_workers \
+            and loader.num_workers > 0
+        self._seeds = _WorkerSeeds.install(loader) if keeps else None
+        self._run = None  # persistent workers: the run's seed for them, the epoch it was drawn in
 
     def __len__(self): return len(self.loader)
     def __getattr__(self, k):  # the loader's `sampler`, `batch_size`..., for the frameworks' checks
         if k == 'loader' or k.startswith('__'): raise AttributeError(k)
         return getattr(self.loader, k)
+    @property
+    def _iterator(self): return self.loader._iterator  # a DataLoader's persistent workers, which
+    @_iterator.setter                                   # Lightning shuts down as a fit ends
+    def _iterator(self, it): self.loader._iterator = it
 
     @property
     def _stateful(self)->bool:  # torchdata's StatefulDataLoader: it keeps its own position
@@ -1247,9 +1347,37 @@ class ResumableLoader:
         for g, s in zip(gens, snap['generators']): g.set_state(s)
         set_rng_state(snap['rng'])
 
+    def _iter_loader(self, own:bool=False):
+        "An epoch of the loader (`own`: from its own state); persistent workers reseed for it."
+        if self._seeds is None: return iter(self.loader)
+        if self._run is None: self._run = {'seed': 0, 'since': self.epoch}
+        if self.epoch == self._run['since']:  # the one draw a DataLoader makes as its workers start
+            self._run['seed'] = torch.empty((), dtype=torch.int64).random_(
+                generator=self.loader.generator).item()
+        self._seeds.shared[:2] = torch.tensor([self.epoch, self._run['seed']])
+        if self.loader._iterator is None and self.epoch > self._run['since'] and not own:
+            # the run's workers started epochs ago: start them, then begin this epoch as they did
+            snap = self._snapshot()
+            self._workers_iter()
+            self._put_back(snap)
+        return self._workers_iter()
+
+    def _workers_iter(self):
+        "iter(loader), drawing no random number of the run if its workers start."
+        g = self.loader.generator
+        self.loader.generator = torch.Generator().manual_seed(self._run['seed'])
+        try: return iter(self.loader)
+        finally: self.loader.generator = g
+
+    def _next(self, it):
+        "The next batch of `it`, or `it` at the epoch's end."
+        batch = next(it, it)
+        if self._seeds is not None and batch is not it: self._seeds.check(self.epoch)
+        return batch
+
     def __iter__(self):
         r, self._resume = self._resume, None
-        if r is not None: self.epoch = r['epoch']
+        if r is not None: self.epoch, self._run = r['epoch'], dict(r.get('workers') or {}) or None
         elif self._begun: self.epoch += 1
         self._begun, self._over, self._before, skip = True, False, {}, 0
         if r is not None and r['batches']:  # mid-epoch: the epoch again from its start
@@ -1260,9 +1388,12 @@ class ResumableLoader:
         if callable(getattr(getattr(self.loader, 'sampler', None), 'set_epoch', None)):
             self.loader.sampler.set_epoch(self.epoch)  # a DistributedSampler's order
         self._start = r['start'] if skip else self._snapshot()
-        it = iter(self.loader)
-        if skip and not self._stateful:
-            for _ in range(skip): next(it)  # the epoch's order, drawn again from its start
+        it = self._iter_loader(own=bool(skip) and self._stateful)
+        for i in range(0 if self._stateful else skip):  # the epoch's order, drawn again
+            if self._next(it) is it:
+                raise CheckpointMismatch(f'The loader ended the epoch after {i} batches, before '
+                                         f'the {skip} trained when the checkpoint was saved: '
+                                         'resume with the data the run was saved with.')
         if skip: set_rng_state(r['before']['rng'])  # the random state the next batch was fetched with
         self._given, pending = skip, it  # pending: a batch fetched ahead, or `it` for none
         try: n = len(self.loader)
@@ -1271,14 +1402,14 @@ class ResumableLoader:
             if pending is it:
                 self._before[self._given] = self._here()
                 for k in [k for k in self._before if k < self._given - 4]: del self._before[k]
-                batch = next(it, it)
+                batch = self._next(it)
                 if skip and r['fetched']: set_rng_state(r['now']['rng'])  # fetched ahead of training
                 skip = 0
             else: batch, pending = pending, it
             if batch is it: break
             self._given += 1
             if self._given == n:  # end the epoch now: torch's RandomSampler draws as it ends
-                pending = next(it, it)
+                pending = self._next(it)
                 self._over = pending is it
             yield batch
         self._over = True
@@ -1290,9 +1421,10 @@ def state_dict(self:ResumableLoader)->dict:
     done = self._given if self._done is None else self._done()
     try: full = done >= len(self.loader)
     except TypeError: full = self._over and done >= self._given  # no length: the end was reached
+    workers = {'workers': dict(self._run)} if self._seeds is not None and self._run else {}
     if not self._begun or full:  # between epochs: the next one starts from the states of now
         return {'epoch': self.epoch + self._begun, 'batches': 0, 'now': self._snapshot(),
-                **self._shape()}
+                **self._shape(), **workers}
     before = self._before.get(done)
     if before is None and done == self._given:  # the next batch is fetched after now
         before = self._here()
@@ -1300,22 +1432,53 @@ def state_dict(self:ResumableLoader)->dict:
         raise CheckpointError(f'The loader cannot say where batch {done} of the epoch was (it '
                               f'has handed out {self._given}): save after a batch is trained.')
     return {'epoch': self.epoch, 'batches': done, 'start': self._start, 'before': before,
-            'fetched': done < self._given, 'now': self._snapshot(), **self._shape()}
+            'fetched': done < self._given, 'now': self._snapshot(), **self._shape(), **workers}
+
+# %% ../nbs/05a_persistence.ipynb #5419df7a
+# the kinds of value a ResumableLoader state holds: (a test, its name), or a dict of kinds by key
+def _is(types, what:str)->tuple: return (lambda v: isinstance(v, types)), what
+_COUNT = (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0), 'a count'
+_TENSOR = _is(torch.Tensor, 'a tensor')
+_RNG = {'python': _is((tuple, list), 'a tuple'), 'torch': _TENSOR,
+        'numpy': {'kind': _is(str, 'a string'), 'keys': _TENSOR, 'pos': _COUNT,
+                  'has_gauss': _COUNT, 'gauss': _is(float, 'a float')}}
+_TENSORS = (lambda v: isinstance(v, (list, tuple)) and all(isinstance(t, torch.Tensor) for t in v),
+            'a list of tensors')
+_SNAP = {'rng': _RNG, 'generators': _TENSORS}
+
+def _problem(v, kind, where:str)->str|None:
+    "What in `v` (named `where`) is not of `kind`; None when all is."
+    if not isinstance(kind, dict):
+        return None if kind[0](v) else f'{where} is {repr(v)[:40]}, not {kind[1]}'
+    if not isinstance(v, Mapping): return f'{where} is a {type(v).__name__}, not a dict'
+    for k, t in kind.items():
+        if k not in v: return f'{where} has no {k!r}'
+        if (p := _problem(v[k], t, f'{where}[{k!r}]')) is not None: return p
 
 # %% ../nbs/05a_persistence.ipynb #f08d715d
 @patch
 def load_state_dict(self:ResumableLoader, state_dict:dict):
-    "Take up the position of `state_dict` at the next `iter`."
-    if not isinstance(state_dict, Mapping) or not {'epoch', 'batches', 'now'} <= set(state_dict):
-        raise CheckpointMismatch('state_dict must be what ResumableLoader.state_dict() gave, got '
-                                 f'{str(state_dict)[:80]!r}.')
-    was, now = {k: state_dict.get(k) for k in self._shape()}, self._shape()
-    if state_dict['batches'] and None not in was.values() and was != now:
+    "Take up the position of `state_dict` at the next `iter`; refuse now a state it did not give."
+    sd, kind = state_dict, {'epoch': _COUNT, 'batches': _COUNT, 'now': _SNAP}
+    if isinstance(sd, Mapping) and sd.get('batches'):  # mid-epoch
+        own = {'loader': _is(Mapping, 'a dict')} if self._stateful else {}
+        kind |= {'start': _SNAP, 'before': {'rng': _RNG, **own}, 'fetched': _is(bool, 'a bool')}
+    if isinstance(sd, Mapping) and sd.get('workers') is not None:  # persistent workers
+        kind['workers'] = {'seed': _COUNT, 'since': _COUNT}
+    why = _problem(sd, kind, 'state_dict')
+    if why is None and sd.get('workers') and sd['workers']['since'] > sd['epoch']:
+        why = f"its workers' seed comes from epoch {sd['workers']['since']}, after its own"
+    if why is not None:
+        raise CheckpointMismatch(f'state_dict must be what ResumableLoader.state_dict() gave, but '
+                                 f'{why}. Resume from a checkpoint this run saved, or leave '
+                                 'load_state_dict out to start the loader afresh.')
+    was, now = {k: sd.get(k) for k in self._shape()}, self._shape()
+    if sd['batches'] and None not in was.values() and was != now:
         _warn(f"The checkpoint's loader gave {was['length']} batches of {was['batch_size']} an "
               f"epoch; this one gives {now['length']} of {now['batch_size']}. The resumed epoch "
-              f"skips {state_dict['batches']} of the new batches, which are not the samples "
+              f"skips {sd['batches']} of the new batches, which are not the samples "
               'already trained: resume with the batch size the run was saved with.')
-    self._resume = state_dict
+    self._resume = sd
 
 # %% ../nbs/05a_persistence.ipynb #dfe9e2cd
 class RestartLimit(ColabT4Error):

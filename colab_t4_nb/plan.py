@@ -4,9 +4,10 @@
 
 # %% ../nbs/05b_plan.ipynb #e61ef647
 from __future__ import annotations
-import bisect, contextlib, copy, functools, inspect, math, numbers, re, weakref
+import bisect, contextlib, copy, functools, inspect, json, math, numbers, re, sys, time, weakref
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
+from importlib import resources
 from importlib.util import find_spec
 from typing import Callable
 
@@ -23,7 +24,7 @@ from .core import (ColabT4Error, ArgumentError, ArgumentTypeError, LIMITS, requi
 from .allocation import SPECS, as_card
 from .amp import amp_choice
 from .kernels import arch
-from .memory import usable_memory
+from .memory import NothingFits, usable_memory
 from .t4 import MetaAutocast, T4Estimate, cuda_dropout, estimate_t4, tensors_in
 from .persistence import DEFAULT_EVERY_MINUTES, SessionClock
 
@@ -45,18 +46,18 @@ class RunPlan:
     checkpointing:bool    # gradient checkpointing on
     parts:dict            # bytes at the peak, by part (see above)
     usable:int            # bytes a program sees on the card (`usable_memory`)
-    largest_plain:int|None         # largest batch that fits without gradient checkpointing
+    largest_plain:int|None         # largest batch that fits without gradient checkpointing; 0: not even 1
     largest_checkpointed:int|None  # largest batch that fits with it; None: the model has no way to
     fixed:int             # bytes at batch 0 on the line through two traces (peak = fixed + per_sample * batch)
     per_sample:int        # bytes each sample adds on that line
-    step_ms:float         # predicted T4 time of one step
-    step_low_ms:float     # its low end, from the ranges of the T4 constants
-    step_high_ms:float    # its high end
-    bound:str             # what bounds the step: 'compute', 'memory' or 'launch'
+    step_ms:float|None    # predicted time of one step; None: no time model for the card (a T4's only)
+    step_low_ms:float|None   # its low end, from the ranges of the T4 constants
+    step_high_ms:float|None  # its high end
+    bound:str|None        # what bounds the step: 'compute', 'memory' or 'launch'
     samples:int|None      # samples in one epoch; None: no run planned
     epochs:float          # passes over them
     session_h:float       # hours a Colab session lasts
-    checkpoint_bytes:int  # one checkpoint as `CheckpointManager` writes it: model and optimizer state
+    checkpoint_bytes:int  # one checkpoint of the run: the weights it trains (LoRA: the adapters) and the optimizer's state
     every_minutes:float   # checkpoint cadence: the most work a disconnect can lose
     t4:T4Estimate|None = field(default=None, repr=False)  # the step's T4 estimate, op by op
 
@@ -68,19 +69,22 @@ class RunPlan:
     def largest_batch(self)->int|None:
         return self.largest_checkpointed if self.checkpointing else self.largest_plain
     @property
-    def samples_per_s(self)->float: return self.batch / (self.step_ms / 1e3)
+    def samples_per_s(self)->float|None:
+        return None if self.step_ms is None else self.batch / (self.step_ms / 1e3)
     @property
     def epoch_h(self)->float|None:
-        return None if self.samples is None else -(-self.samples // self.batch) * self.step_ms / 3.6e6
+        if self.samples is None or self.step_ms is None: return None
+        return -(-self.samples // self.batch) * self.step_ms / 3.6e6
     @property
-    def run_h(self)->float|None: return None if self.samples is None else self.epoch_h * self.epochs
+    def run_h(self)->float|None: return None if self.epoch_h is None else self.epoch_h * self.epochs
     @property
     def sessions(self)->int|None:
-        return None if self.samples is None else max(1, math.ceil(self.run_h / self.session_h))
+        return None if self.run_h is None else max(1, math.ceil(self.run_h / self.session_h))
     @property
     def drive_checkpoints(self)->int: return DRIVE_BYTES // max(1, self.checkpoint_bytes)
     @property
-    def every_steps(self)->int: return max(1, int(self.every_minutes * 6e4 // self.step_ms))
+    def every_steps(self)->int|None:
+        return None if self.step_ms is None else max(1, int(self.every_minutes * 6e4 // self.step_ms))
 
     def _repr_markdown_(self):
         rows = '\n'.join(f'| {k} | {v} |' for k, v in self.as_rows())
@@ -90,17 +94,19 @@ class RunPlan:
 @patch(as_prop=True)
 def verdict(self:RunPlan)->str:
     "The plan in one sentence: fits or not, the memory, the time, the largest batch."
-    n, plain, ck = self.largest_batch, self.largest_plain, self.largest_checkpointed
-    other = plain if self.checkpointing else ck
-    alt = '' if other is None else (f', {other} without checkpointing' if self.checkpointing
-                                    else f', {other} with gradient checkpointing')
-    big = f'largest batch {n}{alt}' if n or other else 'no batch fits, with or without checkpointing'
+    n, other = ((self.largest_checkpointed, self.largest_plain) if self.checkpointing
+                else (self.largest_plain, self.largest_checkpointed))
+    way = 'without checkpointing' if self.checkpointing else 'with gradient checkpointing'
+    if n: big = f'largest batch {n}' + ('' if other is None else f', {other or "none"} {way}')
+    elif other: big = f'it does not fit even at batch 1; largest batch {other} {way}'
+    else: big = 'it does not fit even at batch 1' + (', with or without checkpointing' if other == 0 else '')
     gib = f'{self.peak / GiB:.1f} of {self.usable / GiB:.1f} GiB'
     if not self.fits: return f'Does not fit a {self.card} at batch {self.batch}: needs {gib}; {big}.'
-    run = ('' if self.samples is None else
+    step = (f'no step time (the time model is a T4\'s)' if self.step_ms is None
+            else f'{self.step_ms / 1e3:.2f} s a step')
+    run = ('' if self.run_h is None else
            f', {self.run_h:.1f} h for {self.epochs:g} epoch(s) in {self.sessions} session(s)')
-    return (f'Fits a {self.card} at batch {self.batch}: {gib}, {self.step_ms / 1e3:.2f} s a step'
-            f'{run}; {big}.')
+    return f'Fits a {self.card} at batch {self.batch}: {gib}, {step}{run}; {big}.'
 
 # %% ../nbs/05b_plan.ipynb #5966e3ba
 @patch
@@ -122,17 +128,22 @@ def as_dict(self:RunPlan)->dict:
 def as_rows(self:RunPlan)->list:
     "(what, figure) rows: the parts, the peak, the batch, the time, the run and the checkpoints."
     rows = [(k, f'{v / GiB:.2f} GiB') for k, v in self.parts.items()]
+    most = lambda n: 'none (not even batch 1)' if n == 0 else n
+    ck = ('no gradient checkpointing' if self.largest_checkpointed is None
+          else f'{most(self.largest_checkpointed)} with gradient checkpointing')
     rows += [('**peak**', f'**{self.peak / GiB:.2f} GiB** of {self.usable / GiB:.2f} usable'),
-             ('largest batch', f'{self.largest_plain} plain, {self.largest_checkpointed} '
-                               'with gradient checkpointing'),
-             ('T4 step', f'{self.step_ms:,.0f} ms ({self.step_low_ms:,.0f}-{self.step_high_ms:,.0f}), '
-                         f'{self.bound}-bound; {self.samples_per_s:,.1f} samples/s')]
-    if self.samples is not None:
+             ('largest batch', f'{most(self.largest_plain)} plain, {ck}')]
+    if self.step_ms is None: rows.append((f'{self.card} step', "not predicted: the time model is a T4's"))
+    else: rows.append((f'{self.card} step', f'{self.step_ms:,.0f} ms ({self.step_low_ms:,.0f}-'
+                                            f'{self.step_high_ms:,.0f}), {self.bound}-bound; '
+                                            f'{self.samples_per_s:,.1f} samples/s'))
+    if self.run_h is not None:
         rows.append(('run', f'{self.epoch_h:,.2f} h an epoch, {self.run_h:,.2f} h in all: '
                             f'{self.sessions} session(s) of {self.session_h:g} h'))
+    every = (f'~{self.every_minutes:g} min' if self.every_steps is None
+             else f'{self.every_steps} steps (~{self.every_minutes:g} min of work at risk)')
     rows.append(('checkpoint', f'{self.checkpoint_bytes / 1e9:.2f} GB: {self.drive_checkpoints} fit '
-                               f'in 15 GB of Drive; save every {self.every_steps} steps '
-                               f'(~{self.every_minutes:g} min of work at risk)'))
+                               f'in 15 GB of Drive; save every {every}'))
     return rows
 
 # %% ../nbs/05b_plan.ipynb #32b09147
@@ -251,6 +262,8 @@ def _owners(st)->int:
     count = getattr(torch._C, '_storage_Use_Count', None)
     return count(st._cdata) if count else 0
 
+class _Late(Exception): "The plan's time ran out in the middle of a trace."
+
 # the reductions CUDA runs through `gpu_reduce_kernel` that a training step meets with large inputs
 _REDUCTIONS = {getattr(getattr(torch.ops.aten, op), overload) for op, overload in (
     ('sum', 'default'), ('sum', 'dim_IntList'), ('mean', 'default'), ('mean', 'dim'), ('nansum', 'default'),
@@ -258,9 +271,10 @@ _REDUCTIONS = {getattr(getattr(torch.ops.aten, op), overload) for op, overload i
 
 class MemoryTrace(TorchDispatchMode):
     "Follow each storage that ops create: its bytes, rounded as the CUDA allocator rounds them, until it is freed."
-    def __init__(self, grid:tuple=(40, 1024)):  # the card's SMs and threads per SM (`_grid`); a T4's
+    def __init__(self, grid:tuple=(40, 1024), # the card's SMs and threads per SM (`_grid`); a T4's
+                 deadline:float|None=None): # `time.monotonic()` past which an op raises `_Late`
         super().__init__()
-        self.grid = grid
+        self.grid, self.deadline, self.ops = grid, deadline, 0
         self.phase, self.now, self.peak, self.at = 'batch', 0, 0, 0
         self.live, self.refs, self.log, self.info, self.grads = {}, {}, [], {}, set()
 
@@ -378,14 +392,31 @@ class MemoryTrace(TorchDispatchMode):
                 return torch.empty(0, dtype=t.dtype, device=t.device).set_(st, t.storage_offset(), t.shape, t.stride())
         return None
 
+    def _masked_select(self, x, mask):
+        "`masked_select` with every element selected, as a mask of all ones asks: meta tensors have no values."
+        n = torch.broadcast_shapes(x.shape, mask.shape).numel()
+        return self._run(torch.ops.aten.empty.memory_format, ([n],), {'dtype': x.dtype, 'device': x.device})
+
+    def _ctc_backward(self, func, args, kwargs):
+        ("`_ctc_loss_backward` as CUDA runs it (`ctc_loss_backward_gpu_template`), which has no meta kernel: its "
+         "log-beta, shaped as the forward's log-alpha, freed as it returns; the gradient, shaped as the log-probabilities.")
+        beta = self._run(torch.ops.aten.empty_like.default, (args[6],), {})
+        out = self._run(torch.ops.aten.empty_like.default, (args[1],), {})
+        del beta
+        return out
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        self.ops += 1
+        if self.deadline is not None and time.monotonic() > self.deadline: raise _Late(self.ops)
         if not all(t.device.type == 'meta' for t in tensors_in(args)): return self._run(func, args, kwargs)
         if func is torch.ops.aten._safe_softmax.default: return self._safe_softmax(*args, **kwargs)
         if func is torch.ops.aten._softmax_backward_data.default: return self._softmax_backward(*args, **kwargs)
         if func is torch.ops.aten._scaled_dot_product_efficient_attention_backward.default:
             return self._efficient_backward(func, args, kwargs)
         if func in _REDUCTIONS: return self._reduction(func, args, kwargs)
+        if func is torch.ops.aten.masked_select.default: return self._masked_select(*args)
+        if func is torch.ops.aten._ctc_loss_backward.default: return self._ctc_backward(func, args, kwargs)
         if func is torch.ops.aten.native_layer_norm_backward.default:
             return self._layer_norm_backward(func, args, kwargs)
         if (same := self._accumulated(func, args, kwargs)) is not None: return same
@@ -470,13 +501,39 @@ def _math_body(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa):
     weights = attn.to(dtype)  # the weights are returned too, cast back first (`make_tuple`'s arguments, right to left)
     return torch.matmul(attn, value).to(dtype)
 
+class _ExpertsMM(torch.autograd.Function):
+    ("transformers' grouped matmul of MoE experts as a card below compute capability 8.0 runs it "
+     "(`_grouped_mm_fallback`: a zeroed output filled by one matmul per expert, zeroed gradients in backward), "
+     "the matmuls made one over all rows: the same tensors and work for every routing of the tokens.")
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        with torch._C.DisableTorchFunction():  # the fallback is a custom op: autocast does not reach inside
+            return torch.mm(x, w[0], out=torch.zeros(x.shape[0], w.shape[-1], dtype=x.dtype, device=x.device))
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, w = ctx.saved_tensors
+        with torch._C.DisableTorchFunction():
+            gx, gw = torch.zeros_like(x), torch.zeros_like(w)
+            torch.mm(grad, w[0].T, out=gx)
+            torch.mm(x.T, grad, out=gw[0])
+        return gx, gw
+
+def _experts_mm(input, weight, offs): return _ExpertsMM.apply(input.to(weight.dtype), weight)
+
 @contextmanager
 def _t4_kernels():
-    "Attention through `_t4_attention` and dropout through `cuda_dropout` (the T4 page) for the block."
-    before = F.scaled_dot_product_attention, F.dropout
+    ("Attention through `_t4_attention`, dropout through `cuda_dropout` (the T4 page) and transformers' MoE experts "
+     "through `_experts_mm` for the block.")
+    before, moe = (F.scaled_dot_product_attention, F.dropout), sys.modules.get('transformers.integrations.moe')
+    experts = getattr(moe, '_grouped_mm', None)
     F.scaled_dot_product_attention, F.dropout = _t4_attention, cuda_dropout
+    if experts: moe._grouped_mm = _experts_mm
     try: yield
-    finally: F.scaled_dot_product_attention, F.dropout = before
+    finally:
+        F.scaled_dot_product_attention, F.dropout = before
+        if experts: moe._grouped_mm = experts
 
 # %% ../nbs/05b_plan.ipynb #2a9e4349
 # cuBLAS workspaces below cc 9.0 (CUBLAS_WORKSPACE_CONFIG=:4096:2:16:8), the forward's thread's and the
@@ -586,50 +643,152 @@ class _Allocator:
 
 
 # %% ../nbs/05b_plan.ipynb #4c843791
+# the heads a config can be planned with: the transformers class that builds each, and the mapping of
+# `transformers.models.auto.modeling_auto` that lists the model types having it
 TASKS = {'causal-lm': 'AutoModelForCausalLM', 'seq-cls': 'AutoModelForSequenceClassification',
          'masked-lm': 'AutoModelForMaskedLM', 'image-cls': 'AutoModelForImageClassification',
-         'seq2seq': 'AutoModelForSeq2SeqLM'}
-_ARCH = {'CausalLM': 'causal-lm', 'LMHeadModel': 'causal-lm', 'SequenceClassification': 'seq-cls',
-         'MaskedLM': 'masked-lm', 'ImageClassification': 'image-cls',
-         'ConditionalGeneration': 'seq2seq', 'Seq2SeqLM': 'seq2seq'}
-
-def _task(config)->str:
-    "The task a config was saved for (its `architectures`), else what its shape says."
-    for a in getattr(config, 'architectures', None) or []:
-        for end, t in _ARCH.items():
-            if a.endswith(end): return t
-    if getattr(config, 'is_encoder_decoder', False): return 'seq2seq'
-    if hasattr(config, 'image_size') and not hasattr(config, 'vocab_size'): return 'image-cls'
-    return 'causal-lm'
+         'seq2seq': 'AutoModelForSeq2SeqLM', 'token-cls': 'AutoModelForTokenClassification',
+         'ctc': 'AutoModelForCTC', 'speech-seq2seq': 'AutoModelForSpeechSeq2Seq',
+         'contrastive': 'AutoModelForZeroShotImageClassification',
+         'semantic-seg': 'AutoModelForSemanticSegmentation', 'image-to-text': 'AutoModelForImageTextToText'}
+_MAPPINGS = dict(zip(TASKS, ('CAUSAL_LM', 'SEQUENCE_CLASSIFICATION', 'MASKED_LM', 'IMAGE_CLASSIFICATION',
+                             'SEQ_TO_SEQ_CAUSAL_LM', 'TOKEN_CLASSIFICATION', 'CTC', 'SPEECH_SEQ_2_SEQ',
+                             'ZERO_SHOT_IMAGE_CLASSIFICATION', 'SEMANTIC_SEGMENTATION', 'IMAGE_TEXT_TO_TEXT')))
+# without `architectures`, the first of these the model has: an encoder-decoder's own task, a
+# pretraining head before a fine-tuning one (BERT: masked-lm), a segmenter's head before its encoder's
+_PREFERRED = ('seq2seq', 'speech-seq2seq', 'image-to-text', 'ctc', 'contrastive', 'semantic-seg',
+              'masked-lm', 'causal-lm', 'image-cls', 'seq-cls', 'token-cls')
 
 def _is_config(m)->bool:
     return type(m).__name__.endswith('Config') and hasattr(m, 'to_dict') and hasattr(m, 'model_type')
 
+def _heads(config)->dict:
+    "{task: transformers class names} of the tasks of `TASKS` that `config`'s model type has."
+    from transformers.models.auto import modeling_auto
+    out = {}
+    for task, m in _MAPPINGS.items():
+        names = getattr(modeling_auto, f'MODEL_FOR_{m}_MAPPING_NAMES', {}).get(config.model_type)
+        if task == 'image-to-text' and not getattr(config, 'is_encoder_decoder', False): continue  # LLaVA
+        if names: out[task] = (names,) if isinstance(names, str) else tuple(names)
+    return out
+
+def _task(config)->str:
+    "The task a config was saved for (its `architectures`), else the first of `_PREFERRED` its model has."
+    heads = _heads(config)
+    for a in getattr(config, 'architectures', None) or []:
+        if (t := next((t for t, names in heads.items() if a in names), None)): return t
+    if (t := next((t for t in _PREFERRED if t in heads), None)): return t
+    sub = next((k for k in ('text_config', 'language_config', 'llm_config') if _is_config(getattr(config, k, None))), None)
+    way = (f'plan its language model, plan_run(config.{sub}, ...), and add the other parts\' weights'
+           if sub else "build the model on meta tensors and pass it with example=")
+    raise ArgumentError(f'{config.model_type} has none of the heads a plan builds ({", ".join(TASKS)}): {way}.')
+
+def _check_task(config, task:str)->str:
+    "`task`, if `config`'s model has that head; else an error naming the heads it has."
+    heads = _heads(config)
+    if task not in heads:
+        raise ArgumentError(f'task={task!r}: {config.model_type} has no {task} head in transformers '
+                            f'({TASKS[task]}); the tasks it has here: {", ".join(heads) or "none"}.')
+    return task
+
 # %% ../nbs/05b_plan.ipynb #6bfa441e
+def _subconfigs(config)->list:
+    "`config` and the configs inside it (a text and a vision tower, an encoder and a decoder)."
+    return [config] + [c for v in vars(config).values() if _is_config(v) for c in _subconfigs(v)]
+
+def _ints(config)->list:
+    "(name, value) of the integer fields of `config` and its sub-configs."
+    return [(k, v) for c in _subconfigs(config) for k, v in vars(c).items()
+            if isinstance(v, int) and not isinstance(v, bool)]
+
 def _build(config, task:str)->nn.Module:
     "A transformers model for `task` from `config`, on meta tensors: nothing allocated, nothing downloaded."
     import transformers
     config = copy.deepcopy(config)
-    if hasattr(config, 'use_cache'): config.use_cache = False  # no key-value cache in training
+    for c in _subconfigs(config):
+        if hasattr(c, 'use_cache'): c.use_cache = False  # no key-value cache in training
     if task == 'seq-cls' and getattr(config, 'pad_token_id', None) is None: config.pad_token_id = 0
-    if task == 'seq2seq' and getattr(config, 'decoder_start_token_id', None) is None:
-        config.decoder_start_token_id = getattr(config, 'pad_token_id', None) or 0
-    with torch.device('meta'): return getattr(transformers, TASKS[task]).from_config(config)
+    if task in ('seq2seq', 'image-to-text'):
+        if getattr(config, 'pad_token_id', None) is None: config.pad_token_id = 0
+        if getattr(config, 'decoder_start_token_id', None) is None:
+            config.decoder_start_token_id = config.pad_token_id
+    try:
+        with torch.device('meta'): model = getattr(transformers, TASKS[task]).from_config(config)
+    except (RuntimeError, ValueError, TypeError, ArithmeticError, LookupError, AttributeError) as e:
+        odd = [f'{k}={v}' for k, v in _ints(config) if v < 0 and k.endswith(('size', 'dim', 'layers',
+                                                                              'heads', 'embd', 'model'))]
+        why = f': {", ".join(odd)} cannot be negative' if odd else ''
+        raise ArgumentError(f'{config.model_type} cannot be built from this config ({e}){why}. '
+                            'Check the config\'s sizes.') from None
+    return model.to('meta')  # a weight made by a legacy constructor (`torch.Tensor(n)`) ignores the device
 
-def _seq_default(config)->int:
-    n = [getattr(config, k, None) for k in ('max_position_embeddings', 'n_positions')]
-    return min([512] + [v for v in n if isinstance(v, int) and v > 0])
+def _vision(config, task:str):
+    "The config that holds the image size and channels."
+    return (config.vision_config if task == 'contrastive' else
+            config.encoder if task == 'image-to-text' else config)
+
+def _texts(config, task:str)->list:
+    "The configs whose positions bound the tokens of a sample."
+    if task == 'contrastive': return [config.text_config]
+    if task == 'image-to-text': return [config.decoder]
+    if _is_config(getattr(config, 'encoder', None)) and _is_config(getattr(config, 'decoder', None)):
+        return [config.encoder, config.decoder]
+    return [config]
+
+def _positions(config, task:str)->int|None:
+    "The most tokens a sample can have: the model's position table; None where nothing bounds them."
+    keys = ('max_target_positions',) if task == 'speech-seq2seq' else ('n_positions', 'max_position_embeddings')
+    if task == 'ctc': return None  # audio samples: a convolution embeds positions
+    n = [getattr(c, k, None) for c in _texts(config, task) for k in keys
+         if getattr(c, 'position_biased_input', True) is not False]  # DeBERTa: relative positions alone
+    return min([v for v in n if isinstance(v, int) and v > 0], default=None)
+
+def _seq_default(config, task:str)->int:
+    "512 tokens, or fewer where the positions end; for CTC, 10 s of 16 kHz audio."
+    if task == 'ctc': return 160_000
+    return min(512, _positions(config, task) or 512)
+
+def _image_default(config, task:str)->int:
+    size = getattr(_vision(config, task), 'image_size', 224)
+    return size[0] if isinstance(size, (list, tuple)) else size
 
 def _example(config, task:str, seq:int, image:int)->Callable:
     "`example(batch)`: a batch of inputs with labels for `task`, on meta tensors."
     long = dict(dtype=torch.long, device='meta')
-    if task == 'image-cls':
-        c = getattr(config, 'num_channels', 3)
-        return lambda b: dict(pixel_values=torch.empty(b, c, image, image, device='meta'),
-                              labels=torch.empty(b, **long))
-    if task == 'seq-cls':
-        return lambda b: dict(input_ids=torch.empty(b, seq, **long), labels=torch.empty(b, **long))
-    return lambda b: dict(input_ids=torch.empty(b, seq, **long), labels=torch.empty(b, seq, **long))
+    ids = lambda b: torch.empty(b, seq, **long)
+    pixels = lambda b: torch.empty(b, getattr(_vision(config, task), 'num_channels', 3), image, image, device='meta')
+    if task == 'image-cls': return lambda b: dict(pixel_values=pixels(b), labels=torch.empty(b, **long))
+    if task == 'semantic-seg':
+        return lambda b: dict(pixel_values=pixels(b), labels=torch.empty(b, image, image, **long))
+    if task == 'contrastive': return lambda b: dict(input_ids=ids(b), pixel_values=pixels(b), return_loss=True)
+    if task == 'image-to-text': return lambda b: dict(pixel_values=pixels(b), labels=ids(b))
+    if task == 'speech-seq2seq':  # Whisper's 30 s of log-mel frames, halved by its convolution
+        if not hasattr(config, 'num_mel_bins') or not hasattr(config, 'max_source_positions'):
+            raise ArgumentError(f'task=speech-seq2seq plans Whisper-shaped models, not {config.model_type}: '
+                                'build yours on meta tensors and pass it with example=.')
+        frames = (config.num_mel_bins, 2 * config.max_source_positions)
+        return lambda b: dict(input_features=torch.empty(b, *frames, device='meta'), labels=ids(b))
+    if task == 'ctc': return lambda b: dict(input_values=torch.empty(b, seq, device='meta'))
+    if task == 'seq-cls': return lambda b: dict(input_ids=ids(b), labels=torch.empty(b, **long))
+    return lambda b: dict(input_ids=ids(b), labels=ids(b))
+
+def _ctc_loss(config, seq:int)->Callable:
+    ("`loss_fn` of CTC as `Wav2Vec2ForCTC` computes it from labels (fp32 log-probabilities, PyTorch's own kernel), "
+     "for transcripts of one label per 3 frames; the model's own check of the labels' values cannot run on meta tensors.")
+    frames = seq
+    for k, s in zip(config.conv_kernel, config.conv_stride): frames = (frames - k) // s + 1
+    if frames < 1:
+        raise ArgumentError(f'seq={seq} audio samples give {config.model_type} no frame: pass seq >= 400 '
+                            '(25 ms of 16 kHz audio), e.g. 160000 for 10 s.')
+    n = max(1, frames // 3)
+    def loss_fn(out, x):
+        b = out.logits.shape[0]
+        logp = F.log_softmax(out.logits, dim=-1, dtype=torch.float32).transpose(0, 1)
+        targets = torch.empty(b * n, dtype=torch.long, device=logp.device)
+        with torch.backends.cudnn.flags(enabled=False):
+            return F.ctc_loss(logp, targets, [frames] * b, [n] * b, blank=config.pad_token_id or 0,
+                              reduction=config.ctc_loss_reduction, zero_infinity=config.ctc_zero_infinity)
+    return loss_fn
 
 # %% ../nbs/05b_plan.ipynb #26b0c168
 MODELS = {'gpt2': ('GPT2Config', {}, 'causal-lm'), 'bert-base': ('BertConfig', {}, 'masked-lm'),
@@ -651,6 +810,10 @@ def model_config(name:str)->tuple:
 _LORA_TARGETS = {'llama': ['q_proj', 'v_proj'], 'mistral': ['q_proj', 'v_proj'], 'qwen2': ['q_proj', 'v_proj'],
                  'gpt2': ['c_attn'], 'bert': ['query', 'value'], 'roberta': ['query', 'value'],
                  't5': ['q', 'v'], 'vit': ['query', 'value']}
+# where the defaults for an architecture name no layer of it (names change between transformers versions):
+# the attention's query and value projections under their common names
+_ATTENTION = (['q_proj', 'v_proj'], ['query', 'value'], ['query_proj', 'value_proj'], ['q', 'v'],
+              ['q_lin', 'v_lin'], ['c_attn'], ['qkv'], ['query_key_value'], ['Wqkv'])
 
 def _features(m:nn.Module)->tuple|None:
     "(in, out) features of a linear layer: `nn.Linear`, or transformers' `Conv1D` (GPT-2's)."
@@ -681,30 +844,44 @@ def _lora_rank(lora)->int:
                             f'target_modules), got lora={lora!r}.')
     return int(r)
 
+def _linear(model:nn.Module, names)->list:
+    "(name, module) of the linear layers of `model` whose name ends in one of `names`."
+    return [(n, m) for n, m in model.named_modules()
+            if _features(m) and any(n == t or n.endswith('.' + t) for t in names)]
+
+def _all_linear(model:nn.Module, lora)->list:
+    ("peft's `target_modules='all-linear'`: every linear layer but the output layer (a language model's head, "
+     "a classifier's with `task_type='SEQ_CLS'`).")
+    try: heads = [model.get_output_embeddings()]
+    except (AttributeError, NotImplementedError): heads = []
+    if str(getattr(lora, 'task_type', None)).endswith('SEQ_CLS'):
+        heads += [getattr(model, k, None) for k in ('score', 'classifier')]
+    return [(n, m) for n, m in model.named_modules() if _features(m) and not any(m is h for h in heads)]
+
 def _targets(model:nn.Module, lora)->list:
+    "(name, module) of the layers LoRA adapts: `lora.target_modules`, else the architecture's defaults."
     t = getattr(lora, 'target_modules', None)
-    if t is None:
-        kind = getattr(getattr(model, 'config', None), 'model_type', None)
-        if find_spec('peft'):
-            from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as peft_default
-            t = peft_default.get(kind)
-        t = t or _LORA_TARGETS.get(kind)
-    if not t:
-        raise ArgumentError(f'lora={lora!r} names no target_modules and the model has no default: '
-                            "pass target_modules, e.g. ['q_proj', 'v_proj'].")
-    return [t] if isinstance(t, str) else list(t)
+    if isinstance(t, str) and t.lower() == 'all-linear': return _all_linear(model, lora)
+    if isinstance(t, str):  # peft: a string is a regular expression over the full names
+        return [(n, m) for n, m in model.named_modules() if re.fullmatch(t, n) and _features(m)]
+    if t is not None: return _linear(model, list(t))
+    kind = getattr(getattr(model, 'config', None), 'model_type', None)
+    tried = [_LORA_TARGETS.get(kind), *_ATTENTION]
+    if find_spec('peft'):
+        from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as peft_default
+        tried.insert(0, peft_default.get(kind))
+    return next((found for names in tried if names and (found := _linear(model, names))), [])
 
 def _add_lora(model:nn.Module, lora, dtype:torch.dtype|None)->nn.Module:
     "`model` frozen (held in `dtype`), with LoRA layers on its targets."
-    r, targets = _lora_rank(lora), _targets(model, lora)
+    r, found = _lora_rank(lora), _targets(model, lora)
+    if not found:
+        ends = sorted({n.rpartition('.')[2] for n, m in model.named_modules() if _features(m)})
+        raise ArgumentError(f'lora target_modules={getattr(lora, "target_modules", None)!r} match no linear '
+                            f'layer of the model: pass names of its linear layers ({", ".join(ends[:12])}), '
+                            "or 'all-linear'.")
     model.requires_grad_(False)
     if dtype is not None: model.to(dtype)
-    regex = isinstance(getattr(lora, 'target_modules', None), str)  # peft: a string is a regex
-    hit = lambda n: re.fullmatch(targets[0], n) if regex else any(n == t or n.endswith('.' + t) for t in targets)
-    found = [(n, m) for n, m in model.named_modules() if hit(n) and _features(m)]
-    if not found:
-        raise ArgumentError(f'lora target_modules={targets} match no linear layer of the model: '
-                            'pass names of its nn.Linear modules.')
     for n, m in found:
         parent, _, child = n.rpartition('.')
         layer = _LoraLayer(m, r, getattr(lora, 'lora_alpha', None) or r, getattr(lora, 'lora_dropout', 0.0) or 0.0,
@@ -779,8 +956,13 @@ def _checkpointer(model:nn.Module, amp:torch.dtype|None)->Callable|None:
             else: model.disable_gradient_checkpointing()
         return diffusers
     if isinstance(model, nn.Sequential) and len(model) > 1:
-        blocks = [_Checkpoint(m, amp) for m in model]
-        for i, b in enumerate(blocks): model[i] = b
+        groups = []  # a layer that writes its input in place (`ReLU(inplace=True)`) joins the block before it
+        for m in model:
+            if groups and getattr(m, 'inplace', False) is True: groups[-1].append(m)
+            else: groups.append([m])
+        blocks = [_Checkpoint(g[0] if len(g) == 1 else nn.Sequential(*g), amp) for g in groups]
+        for k in list(model._modules): del model._modules[k]
+        for i, b in enumerate(blocks): model.add_module(str(i), b)
         def blockwise(on:bool):
             for b in blocks: b.on = on
         return blockwise
@@ -799,9 +981,14 @@ class _Setup:
     amp:torch.dtype|None  # autocast dtype; None: fp32
     scaler:bool           # fp16's loss scaling
     checkpoint:Callable|None  # switch(on), see `_checkpointer`
+    adapters:bool = False     # LoRA: a checkpoint holds the trainable weights alone
+    deadline:float|None = None  # `time.monotonic()` past which a trace stops (`_Late`)
 
     def weights(self)->int: return _storage_bytes([*self.model.parameters(), *self.model.buffers()])
     def state(self)->int: return _storage_bytes(_state(self.opt, self.extra))
+    def saved(self)->int:
+        "Bytes of one checkpoint: the weights (LoRA: the adapters) and the optimizer's state."
+        return (_storage_bytes(self.params) if self.adapters else self.weights()) + self.state()
 
 # %% ../nbs/05b_plan.ipynb #4b25addc
 SCALE = 2.0**16  # GradScaler's first scale
@@ -830,10 +1017,15 @@ def _step(s:_Setup, batch:int, mt:MemoryTrace):
     s.opt.step()
 
 # %% ../nbs/05b_plan.ipynb #0c543d09
+def _all_nonzero():
+    "`nonzero` of meta tensors as if no element were zero, as a mask of all ones asks (PyTorch's own switch)."
+    from torch.fx.experimental import _config
+    return _config.patch(meta_nonzero_assume_all_nonzero=True)
+
 def _trace(s:_Setup, batch:int, count:bool=False, cap:int|None=None, grid:tuple=(40, 1024))->tuple:
     ("({part: bytes} at the peak of one training step at `batch`, its T4 estimate when `count`); the allocator held "
      "to `cap` bytes, reductions spread over `grid` (`_grid`).")
-    with MemoryTrace(grid) as mt:
+    with MemoryTrace(grid, s.deadline) as mt, _all_nonzero():
         try:
             est = estimate_t4(_step, s, batch, mt, repeats=0) if count else _step(s, batch, mt)
             at = mt.at_peak()
@@ -902,35 +1094,105 @@ def _module(model, example, lora)->nn.Module:
     return copy.deepcopy(model)
 
 # %% ../nbs/05b_plan.ipynb #be0f3b4a
-def _prepare(model, seq, image_size, task, example, loss_fn, optimizer, amp, scaler, lora)->tuple:
-    "(the `_Setup`, the setup in words) for a transformers config or a module on meta tensors."
+_LAYERS = re.compile(r'(num_)?(hidden_|encoder_|decoder_)?layers|n_layers?|num_(encoder|decoder)_layers')
+
+def _count_params(config, task:str)->int|None:
+    ("Parameters of `config`'s model, from copies with 1 and 2 layers in each stack, so that a model of thousands "
+     "of layers is weighed before it is built; None for a model of few layers, or one whose copies cannot be built.")
+    counts = {(i, k): v for i, c in enumerate(_subconfigs(config)) for k, v in vars(c).items()
+              if _LAYERS.fullmatch(k) and isinstance(v, int) and not isinstance(v, bool) and v > 0}
+    if sum(counts.values()) <= 256: return None
+    def params(layers:dict)->int:
+        c = copy.deepcopy(config)
+        subs = _subconfigs(c)
+        for (i, k), n in layers.items():
+            for a, v in list(vars(subs[i]).items()):  # per-layer lists (Gemma's `layer_types`) cut to match
+                if isinstance(v, list) and len(v) == counts[i, k]: setattr(subs[i], a, v[:n])
+            setattr(subs[i], k, n)
+        return sum(p.numel() for p in _build(c, task).parameters())
+    one = dict.fromkeys(counts, 1)
+    try:
+        base = params(one)
+        return base + sum((n - 1) * (params({**one, f: 2}) - base) for f, n in counts.items())
+    except ArgumentError: return None
+
+def _too_big(name:str, n:int, nbytes:int, dtype:str, card:str, usable:int, lora:bool):
+    "Refuse a model whose weights alone pass the card's memory: no batch fits, and a trace would only take time."
+    if nbytes <= usable: return
+    way = ('plan a smaller model (4-bit loading, QLoRA, is not planned)' if lora
+           else 'plan LoRA on it (lora=...) or a smaller model')
+    raise NothingFits(f"{name} has {n / 1e9:.2f}B parameters: their weights alone take {nbytes / GiB:.1f} GiB "
+                      f"in {dtype}, more than the {card}'s {usable / GiB:.1f} GiB, so it does not fit even at "
+                      f'batch 1. Instead, {way}, or a card with more memory.')
+
+def _shape(task:str, seq:int, image:int)->str:
+    "A sample, in words."
+    img, tok = f'{image}x{image} images', f'{seq} tokens'
+    return {'image-cls': img, 'semantic-seg': img, 'contrastive': f'{img} and {tok}',
+            'image-to-text': f'{img} to {tok}', 'speech-seq2seq': f'30 s of audio to {tok}',
+            'ctc': f'{seq / 16000:g} s of 16 kHz audio'}.get(task, tok)
+
+def _experts(model:nn.Module)->str:
+    "How a mixture of experts was planned, in words; '' for a model without experts."
+    c = getattr(model, 'config', None)
+    n = getattr(c, 'num_local_experts', None) or getattr(c, 'num_experts', None)
+    if not isinstance(n, int) or n < 2: return ''
+    k = getattr(c, 'num_experts_per_tok', None) or 1
+    if getattr(c, '_experts_implementation', None) == 'grouped_mm':
+        return (f', {n} experts ({k} a token) grouped as transformers runs them on a T4: every routing, '
+                'the worst included, takes the same memory and time')
+    return f', {n} experts ({k} a token), each planned with every token: more than any routing sends it'
+
+def _prepare(model, seq, image_size, task, example, loss_fn, optimizer, amp, scaler, lora,
+             card:str='T4', usable:int|None=None)->tuple:
+    ("(the `_Setup`, the setup in words) for a transformers config or a module on meta tensors; with `usable`, "
+     "a model whose weights alone pass it is refused before it is traced (or, for thousands of layers, built).")
+    held = amp if lora is not None and amp is not None else torch.float32  # a LoRA base is held in the AMP dtype
+    dtype = {torch.float16: 'fp16', torch.bfloat16: 'bf16'}.get(held, 'fp32')
     if _is_config(model):
         require('transformers', 'plan_run with a transformers config')
-        task, seq = task or _task(model), seq or _seq_default(model)
-        image_size = image_size or getattr(model, 'image_size', 224)
-        shape = f'{image_size}x{image_size} images' if task == 'image-cls' else f'{seq} tokens'
-        what = f'{model.model_type} for {task}, {shape}'
-        example, model = example or _example(model, task, seq, image_size), _build(model, task)
+        task = _check_task(model, task) if task else _task(model)
+        seq, most = seq or _seq_default(model, task), _positions(model, task)
+        if most is not None and seq > most:
+            raise ArgumentError(f'seq={seq}: {model.model_type} has positions for {most} tokens: pass seq <= '
+                                f'{most}, or a config with more positions if the model was trained for them.')
+        native = _image_default(model, task)
+        image_size = image_size or native
+        what = f'{model.model_type} for {task}, {_shape(task, seq, image_size)}'
+        n = _count_params(model, task)
+        if n is not None and usable is not None:
+            _too_big(model.model_type, n, n * held.itemsize, dtype, card, usable, lora is not None)
+        built = _build(model, task)
+        if example is None:
+            example = _example(model, task, seq, image_size)
+            if image_size != native and 'interpolate_pos_encoding' in inspect.signature(built.forward).parameters:
+                example = functools.partial(lambda f, b: {**f(b), 'interpolate_pos_encoding': True}, example)
+        if task == 'ctc' and loss_fn is None: loss_fn = _ctc_loss(model, seq)
+        what, model = what + _experts(built), built
     else: what, model = type(model).__name__, _module(model, example, lora)
     model.train()
     if lora is not None: model = _add_lora(model, lora, amp)
     params = [p for p in model.parameters() if p.requires_grad]
     if not params: raise ArgumentError('model has no trainable parameters: nothing to plan.')
+    n, k = sum(p.numel() for p in model.parameters()), sum(p.numel() for p in params)
+    if usable is not None:
+        _too_big(what.split(',')[0], n, _storage_bytes([*model.parameters(), *model.buffers()]), dtype, card,
+                 usable, lora is not None)
     opt, extra = _optimizer(optimizer, params)
     _prime(opt, params)
-    n, k = sum(p.numel() for p in model.parameters()), sum(p.numel() for p in params)
     size = lambda n: (f'{n / 1e9:.2f}B' if n >= 1e9 else f'{n / 1e6:.1f}M' if n >= 1e6
                       else f'{n / 1e3:.1f}K')
     what += f', {size(n)} parameters' + (f' ({size(k)} trainable: LoRA r={lora.r})' if lora else '')
-    s = _Setup(model, params, opt, extra, example, loss_fn, amp, scaler, _checkpointer(model, amp))
+    s = _Setup(model, params, opt, extra, example, loss_fn, amp, scaler, _checkpointer(model, amp),
+               adapters=lora is not None)
     return s, what
 
 # %% ../nbs/05b_plan.ipynb #c74b4db9
 def plan_run(model, # a transformers config, or an nn.Module built on meta tensors
              batch:int=8, # samples per step
-             seq:int|None=None, # tokens per sample; default 512, or fewer where the config's positions end
+             seq:int|None=None, # tokens per sample (CTC: 16 kHz audio samples); default 512, or the model's positions
              image_size:int|None=None, # image side; default the config's
-             task:str|None=None, # with a config: a key of `TASKS`; default from its `architectures`
+             task:str|None=None, # with a config: a key of `TASKS`; default from its `architectures` or model type
              example:Callable|None=None, # with a module: `example(batch)`, its inputs on meta tensors
              loss_fn:Callable|None=None, # `loss_fn(output, inputs)`; default `output.loss`, else the first output's mean
              optimizer:str='adamw', # 'adamw', 'sgd' (momentum 0.9), 'adafactor' or 'adamw8bit'
@@ -941,6 +1203,7 @@ def plan_run(model, # a transformers config, or an nn.Module built on meta tenso
              samples:int|None=None, # samples in one epoch; None: no run time
              epochs:float=1, # passes over them
              session_h:float|None=None, # hours a session lasts; None: `SessionClock`'s (Colab's 12 h)
+             time_limit:float=60, # seconds the plan may take; past them it stops with an error that says so
             )->RunPlan:
     "Will this training run fit `device`, at which batch, how fast, for how long: traced on meta tensors."
     size = LIMITS['size']
@@ -954,6 +1217,8 @@ def plan_run(model, # a transformers config, or an nn.Module built on meta tenso
     epochs = check_num('epochs', epochs, hi=1e4)
     colab_h = inspect.signature(SessionClock).parameters['session_h'].default
     session_h = check_num('session_h', session_h, hi=168, none=True) or colab_h
+    time_limit = check_num('time_limit', time_limit, hi=86400)
+    deadline = time.monotonic() + time_limit
     for k, f in (('example', example), ('loss_fn', loss_fn)):
         if f is not None: check_callable(k, f)
     if lora is not None: _lora_rank(lora)
@@ -965,38 +1230,61 @@ def plan_run(model, # a transformers config, or an nn.Module built on meta tenso
     amp = choice.dtype if choice.enabled else None
     with _quiet():
         s, what = _prepare(model, seq, image_size, task, example, loss_fn, optimizer, amp,
-                           choice.scaler, lora)
-        return _plan(s, what, card.name, batch, checkpointing, usable, choice.name,
-                     samples, epochs, session_h, _grid(card))
+                           choice.scaler, lora, card.name, usable)
+        s.deadline = deadline
+        return _plan(s, what, card.name, batch, checkpointing, usable, choice.name, samples, epochs,
+                     session_h, _grid(card), t4=card.spec is not None and card.spec.key == 'T4',
+                     time_limit=time_limit)
 
 # %% ../nbs/05b_plan.ipynb #275fc0f1
+def _failed(name:str, e:Exception)->str:
+    "What a failed trace says: the error, the op that needs tensor values where one is named, and what to do."
+    text = (str(e).strip().splitlines() or [''])[0][:300]
+    op = re.search(r'aten::\w+', str(e))
+    why = (f'{op.group(0)} has no meta kernel: its result depends on tensor values. ' if op else
+           'It reads tensor values (.tolist(), .numpy()), which meta tensors do not have. '
+           if 'meta tensor' in text and 'data' in text else '')
+    return (f'One training step of {name} failed on meta tensors ({type(e).__name__}: {text}). {why}'
+            'Replace the op with one of fixed shape, or measure the run on the GPU with find_batch_size.')
+
+def _traced(s:_Setup, name:str, batch:int, time_limit:float, **kw)->tuple:
+    "`_trace(s, batch, **kw)`, its failures told as the plan's errors."
+    try: return _trace(s, batch, **kw)
+    except _Late as e:
+        raise ColabT4Error(f'Planning {name} passed its time limit ({time_limit:g} s) in a trace of one training '
+                           f'step, after {e.args[0]:,} ops: a step of that many ops loops in Python (per token, as '
+                           "Mamba's reference scan, or per layer). Plan fewer tokens (seq) or layers, or pass a "
+                           'larger time_limit.') from None
+    except ColabT4Error: raise
+    except Exception as e: raise ColabT4Error(_failed(name, e)) from None
+
 def _plan(s:_Setup, what:str, card:str, batch:int, checkpointing:bool, usable:int, precision:str,
-          samples, epochs, session_h, grid:tuple)->RunPlan:
-    "Trace the step at `batch` (memory and T4 time), find the largest batches, and put the plan together."
+          samples, epochs, session_h, grid:tuple, t4:bool=True, time_limit:float=60)->RunPlan:
+    ("Trace the step at `batch` (memory, and the T4 time where `t4`), find the largest batches, and put the plan "
+     "together.")
     name = what.split(',')[0]
     if checkpointing and s.checkpoint is None:
         raise ArgumentError(f'checkpointing=True: {name} has no gradient checkpointing (a transformers '
                             'model or an nn.Sequential has): pass checkpointing=False.')
     if s.checkpoint: s.checkpoint(checkpointing)
     cap = usable - _total({})['context']  # what PyTorch's allocator can reserve beside the context
-    try: parts, est = _trace(s, batch, count=True, cap=cap, grid=grid)
-    except (RuntimeError, NotImplementedError) as e:
-        raise ColabT4Error(f'One training step of {name} failed on meta tensors ({e}). A model that '
-                           'reads tensor values (.tolist(), data-dependent shapes) cannot be planned '
-                           'this way.') from None
+    trace = functools.partial(_traced, s, name, time_limit=time_limit, cap=cap, grid=grid)
+    parts, est = trace(batch, count=t4)
     parts = _total(parts)
-    peak = lambda b: sum(_total(_trace(s, b, cap=cap, grid=grid)[0]).values())
+    peak = lambda b: sum(_total(trace(b)[0]).values())
     two = min(2 * batch, LIMITS['size']) if batch < LIMITS['size'] else batch // 2
     pts = {batch: sum(parts.values()), two: peak(two)}
     (x0, y0), (x1, y1) = sorted(pts.items())
     per_sample = max(0, int((y1 - y0) / (x1 - x0)))
-    largest = {checkpointing: _largest(peak, usable, pts)}
+    # weights, gradients and the optimizer's state alone past the card: no batch fits, no search needed
+    hopeless = s.weights() + _storage_bytes(s.params) + s.state() > usable
+    largest = {checkpointing: 0 if hopeless else _largest(peak, usable, pts)}
     if s.checkpoint:
         s.checkpoint(not checkpointing)
-        largest[not checkpointing] = _largest(peak, usable, {batch: peak(batch), two: peak(two)})
-        s.checkpoint(checkpointing)
+        try: largest[not checkpointing] = 0 if hopeless else _largest(peak, usable, {batch: peak(batch), two: peak(two)})
+        finally: s.checkpoint(checkpointing)
     opt = '8-bit AdamW' if s.extra else type(s.opt).__name__
+    ms = (est.ms, est.low_ms, est.high_ms, est.bound) if est else (None,) * 4
     return RunPlan(f'{what}, {opt}, {precision}', card, batch, precision, checkpointing, parts, usable,
                    largest.get(False), largest.get(True), int(y0 - per_sample * x0), per_sample,
-                   est.ms, est.low_ms, est.high_ms, est.bound, samples, epochs, session_h,
-                   s.weights() + s.state(), DEFAULT_EVERY_MINUTES, est)
+                   *ms, samples, epochs, session_h, s.saved(), DEFAULT_EVERY_MINUTES, est)

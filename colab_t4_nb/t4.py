@@ -4,7 +4,7 @@
 
 # %% ../nbs/03b_t4.ipynb #53618875
 from __future__ import annotations
-import inspect, json, math, statistics, sys, types, warnings
+import functools, inspect, json, math, statistics, sys, types, warnings
 from contextlib import ExitStack, contextmanager, nullcontext
 from unittest import mock
 from dataclasses import dataclass, field, fields
@@ -52,7 +52,7 @@ def _t4_properties(real)->types.SimpleNamespace:
     fields = {k: getattr(real, k) for k in dir(real) if not k.startswith('_')
               and not callable(getattr(real, k))}
     fields.update(name='Tesla T4', major=7, minor=5, multi_processor_count=spec.sms,
-                  total_memory=usable_memory('T4'),  # what the driver reports, not the 16 GB sold
+                  total_memory=usable_memory('T4'),  # what PyTorch reports on a T4 (`T4_MEMORY`)
                   max_threads_per_multi_processor=a.max_warps * a.warp, warp_size=a.warp,
                   regs_per_multiprocessor=a.regs_per_sm, shared_memory_per_block=48 * 1024,
                   shared_memory_per_block_optin=a.smem_per_block,
@@ -72,11 +72,12 @@ def _t4_reads(refuse_bf16:bool):
     "A context in which PyTorch's reads of the GPU answer as a T4's, and bf16 autocast on CUDA is told it is emulated."
     cuda, said = torch.cuda, []
     real_props, real_free = cuda.get_device_properties, cuda.mem_get_info
+    @functools.wraps(real_props)  # `cap_memory` reads the real card through `__wrapped__`
     def props(device=None): return _t4_properties(real_props(device))
-    def free(device=None):
+    def free(device=None):  # on a T4 what is free is what PyTorch may still reserve
         f, _ = real_free(device)
-        total = usable_memory('T4')
-        return min(f, max(0, total - cuda.memory_reserved(device))), total
+        room = usable_memory('T4', reserve=True) - cuda.memory_reserved(device)
+        return min(f, max(0, room)), usable_memory('T4')
     enter = torch.amp.autocast_mode.autocast.__enter__
     def autocast_enter(self):
         if self.device == 'cuda' and self.fast_dtype == torch.bfloat16 and self._enabled:
@@ -100,7 +101,7 @@ def _t4_reads(refuse_bf16:bool):
 
 # %% ../nbs/03b_t4.ipynb #b92fd8af
 def t4_rehearsal(bf16:str='warn', # 'warn' (as `amp_choice` does for a T4) or 'error' (refuse it)
-                 memory:bool=True, # hold PyTorch to a T4's usable memory (on a GPU with more)
+                 memory:bool=True, # hold PyTorch to what it can reserve on a T4 (on a bigger GPU)
                  verbose:bool=True, # print one line naming what was skipped
                 ):
     "A `Rehearsal`: a context in which the card at hand behaves for PyTorch as a T4 would; everything is restored on exit."
@@ -144,7 +145,8 @@ class Rehearsal:
                     except ColabT4Error as e: self.skipped.append(f'memory cap ({e})')
                 stack.enter_context(_t4_reads(self.bf16 == 'error'))
                 self.applied.append("device reads answer as a T4's: capability (7, 5), 'Tesla T4', "
-                                    '40 SMs, 15.0 GiB, bf16 emulated, not native')
+                                    f"40 SMs, {usable_memory('T4') / 2**30:.2f} GiB, "
+                                    'bf16 emulated, not native')
             self._stack, self._left = stack.pop_all(), False
         _OPEN.append(self)
         if self.verbose and self.skipped:

@@ -12,7 +12,8 @@ The model has dropout, AdamW and a per-step warm-up/decay schedule; the data get
 where they are loaded (in the main process, or in the loader's workers). Frameworks: plain
 (`run_resumable`), hf (the Trainer and `HFCallback`), lightning (`LightningCallback`), keras
 (`KerasCallback`). Loaders: generator (shuffled by the loader's own seeded generator), global
-(shuffled from the global generator), workers (two worker processes)."""
+(shuffled from the global generator), workers (two worker processes), pworkers (two persistent
+worker processes, kept from one epoch to the next)."""
 import argparse, os, signal, sys, threading, warnings
 from pathlib import Path
 
@@ -45,7 +46,8 @@ class Noisy(torch.utils.data.Dataset):
 def torch_loader(kind):
     kw = dict(batch_size=BATCH, shuffle=True)
     if kind == 'generator': kw['generator'] = torch.Generator().manual_seed(1)
-    if kind == 'workers': kw['num_workers'] = 2
+    if kind in ('workers', 'pworkers'): kw['num_workers'] = 2
+    if kind == 'pworkers': kw['persistent_workers'] = True
     return torch.utils.data.DataLoader(Noisy(), **kw)
 
 def net():
@@ -135,7 +137,8 @@ def hf(kind, folder):
                 fp16=PRECISION == 'fp16', bf16=PRECISION == 'bf16', full_determinism=DEVICE != 'cpu')
     if kind == 'generator': args['data_seed'] = 1
     if kind == 'global': args['accelerator_config'] = {'use_seedable_sampler': False}
-    if kind == 'workers': args['dataloader_num_workers'] = 2
+    if kind in ('workers', 'pworkers'): args['dataloader_num_workers'] = 2
+    if kind == 'pworkers': args['dataloader_persistent_workers'] = True
     model, cb = Model(), HFCallback(folder/'ckpt', every_steps=EVERY, every_minutes=None)
     t = Trainer(model, TrainingArguments(str(folder/'out'), **args), train_dataset=Items(),
                 callbacks=[cb, Step()])

@@ -53,32 +53,48 @@ def test_unknown_workload_lists_known_ones(cpu_env, tmp_path):
     assert not list(tmp_path.iterdir())
 
 def test_unwritable_out_fails_before_any_benchmark(cpu_env, tmp_path):
-    (tmp_path/'file').write_text('x')
-    r = bench(['--quick', '--out', tmp_path/'file'/'sub'], cpu_env, timeout=60)
-    assert r.returncode == 1 and 'Cannot write the results to out=' in r.stderr, r.stderr
-    assert 'colab-t4 bench:' in r.stderr and 'No CUDA GPU' not in r.stderr and '%|' not in r.stderr
+    "A folder under a file, or a named pipe: refused before any benchmark, naming it and what it is."
+    import os
+    (tmp_path/'file').write_text('x'); os.mkfifo(tmp_path/'pipe')
+    for out, said in [(tmp_path/'file'/'sub', f"Cannot write the results to out='{tmp_path/'file'/'sub'}': Not a directory"),
+                      (tmp_path/'pipe', f"out='{tmp_path/'pipe'}' is a named pipe, not a folder")]:
+        r = bench(['--quick', '--out', out], cpu_env, timeout=60)
+        assert r.returncode == 1 and f'colab-t4 bench: {said}' in r.stderr, r.stderr
+        assert 'colab-t4 bench:' in r.stderr and 'No CUDA GPU' not in r.stderr and '%|' not in r.stderr
 
 def test_bad_flag_is_a_usage_error(cpu_env):
     r = bench(['--fast'], cpu_env, timeout=60)
     assert r.returncode == 2 and 'usage: colab-t4 bench' in r.stderr, r.stderr
 
-@pytest.mark.parametrize('sig, said', [('SIGINT', 'Ctrl-C'), ('SIGTERM', 'SIGTERM'), ('SIGHUP', 'SIGHUP')])
-def test_a_stop_keeps_and_saves_the_finished_measurements(cpu_env, tmp_path, sig, said):
-    ("Ctrl-C, `timeout` (SIGTERM) or a closed notebook (SIGHUP) during the second measurement: no traceback, "
-     "the first one's rows saved, the message says so; a second Ctrl-C during the save waits for it.")
+@pytest.mark.parametrize('sig, said, where', [('SIGINT', 'Ctrl-C', 'measurement'), ('SIGTERM', 'SIGTERM', 'bar'),
+                                              ('SIGHUP', 'SIGHUP', 'bar')])
+def test_a_stop_keeps_and_saves_the_finished_measurements(cpu_env, tmp_path, sig, said, where):
+    ("Ctrl-C, `timeout` (SIGTERM) or a closed notebook (SIGHUP), sent from outside during the second measurement "
+     "or while the progress bar moves on to it: no traceback, the first one's rows saved, the message says so; "
+     "a second Ctrl-C during the save waits for it.")
+    import signal
     code = ('import os, signal, time\n'
             'from colab_t4_nb import benchmarks as B\n'
-            f'def stopped(*a, **k): os.kill(os.getpid(), signal.{sig}); time.sleep(10)\n'
-            'B.attention_speedup = stopped\n'
+            'from colab_t4_nb.cli import main\n'
+            'def wait(*a, **k): print("waiting", flush=True); time.sleep(60)\n'
+            'postfix = B.tqdm.set_postfix_str\n'
+            "def bar(self, s, *a, **k): return wait() if s == 'attention' else postfix(self, s, *a, **k)\n"
+            f"if {where!r} == 'bar': B.tqdm.set_postfix_str = bar\n"
+            'else: B.attention_speedup = wait\n'
             'save = B.save_suite\n'
             'def save_twice(*a, **k):\n'
             '    os.kill(os.getpid(), signal.SIGINT)  # the second Ctrl-C, in the middle of the save\n'
             '    return save(*a, **k)\n'
             'B.save_suite = save_twice\n'
-            f"raise SystemExit(B.bench_command(['--quick', '--models', 'bert', '--out', {str(tmp_path)!r}]))")
-    r = python(code, cpu_env)
-    assert r.returncode == 130 and 'Traceback' not in r.stderr, r.stderr[-3000:]
+            f"raise SystemExit(main(['bench', '--quick', '--models', 'bert', '--out', {str(tmp_path)!r}]))")
+    p = python(code, cpu_env, popen=True)
+    try:
+        assert p.stdout.readline() == 'waiting\n', p.stderr.read()[-3000:]
+        p.send_signal(getattr(signal, sig))
+        out, err = p.communicate(timeout=120)
+    finally: p.kill()
+    assert p.returncode == 130 and 'Traceback' not in err, (p.returncode, err[-3000:])
     df = pd.read_csv(tmp_path/'bench.csv')
     assert set(df.workload) == {'bert'} and 'iterations/s' in set(df.metric), df
-    assert f'stopped by {said} during attention: the {len(df)} row(s) measured before it are saved in' in r.stderr, r.stderr
-    assert (tmp_path/'bench.png').exists() and 'iterations/s' in r.stdout, r.stdout
+    assert f'stopped by {said} during attention: the {len(df)} row(s) measured before it are saved in' in err, err
+    assert (tmp_path/'bench.png').exists() and 'iterations/s' in out, out

@@ -202,6 +202,43 @@ def test_lightning_resume_is_bit_identical(tmp_path, lit_ref, every, crash_at, r
         cb, w = lit_run(tmp_path/'run', every=every)
     assert cb.resumed_from == resumed and same(w, lit_ref)  # saving does not change training
 
+@pytest.mark.parametrize('workers', [{}, dict(num_workers=2, persistent_workers=True)],
+                         ids=['plain loader', 'persistent workers'])
+def test_lightning_fit_run_again_follows_its_loader(tmp_path, workers):
+    "The fit cell run again after a crash (callback, trainer, model and data as they were): it resumes."
+    pl = pytest.importorskip('lightning.pytorch')
+    class Small(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Dropout(0.3),
+                                           torch.nn.Linear(8, 1))
+        def training_step(self, b, i):
+            if self.global_step == crash[0]: raise RuntimeError('runtime disconnected')
+            return self.net(b[0]).pow(2).mean()
+        def configure_optimizers(self): return torch.optim.SGD(self.parameters(), lr=0.1)
+    def cell(run):
+        torch.manual_seed(0)
+        model, cb = Small(), C.LightningCallback(run, every_steps=3, every_minutes=None)
+        trainer = pl.Trainer(max_epochs=2, callbacks=[cb], logger=False, enable_checkpointing=False,
+                             enable_progress_bar=False, enable_model_summary=False, accelerator='cpu')
+        data = torch.utils.data.TensorDataset(torch.randn(40, 4, generator=torch.Generator().manual_seed(0)))
+        dl = torch.utils.data.DataLoader(data, batch_size=4, shuffle=True, **workers)
+        return lambda: trainer.fit(model, cb.loader(dl), ckpt_path=cb.ckpt_path()) or model
+    crash = [None]
+    with warnings.catch_warnings():
+        warnings.filterwarnings('ignore', message='.*(num_workers|LeafSpec|weights_only).*')
+        ref = cell(tmp_path/'ref')()
+        fit, crash[0] = cell(tmp_path/'run'), 7
+        with pytest.raises(RuntimeError, match='runtime disconnected'): fit()
+        crash[0] = None
+        got = fit()  # the same cell again
+    assert same(got.state_dict(), ref.state_dict())
+
+def test_hf_persistent_workers_are_refused(tmp_path):
+    "A resumed Trainer starts new workers: persistent ones are refused before the first step."
+    with pytest.raises(C.CallbackError, match='Leave dataloader_persistent_workers=False'):
+        hf_run(tmp_path, tmp_path/'run', dataloader_num_workers=2, dataloader_persistent_workers=True)
+
 def session(now):
     with on_clock(now): return SessionClock(session_h=1.5, idle_min=None)
 

@@ -58,6 +58,14 @@ def test_ensure_names_the_cards_once_and_the_option(cpu_env, tmp_path):
                                               'colab-t4 ensure --want K80.\n'), r.stderr
     assert colab_t4(['ensure', '--want', 'K80'], env).returncode == 0
 
+def test_home_expanded_and_a_pipe_refused(cpu_env, tmp_path):
+    "`~` that the shell left alone is expanded once; a named pipe (reading it would wait for a writer) is refused, saying so."
+    os.mkfifo(tmp_path/'pipe')
+    for args in (['plan', '--config', '~/pipe'], ['ensure', '--budget-path', '~/pipe']):
+        r = colab_t4(args, {**cpu_env, 'HOME': str(tmp_path)}, timeout=60)
+        said = f"{args[1]}='{tmp_path/'pipe'}' is a named pipe, not a regular file: pass the path of a regular file instead."
+        assert r.returncode == 1 and r.stderr == f'colab-t4 {args[0]}: {said}\n', r.stderr
+
 def test_version(cpu_env):
     from colab_t4_nb import __version__
     r = colab_t4(['--version'], cpu_env)

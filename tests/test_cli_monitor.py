@@ -133,6 +133,19 @@ def test_signal_stops_like_ctrl_c(smi_env, tmp_path, sig):
     assert len(read_csv(csv)) >= 5 and f'Samples appended to {csv}' in stdout, stdout
     assert ledger.read_text().strip(), 'no ledger record'
 
+@no_real_gpu
+def test_home_in_paths_is_expanded_once(smi_env, tmp_path):
+    "Paths with ~ that the shell left alone (quoted): checked, written and reported under $HOME, all three."
+    from colab_t4_nb.monitoring import read_csv
+    home = tmp_path/'home'; home.mkdir()
+    args = ['monitor', '--interval', '0.2', '--duration', '1', '--every', '0',
+            '--csv', '~/gpu.csv', '--plot', '~/gpu.png', '--ledger', '~/ledger.jsonl']
+    r = colab_t4(args, {**smi_env, 'HOME': str(home)}, timeout=120)
+    assert r.returncode == 0 and r.stderr == '', r.stdout + r.stderr
+    assert f"Plot saved to {home/'gpu.png'}" in r.stdout and f"Samples appended to {home/'gpu.csv'}" in r.stdout, r.stdout
+    assert len(read_csv(home/'gpu.csv')) >= 3 and (home/'gpu.png').read_bytes()[:4] == b'\x89PNG'
+    assert json.loads((home/'ledger.jsonl').read_text().splitlines()[0])['gpu'] == 'NVIDIA H200'
+
 def test_help_lists_monitor(cpu_env):
     r = colab_t4(['monitor', '--help'], cpu_env, timeout=120)
     assert r.returncode == 0 and all(o in r.stdout for o in ['--interval', '--duration', '--csv', '--plot', '--ledger'])

@@ -29,9 +29,9 @@ def attempt(**kw):
     print(json.dumps(out))
 '''
 
-def run(tmp_path, card, body, env):
+def run(tmp_path, card, body, env, timeout=300):
     "PRELUDE then `body` in a fresh interpreter with `card` handed out: the lines it printed, after a clean exit."
-    r = python(PRELUDE + body, {**env, 'HOME': str(tmp_path/'home')}, [tmp_path, card])
+    r = python(PRELUDE + body, {**env, 'HOME': str(tmp_path/'home')}, [tmp_path, card], timeout=timeout)
     assert r.returncode == 0 and 'Traceback' not in r.stderr, r.stdout + r.stderr
     return r.stdout.splitlines()
 
@@ -144,3 +144,21 @@ def test_a_budget_file_of_other_contents_is_left_alone(tmp_path, colab_env):
     res, calls = json.loads(out[-2]), json.loads(out[-1])
     assert res['raised'] == 'ArgumentError' and 'not an allocation budget count' in res['message'], res
     assert mine.read_text() == '{"my": "notes"}' and ['runtime.unassign'] not in calls, calls
+
+def test_a_pipe_as_budget_or_ledger_is_refused_not_waited_on(tmp_path, colab_env):
+    "`--budget-path` or `ledger=` naming a named pipe (reading it would wait for a writer): refused at once, nothing handed back."
+    pipe = tmp_path/'pipe'
+    out = run(tmp_path, 'K80', DRIVE + f'''
+    import contextlib, os
+    from colab_t4_nb.cli import main
+    os.mkfifo({str(pipe)!r})
+    with contextlib.redirect_stderr(sys.stdout): print(main(['ensure', '--budget-path', {str(pipe)!r}]))
+    attempt(ledger={str(pipe)!r})
+    print(json.dumps(colab.calls))
+    ''', colab_env, timeout=60)
+    said, status, res, calls = out[-4:]
+    assert status == '1' and said == (f"colab-t4 ensure: --budget-path='{pipe}' is a named pipe, not a regular file: "
+                                      'pass the path of a regular file instead.'), out
+    res = json.loads(res)
+    assert res['raised'] == 'ArgumentError' and f"ledger='{pipe}' is a named pipe, not a regular file" in res['message'], res
+    assert json.loads(calls) == [['drive.mount', str(tmp_path/'drive')]]  # no runtime handed back

@@ -412,7 +412,11 @@ def test_run_resumable_saves_before_the_session_cut(tmp_path):
     (lambda d: P.CheckpointManager(d).save_async(-1), 'step must be an integer >= 0, got step=-1'),
     (lambda d: P.CheckpointManager(d, keep=0), 'got keep=0'),
     (lambda d: P.CheckpointManager(d, checksum='crc64'), "got checksum='crc64'"),
-    (lambda d: P.CheckpointManager(name='a/b'), "name must be a folder name (no slashes), such as \"run\", got 'a/b'"),
+    (lambda d: P.CheckpointManager(name='a/b'), 'name must be a folder name (no slashes, not "."'),
+    (lambda d: P.CheckpointManager(name='x' * 256), 'at most 255 bytes'),
+    (lambda d: P.CheckpointManager(d/'ck', mirror=d/'ck'/'.'), 'is the checkpoint folder itself'),
+    (lambda d: P.drive_checkpoints('..', local=d/'ck'), "got name='..'"),
+    (lambda d: P.drive_checkpoints('r', folder='/content/x', local=d/'ck'), "got '/content/x'"),
     (lambda d: P.SessionClock(session_h=0), 'session_h must be a number > 0, got session_h=0'),
     (lambda d: P.SessionClock(warn_min=30), 'warn_min must be a list of at least 0 items, got warn_min=30'),
     (lambda d: P.run_with_restarts('python x.py'), 'cmd must be a list such as'),
@@ -581,3 +585,58 @@ def test_folders_are_fixed_when_the_manager_is_made(tmp_path, monkeypatch):
     rel.save(1, model=torch.nn.Linear(2, 2))
     assert (tmp_path/'rel'/'ckpt-000000001.pt').exists() and not (tmp_path/'other'/'rel').exists()
     assert repr(rel) == f"CheckpointManager({str(tmp_path/'rel')!r}, keep=3)"
+
+def test_a_copy_of_another_run_is_named_by_every_new_load(tmp_path):
+    "Once taken into the manifest, the copy is still named when a later process loads it."
+    from torch import nn
+    m = nn.Linear(4, 2)
+    mine, other = P.CheckpointManager(tmp_path/'run'), P.CheckpointManager(tmp_path/'other')
+    mine.save(1, model=m)
+    for s in (10, 11): theirs = other.save(s, model=m)
+    mine.release(); other.release()
+    (tmp_path/'run'/theirs.path.name).write_bytes(theirs.path.read_bytes())
+    said = (f'another training run \\({theirs.run}; the checkpoints listed here are from '
+            f'{mine.last_saved.run}')
+    for _ in range(2):  # the first lists it in the manifest; the second is a new process's resume
+        with pytest.warns(F.CheckpointWarning, match=said):
+            assert P.CheckpointManager(tmp_path/'run').load(model=m).step == 11
+    with warnings.catch_warnings():  # a file of this run's own is loaded without a word
+        warnings.simplefilter('error')
+        again = P.CheckpointManager(tmp_path/'run')
+        assert again.load(model=m, checkpoint=mine.last_saved).step == 1
+
+@pytest.mark.parametrize('top', ['MyDrive', 'Shareddrives'])
+def test_a_folder_on_a_lost_drive_mount_is_never_made_on_the_local_disk(tmp_path, top):
+    "Drive mounted anywhere: while it is gone each save fails and says so; nothing stands in for it."
+    from torch import nn
+    from colab_t4_nb.testing import fake_colab
+    folder = tmp_path/'gdrive'/top/'team'/'run'
+    with fake_colab(mount_error=OSError('credential propagation was unsuccessful')):
+        (tmp_path/'gdrive'/top).mkdir(parents=True)
+        ckpt = P.CheckpointManager(folder)
+        ckpt.save(1, model=nn.Linear(4, 4))
+        shutil.rmtree(tmp_path/'gdrive'/top)  # the mount dropped
+        for s in (2, 3, 4):
+            said = f'Google Drive is not mounted.*its {top} is gone'
+            with pytest.raises(F.CheckpointWriteError, match=said):
+                ckpt.save(s, model=nn.Linear(4, 4))
+    assert not (tmp_path/'gdrive'/top).exists()
+
+@pytest.mark.skipif(not hasattr(os, 'mkfifo'), reason='no named pipes here')
+def test_a_named_pipe_is_no_checkpoint_and_is_not_waited_on(tmp_path):
+    import threading
+    pipe = tmp_path/'ckpt-000000001.pt'
+    os.mkfifo(pipe)
+    out = []
+    fifo = F.Checkpoint(pipe, 1, 1, 10, 'crc32:00000000')
+    t = threading.Thread(target=lambda: out.extend([F.read_trailer(pipe), F.verify_file(fifo)]),
+                         daemon=True)
+    t.start(); t.join(30)
+    stuck = t.is_alive()
+    for _ in range(50):  # let a reader that waits go: a writer opens the pipe and closes it
+        if not t.is_alive(): break
+        try: os.close(os.open(pipe, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError: pass
+        t.join(0.1)
+    assert not stuck, 'a named pipe was waited on'
+    assert out[0] is None and 'not a regular file' in out[1], out

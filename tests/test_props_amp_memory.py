@@ -193,10 +193,10 @@ def test_checkpoint_every(n, model):
     if r is not None: assert sum(len(s.module) for s in r) == 5
 
 @PROPS_TINY
-@given(device=DEVICES)
-def test_usable_memory(device):
-    r = call(memory.usable_memory, device=device)
-    if r is not None: assert r > 2**30
+@given(device=DEVICES, reserve=st.one_of(st.booleans(), JUNK))
+def test_usable_memory(device, reserve):
+    r = call(memory.usable_memory, device=device, reserve=reserve)
+    if r is not None: assert 2**30 < r <= memory.usable_memory(device) and reserve in (True, False)
 
 @PROPS_TINY
 @given(device=DEVICES)

@@ -2,7 +2,7 @@
 the package's errors (or a ValueError / TypeError) whose message names the argument or its value; never a bare
 IndexError, StopIteration, AttributeError or KeyError from inside. One argument at a time is replaced by an
 arbitrary value, the others are valid; every call runs in a fresh temporary folder."""
-import contextlib, math, os, tempfile, threading, warnings
+import contextlib, copy, math, os, tempfile, threading, warnings
 from pathlib import Path
 from unittest import mock
 
@@ -11,7 +11,8 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from colab_t4_nb import checkpoint_format as F, persistence as P
-from conftest import PROPS, PROPS_FILES, answers
+from colab_t4_nb.core import ColabT4Error
+from conftest import PROPS, PROPS_FILES, answers, bare
 
 # ---------------------------------------------------------------- arbitrary values
 names = st.text(alphabet='abcXYZ019_.-', min_size=1, max_size=8).filter(lambda s: s not in ('.', '..'))
@@ -191,6 +192,41 @@ def test_run_with_restarts(arg, v):
     with sandbox():
         kw = {'cmd': ['true'], 'max_restarts': 0, 'echo': False, arg: v}
         with contextlib.redirect_stdout(None): works_or_names(lambda: P.run_with_restarts(**kw), arg, v)
+
+def _loader():
+    ds = torch.utils.data.TensorDataset(torch.arange(8.))
+    return P.ResumableLoader(torch.utils.data.DataLoader(ds, 2, shuffle=True))
+
+def _paths(d:dict, path=())->list:
+    "The key paths of a nested dict: its keys, and those of the dicts inside."
+    return [p for k, v in d.items()
+            for p in [path + (k,), *(_paths(v, path + (k,)) if isinstance(v, dict) else [])]]
+
+GONE = object()  # the entry removed
+
+@PROPS
+@given(st.sampled_from([2, 4]), st.data(), st.one_of(junk, st.just(GONE)))
+def test_resumable_loader_state(batches, data, v):
+    "One entry of a loader's state changed or removed: refused at load, naming it, or the epoch runs."
+    rl = _loader()
+    it = iter(rl)
+    for _ in range(batches): next(it)  # in the epoch, or at its end
+    state = copy.deepcopy(rl.state_dict())
+    path = data.draw(st.sampled_from(_paths(state)))
+    inner = state
+    for k in path[:-1]: inner = inner[k]
+    if v is GONE: del inner[path[-1]]
+    else: inner[path[-1]] = v
+    # 'batches' made positive asks for the entries of a position inside an epoch
+    said = [repr(path[-1]), *(["'start'"] if path[-1] == 'batches' else [])]
+    again = _loader()
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', F.CheckpointWarning)  # a changed 'length' is warned of
+        r = answers(lambda: again.load_state_dict(state), *said, what=f' for state{list(path)}={v!r}')
+    if isinstance(r, Exception): return
+    try: list(again)
+    except Exception as e:  # what load_state_dict cannot see, such as a random state's contents
+        assert isinstance(e, ColabT4Error) and not bare(e), f'{type(e).__name__}: {e}'
 
 @PROPS_FILES
 @given(junk)

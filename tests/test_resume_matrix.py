@@ -1,13 +1,15 @@
 """The resume matrix: `run_resumable`, the Trainer, Lightning and Keras x a loader shuffled by its
 own seeded generator, one shuffled from the global generator, and one with two workers x a SIGKILL
-in the first epoch, in the second past the boundary, in the middle of a save, and twice. Every
-cell is a real process killed with SIGKILL and started again with the same command; it must end
+in the first epoch, in the second past the boundary, in the middle of a save, and twice; and
+`run_resumable` and Lightning with two persistent workers, killed in the second epoch and
+twice. Every cell is a real process killed with SIGKILL and started again with the same command; it must end
 with the weights and optimizer state of an uninterrupted run, bit for bit. The runs are
 `resume_job.py`: a model with dropout, AdamW, a per-step warm-up/decay schedule, and data with a
 random augmentation where they are loaded."""
-import os, subprocess, sys
+import os, random, subprocess, sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from zygote import Zygote
@@ -74,6 +76,8 @@ KERAS_TF_DATA = pytest.mark.xfail(strict=True, reason='a tf.data pipeline that r
                                   'pass restarts its seeds in a new process')
 CELLS = [pytest.param(f, l, k, marks=KERAS_TF_DATA if (f, l) == ('keras', 'generator') and
                       k != 'epoch1' else ()) for f in NEEDS for l in LOADERS for k in KILLS]
+# persistent workers keep their random streams across epochs: the kills after the first epoch
+CELLS += [pytest.param(f, 'pworkers', k) for f in ('plain', 'lightning') for k in ('epoch2', 'twice')]
 
 @pytest.mark.parametrize('framework, loader, kill', CELLS)
 def test_resume_is_bit_identical(framework, loader, kill, zygotes, tmp_path, tmp_path_factory):
@@ -128,6 +132,11 @@ def test_trainer_resume_with_a_random_augmentation(tmp_path):
     assert same(runs['run']['model'], runs['ref']['model'])
 
 # ---------------------------------------------------------------- every source of a loader's order
+class Noisy(torch.utils.data.Dataset):
+    "Twenty numbers, each with a draw of torch's, Python's and NumPy's generators where it is loaded."
+    def __len__(self): return 20
+    def __getitem__(self, i): return torch.tensor([i, torch.rand(()), random.random(), np.random.rand()]),
+
 def _loaders():
     ds = torch.utils.data.TensorDataset(torch.arange(20.))
     g = lambda: torch.Generator().manual_seed(3)
@@ -143,6 +152,8 @@ def _loaders():
             ds, 4, sampler=torch.utils.data.DistributedSampler(ds, 2, 1, shuffle=True, seed=3)),
         'the global generator, two workers': lambda: torch.utils.data.DataLoader(
             ds, 4, shuffle=True, num_workers=2),
+        'two persistent workers, a random augmentation': lambda: torch.utils.data.DataLoader(
+            Noisy(), 4, shuffle=True, num_workers=2, persistent_workers=True),
     }
 
 @pytest.mark.parametrize('kind', list(_loaders()))
@@ -167,3 +178,34 @@ def test_every_source_of_order_resumes(kind, stop):
     again.load_state_dict(state)
     rest = epochs(again, 3)
     assert (seen + rest)[:len(whole)] == whole
+
+# ---------------------------------------------------------------- loaders without a length
+class Stream(torch.utils.data.IterableDataset):
+    "Twelve numbers in an order drawn from the global generator as each pass begins; no length."
+    def __iter__(self): return iter(torch.randperm(12).float().tolist())
+
+def _stream_run(folder:Path, crash_at=None)->list:
+    "Nine steps of a stream of three batches an epoch, saved at each epoch's end: the batches trained."
+    from colab_t4_nb.persistence import CheckpointManager, run_resumable
+    seen = []
+    def step(s, batch):
+        if s == crash_at: raise RuntimeError('runtime disconnected')
+        seen.append((s, batch.tolist(), torch.rand(1).item()))
+    torch.manual_seed(0)
+    run_resumable(step, CheckpointManager(folder), 9, every_steps=3,
+                  loader=torch.utils.data.DataLoader(Stream(), batch_size=4))
+    return seen
+
+def test_a_stream_resumes_at_an_epochs_end(tmp_path):
+    "Saved as an epoch of a loader without a length ends, the run resumes as the uninterrupted one goes."
+    whole = _stream_run(tmp_path/'ref')
+    with pytest.raises(RuntimeError, match='disconnected'): _stream_run(tmp_path/'run', crash_at=4)
+    assert _stream_run(tmp_path/'run') == whole[3:]
+
+def test_a_used_up_iterator_is_named(tmp_path):
+    "A generator gives one epoch: the second is refused as what it is, not as a loader without batches."
+    from colab_t4_nb.core import ArgumentError
+    from colab_t4_nb.persistence import CheckpointManager, run_resumable
+    batches = (torch.full((2,), float(i)) for i in range(3))
+    with pytest.raises(ArgumentError, match='is an iterator, used up by the epochs before'):
+        run_resumable(lambda s, b: None, CheckpointManager(tmp_path), 5, loader=batches)

@@ -96,14 +96,16 @@ def _lora_config(r:int):
 
 def plan_for(name, model, task, batch, size, optimizer, ckpt, rank, grid=None):
     """The plan of one setup (on meta tensors, any machine), made without the CUDA context: the rehearsal's
-    cap holds PyTorch's reserve to a T4's 15 GiB and the context sits outside it, so the plan's largest batch
-    for a T4 without its context is the one to compare with find_batch_size's under the cap.
+    cap holds PyTorch's reserve to what it can reserve on a T4 (`usable_memory('T4', reserve=True)`) and
+    the context sits outside it, so the plan's largest batch for a card of that much memory, without its
+    context, is the one to compare with find_batch_size's under the cap.
     `grid`: (SMs, threads per SM) of the card that measured: CUDA's reductions size their staging buffers
     from the real card's, which the rehearsal cannot change (None: a T4's, the plan's own)."""
-    before, grid_of, plan.CONTEXT_MIB = plan.CONTEXT_MIB, plan._grid, 0
+    before, grid_of, usable = plan.CONTEXT_MIB, plan._grid, plan.usable_memory
+    plan.CONTEXT_MIB, plan.usable_memory = 0, lambda device: usable(device, reserve=True)
     if grid is not None: plan._grid = lambda card: tuple(grid)
     try: return _plan_for(model, task, batch, size, optimizer, ckpt, rank)
-    finally: plan.CONTEXT_MIB, plan._grid = before, grid_of
+    finally: plan.CONTEXT_MIB, plan._grid, plan.usable_memory = before, grid_of, usable
 
 def _plan_for(model, task, batch, size, optimizer, ckpt, rank):
     kw = dict(batch=batch, optimizer=optimizer, checkpointing=ckpt)

@@ -67,7 +67,8 @@ def info_text(d:dict # an `info_dict`
 
 # %% ../nbs/07_cli.ipynb #1b62d810
 _PLAN_MODELS = ('gpt2', 'bert-base', 'vit-base', 't5-small', 'llama-1b')  # `MODELS` of the plan page
-_PLAN_TASKS = ('causal-lm', 'seq-cls', 'masked-lm', 'image-cls', 'seq2seq')  # its `TASKS`
+_PLAN_TASKS = ('causal-lm', 'seq-cls', 'masked-lm', 'image-cls', 'seq2seq', 'token-cls', 'ctc',
+               'speech-seq2seq', 'contrastive', 'semantic-seg', 'image-to-text')  # its `TASKS`
 _PLAN_OPTIMIZERS = ('adamw', 'sgd', 'adafactor', 'adamw8bit')  # its `OPTIMIZERS`
 
 def _plan_parser(sub):

@@ -15,8 +15,7 @@ from fastcore.basics import patch
 
 from .core import (ColabT4Error, append_line, atomic_write, open_locked, runtime,
                               state_dir, check_callable, check_choice, check_int, check_num,
-                              check_path, check_seq, check_str, check_type)
-
+                              check_path, check_seq, check_str, check_type, open_regular)
 
 # %% auto #0
 __all__ = ['OBSERVED', 'LedgerError', 'UsageLedger', 'LedgerSession', 'Advice', 'advice']
@@ -39,8 +38,16 @@ class UsageLedger:
     def __init__(self,
                  path:str|Path|None=None, # the file; default `state_dir()/'usage_ledger.jsonl'`
                 ):
-        path = check_path('path', path, none=True, err=LedgerError)
+        path = check_path('path', path, none=True, err=LedgerError, kind='file')
         self.path = path if path is not None else state_dir()/'usage_ledger.jsonl'
+
+    def _file(self)->Path:
+        "The path, refused when what is there is not a regular file (a named pipe would never end)."
+        return check_path('path', self.path, err=LedgerError, kind='file')
+
+    def _read(self, n:int=-1)->str:
+        "The file's first `n` bytes (all when -1) as text, never waiting on a named pipe."
+        with open_regular(self._file()) as f: return f.read(n).decode('utf-8', 'replace')
 
     def add(self, start:float, end:float, gpu:str, busy_h:float=0.0, session:str|None=None)->str:
         "Append a record for `session` (a new id if None); returns the session id."
@@ -64,8 +71,7 @@ class UsageLedger:
     def _check_ours(self, text:str|None=None):
         "Refuse a file of other contents (`text`, default the file's first 64 KiB): nothing of the user's is written over."
         if text is None:
-            try:
-                with open(self.path, 'rb') as f: text = f.read(1 << 16).decode('utf-8', 'replace')
+            try: text = self._read(1 << 16)
             except FileNotFoundError: return
             except OSError: return  # the write that follows says what is wrong
         recs, bad = _parse_records(text)
@@ -77,9 +83,8 @@ class UsageLedger:
     def _rewrite(self, repair:bool)->list[dict]:
         "Under the lock: keep the readable records (`repair`) or the latest per session; returns them."
         try:
-            with open_locked(self.path) as fd:
-                with open(fd, 'rb', closefd=False) as f:
-                    text = f.read().decode('utf-8', 'replace')
+            with open_locked(self._file()):
+                text = self._read()  # the locked file: every writer takes the lock first
                 self._check_ours(text)
                 recs, bad = _parse_records(text)
                 if repair and not bad: return recs  # another process repaired it first
@@ -138,7 +143,7 @@ def _latest_per_session(recs:list[dict])->list[dict]:
 @patch
 def records(self:UsageLedger)->list[dict]:
     "Every readable record, oldest first; a damaged file is set aside and replaced by its readable records."
-    try: text = self.path.read_bytes().decode('utf-8', 'replace')
+    try: text = self._read()
     except FileNotFoundError: return []
     self._check_ours(text)
     recs, bad = _parse_records(text)

@@ -285,16 +285,32 @@ class CheckpointDir:
         "Remove the temporary files left by run `run` (default this one); no other file."
         for p in self.path.glob(f'{self._tmp(run)}*.tmp'): p.unlink(missing_ok=True)
 
-    def _set_aside(self, p:Path, why:str):
-        "Rename the damaged checkpoint `p` to `damaged-<name>` (out of rotation's reach), with a warning."
-        if not p.is_file(): return  # a named pipe, a socket: not a checkpoint, and left alone
-        dst, n = p.with_name(f'damaged-{p.name}'), 1
-        while dst.exists(): dst, n = p.with_name(f'damaged-{n}-{p.name}'), n + 1
+    def _set_aside(self, p:Path, why:str, prefix:str='damaged')->bool:
+        "Rename `p` to `<prefix>-<name>`, out of rotation's reach, with a warning; True if moved."
+        if not p.is_file(): return False  # a named pipe, a socket: not a checkpoint, and left alone
+        dst, n = p.with_name(f'{prefix}-{p.name}'), 1
+        while dst.exists(): dst, n = p.with_name(f'{prefix}-{n}-{p.name}'), n + 1
+        damaged = prefix == 'damaged'
+        what = f'Checkpoint {p} is damaged ({why})' if damaged else f'{p} {why}'
         try: os.rename(p, dst)
-        except OSError as e: _warn(f'Checkpoint {p} is damaged ({why}) and could not be set aside '
-                                   f'({e}).'); return
-        _warn(f'Checkpoint {p} is damaged ({why}): moved to {dst.name}, out of the rotation. Delete '
+        except OSError as e: _warn(f'{what} and could not be set aside ({e}).'); return False
+        _warn(f'{what}: moved to {dst.name if damaged else dst}, out of the rotation. Delete '
               'it when you no longer need it.')
+        return True
+
+    def _make_way(self, p:Path, old:list, run:str|None):
+        "Set aside the file at `p` unless it is a checkpoint of `run` listed in `old`."
+        if not os.path.lexists(p): return
+        c = next((o for o in old if o.path == p), None)
+        if c is None: why = f'is not listed in {self.manifest.name}'
+        elif read_trailer(p) is None: why = 'has no valid checkpoint trailer'
+        elif p.name in self._found - self._written or (c.run and run and c.run != run):
+            why = f'comes from another training run ({c.run or "unknown"})'
+        else: return  # this run's own checkpoint: the save replaces it
+        if self._set_aside(p, f'{why}, and this run saves {p.name} now', 'set-aside'):
+            self._found.discard(p.name); return
+        raise CheckpointWriteError(errno.EEXIST, f'{p} {why}, and this run would save over it: '
+                                   f'move it out of {self.path}, or save to another folder.')
 
     def _commit(self, c:Checkpoint, old:list):
         "Check `c` on disk, list it in the manifest with the newest `keep - 1` others that verify, delete the rest."
@@ -575,8 +591,10 @@ def save(self:CheckpointDir, obj, # what to save (see training_state)
         self._clean_tmp()
         old = self.checkpoints()
         if seq is None: seq = 1 + max((o.seq for o in old), default=0)
+        run = run or self._lineage(old) or self.run
+        self._make_way(self.file_for(step), old, run)  # a file of another's there is moved aside
         c = write_checkpoint(self.file_for(step), obj, step, seq, self.checksum,
-                             tmp_prefix=self._tmp(), run=run or self._lineage(old) or self.run)
+                             tmp_prefix=self._tmp(), run=run)
         self._written.add(c.path.name)
         self._commit(c, old)
     except CheckpointWriteError: raise  # already says which file and why
@@ -970,6 +988,7 @@ def copy_in(self:CheckpointDir, c:Checkpoint)->Checkpoint:
         self.own()
         self._clean_tmp()
         old = self.checkpoints()
+        self._make_way(dst, old, c.run)
         with open_regular(c.path) as src, atomic_write(dst, check, tmp_prefix=self._tmp()) as f:
             shutil.copyfileobj(src, f, 16 << 20)
         self._written.add(dst.name)
@@ -1316,9 +1335,10 @@ class ResumableLoader:
     def __getattr__(self, k):  # the loader's `sampler`, `batch_size`..., for the frameworks' checks
         if k == 'loader' or k.startswith('__'): raise AttributeError(k)
         return getattr(self.loader, k)
+    # a DataLoader's persistent workers, which Lightning shuts down as a fit ends
     @property
-    def _iterator(self): return self.loader._iterator  # a DataLoader's persistent workers, which
-    @_iterator.setter                                   # Lightning shuts down as a fit ends
+    def _iterator(self): return self.loader._iterator
+    @_iterator.setter
     def _iterator(self, it): self.loader._iterator = it
 
     @property
@@ -1351,23 +1371,16 @@ class ResumableLoader:
         "An epoch of the loader (`own`: from its own state); persistent workers reseed for it."
         if self._seeds is None: return iter(self.loader)
         if self._run is None: self._run = {'seed': 0, 'since': self.epoch}
-        if self.epoch == self._run['since']:  # the one draw a DataLoader makes as its workers start
+        if self.epoch == self._run['since']:  # the workers' seed for the whole run
             self._run['seed'] = torch.empty((), dtype=torch.int64).random_(
                 generator=self.loader.generator).item()
         self._seeds.shared[:2] = torch.tensor([self.epoch, self._run['seed']])
-        if self.loader._iterator is None and self.epoch > self._run['since'] and not own:
-            # the run's workers started epochs ago: start them, then begin this epoch as they did
+        if self.loader._iterator is None and not own:
+            # start the workers, then begin the epoch as the epochs of running workers begin
             snap = self._snapshot()
-            self._workers_iter()
+            iter(self.loader)
             self._put_back(snap)
-        return self._workers_iter()
-
-    def _workers_iter(self):
-        "iter(loader), drawing no random number of the run if its workers start."
-        g = self.loader.generator
-        self.loader.generator = torch.Generator().manual_seed(self._run['seed'])
-        try: return iter(self.loader)
-        finally: self.loader.generator = g
+        return iter(self.loader)
 
     def _next(self, it):
         "The next batch of `it`, or `it` at the epoch's end."
@@ -1460,7 +1473,7 @@ def _problem(v, kind, where:str)->str|None:
 def load_state_dict(self:ResumableLoader, state_dict:dict):
     "Take up the position of `state_dict` at the next `iter`; refuse now a state it did not give."
     sd, kind = state_dict, {'epoch': _COUNT, 'batches': _COUNT, 'now': _SNAP}
-    if isinstance(sd, Mapping) and sd.get('batches'):  # mid-epoch
+    if isinstance(sd, Mapping) and _COUNT[0](sd.get('batches')) and sd['batches']:  # mid-epoch
         own = {'loader': _is(Mapping, 'a dict')} if self._stateful else {}
         kind |= {'start': _SNAP, 'before': {'rng': _RNG, **own}, 'fetched': _is(bool, 'a bool')}
     if isinstance(sd, Mapping) and sd.get('workers') is not None:  # persistent workers

@@ -4,7 +4,7 @@
 
 # %% ../nbs/05b_plan.ipynb #e61ef647
 from __future__ import annotations
-import bisect, contextlib, copy, functools, inspect, json, math, numbers, re, sys, time, weakref
+import bisect, contextlib, copy, functools, inspect, json, math, numbers, re, sys, time, types, weakref
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from importlib import resources
@@ -29,7 +29,7 @@ from .t4 import MetaAutocast, T4Estimate, cuda_dropout, estimate_t4, tensors_in
 from .persistence import DEFAULT_EVERY_MINUTES, SessionClock
 
 # %% auto #0
-__all__ = ['RunPlan', 'plan_run']
+__all__ = ['RunPlan', 'plan_run', 'corpus', 'corpus_setup']
 
 # %% ../nbs/05b_plan.ipynb #1d7fc34a
 GiB = 2**30
@@ -714,7 +714,7 @@ def _build(config, task:str)->nn.Module:
             config.decoder_start_token_id = config.pad_token_id
     try:
         with torch.device('meta'): model = getattr(transformers, TASKS[task]).from_config(config)
-    except (RuntimeError, ValueError, TypeError, ArithmeticError, LookupError, AttributeError) as e:
+    except (RuntimeError, ValueError, TypeError, ArithmeticError, LookupError, AttributeError, AssertionError) as e:
         odd = [f'{k}={v}' for k, v in _ints(config) if v < 0 and k.endswith(('size', 'dim', 'layers',
                                                                               'heads', 'embd', 'model'))]
         why = f': {", ".join(odd)} cannot be negative' if odd else ''
@@ -1288,3 +1288,27 @@ def _plan(s:_Setup, what:str, card:str, batch:int, checkpointing:bool, usable:in
     return RunPlan(f'{what}, {opt}, {precision}', card, batch, precision, checkpointing, parts, usable,
                    largest.get(False), largest.get(True), int(y0 - per_sample * x0), per_sample,
                    *ms, samples, epochs, session_h, s.saved(), DEFAULT_EVERY_MINUTES, est)
+
+# %% ../nbs/05b_plan.ipynb #09013b01
+def corpus()->list:
+    "The setups of the corpus: each one's name, source, model (a config class and its sizes, or a module) and run."
+    return json.loads((resources.files('colab_t4_nb')/'files'/'plan'/'corpus.json').read_text())
+
+def corpus_setup(name:str # a setup of `corpus()`, e.g. 'whisper-small-128-ckpt'
+                )->tuple:
+    "(model, `plan_run`'s keyword arguments) of a corpus setup: a config built from its class, or a module on meta tensors."
+    setups = {e['name']: e for e in corpus()}
+    e = setups[check_choice('name', name, setups)]
+    kw = dict(e['plan'], **({'task': e['task']} if 'task' in e else {}))
+    if 'lora' in kw: kw['lora'] = types.SimpleNamespace(**{'lora_dropout': 0.0, **kw['lora']})
+    if 'module' in e:
+        from colab_t4_nb import models
+        with torch.device('meta'): model = getattr(models, e['module'])()
+        kw['example'] = functools.partial(lambda n, b: torch.empty(b, 3, n, n, device='meta'), e['image'])
+        return model, kw
+    transformers = require('transformers', f'corpus_setup({name!r})')
+    cls, dims = getattr(transformers, e['config']), e['dims']
+    if {'encoder', 'decoder'} <= set(dims):  # an encoder-decoder of two configs, each with its defaults
+        parts = [getattr(transformers, dims[k])() for k in ('encoder', 'decoder')]
+        return cls.from_encoder_decoder_configs(*parts), kw
+    return cls(**dims), kw

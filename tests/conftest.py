@@ -105,3 +105,17 @@ PROPS_TINY = settings(PROPS, max_examples=60)  # tiny CPU models: quick calls, m
 # (not shrunk).
 PROPS_FILES = settings(PROPS, max_examples=25, derandomize=True,
                        phases=[Phase.explicit, Phase.reuse, Phase.generate])
+
+# ---------------------------------------------------------------- slow tests
+# A test marked `slow` takes minutes (the whole plan corpus): it runs only with `pytest --slow`.
+def pytest_addoption(parser):
+    parser.addoption('--slow', action='store_true', help='also run the tests marked slow')
+
+def pytest_configure(config):
+    config.addinivalue_line('markers', 'slow: takes minutes; runs only with --slow')
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption('--slow'): return
+    skip = pytest.mark.skip(reason='slow: pass --slow to run it')
+    for item in items:
+        if 'slow' in item.keywords: item.add_marker(skip)

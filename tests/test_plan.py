@@ -65,3 +65,130 @@ def test_plan_check_replans_a_recorded_run(cpu_env, tmp_path):
     r = subprocess.run([sys.executable, str(ROOT/'tools'/'plan_check.py'), str(out), '--replan', str(tmp_path/'no.jsonl')],
                        capture_output=True, text=True, env=cpu_env, timeout=120)
     assert r.returncode == 2 and 'no such file' in r.stderr, r.stderr
+
+# ---------------------------------------------------------------- every model gets an answer
+import types
+import pytest
+import torch
+from torch import nn
+
+def tiny(cls, **kw):
+    "A transformers config of class `cls` (its name), small enough to plan in a second."
+    import transformers
+    return getattr(transformers, cls)(**kw)
+
+LLAMA = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, vocab_size=256, max_position_embeddings=256)
+
+def test_task_from_the_model_type():
+    "A config saved without `architectures` is planned with its model's own head, not as a causal LM."
+    from colab_t4_nb.plan import _task
+    got = {c: _task(tiny(c)) for c in ('DistilBertConfig', 'AlbertConfig', 'DebertaV2Config', 'ResNetConfig',
+                                       'SegformerConfig', 'WhisperConfig', 'CLIPConfig', 'Wav2Vec2Config',
+                                       'GPT2Config', 'T5Config')}
+    assert got == {'DistilBertConfig': 'masked-lm', 'AlbertConfig': 'masked-lm', 'DebertaV2Config': 'masked-lm',
+                   'ResNetConfig': 'image-cls', 'SegformerConfig': 'semantic-seg', 'WhisperConfig': 'speech-seq2seq',
+                   'CLIPConfig': 'contrastive', 'Wav2Vec2Config': 'ctc', 'GPT2Config': 'causal-lm',
+                   'T5Config': 'seq2seq'}, got
+
+@pytest.mark.parametrize('config, kw, said', [
+    (('GPT2Config', {}), dict(seq=4096), 'has positions for 1024 tokens: pass seq <= 1024'),
+    (('GPT2Config', {}), dict(task='image-cls'), 'gpt2 has no image-cls head'),
+    (('GPT2Config', {'n_embd': -1}), {}, 'n_embd=-1 cannot be negative'),
+    (('GPT2Config', {'n_layer': 5000}), {}, 'does not fit even at batch 1. Instead, plan LoRA'),
+    (('LlavaConfig', {}), {}, 'plan its language model, plan_run(config.text_config'),
+])
+def test_refusals_name_the_way_out(config, kw, said):
+    "What cannot be planned is refused by the package's error, in words that say what to do instead."
+    from colab_t4_nb.core import ColabT4Error
+    from colab_t4_nb.plan import plan_run
+    with pytest.raises(ColabT4Error) as e: plan_run(tiny(config[0], **config[1]), **kw)
+    assert said in str(e.value), e.value
+
+def test_time_limit_stops_a_trace():
+    "A step too long to trace in the time given stops with an error that says so, instead of hanging."
+    from colab_t4_nb.core import ColabT4Error
+    from colab_t4_nb.plan import plan_run
+    t = time.perf_counter()
+    with pytest.raises(ColabT4Error) as e: plan_run(tiny('LlamaConfig', **LLAMA), seq=64, time_limit=0.01)
+    assert 'passed its time limit (0.01 s)' in str(e.value) and time.perf_counter() - t < 30, e.value
+
+def test_no_batch_fits_is_said_in_words():
+    "A plan where not even batch 1 fits says so, and never prints a largest batch of 0."
+    from colab_t4_nb.plan import RunPlan
+    p = RunPlan('x', 'T4', 4, 'fp16', False, dict(weights=20 * 2**30), 15 * 2**30, 0, 2, 0, 0, 1.0, 1.0, 1.0,
+                'compute', None, 1, 12, 1, 10)
+    assert p.verdict.endswith('it does not fit even at batch 1; largest batch 2 with gradient checkpointing.'), p.verdict
+    assert 'largest batch 0' not in p.verdict and 'none (not even batch 1)' in dict(p.as_rows())['largest batch']
+
+def test_another_card_gets_no_t4_time():
+    "The time model is a T4's: another card's plan gives no step time, and says why."
+    from colab_t4_nb.plan import plan_run
+    p = plan_run(tiny('LlamaConfig', **LLAMA), batch=2, seq=64, device='H200')
+    assert p.step_ms is None and p.sessions is None and "no step time (the time model is a T4's)" in p.verdict, p.verdict
+    assert p.as_dict()['step_ms'] is None
+
+def test_lora_checkpoint_holds_the_adapters():
+    "A LoRA run saves its adapters and their optimizer state, not the frozen base; peft's 'all-linear' is accepted."
+    from colab_t4_nb.plan import plan_run
+    lora = types.SimpleNamespace(r=4, target_modules='all-linear')
+    p = plan_run(tiny('LlamaConfig', **LLAMA), batch=2, seq=64, lora=lora)
+    linear = 2 * (4 * (64 + 64) * 2 + 4 * (64 + 32) * 2 + 4 * (64 + 128) * 3)  # q, o; k, v; gate, up, down
+    assert p.checkpoint_bytes == 3 * 4 * linear, (p.checkpoint_bytes, linear)  # fp32 adapters, AdamW's two states
+
+def test_lora_defaults_follow_the_layer_names():
+    "Without target_modules, LoRA finds the attention projections under their names in this transformers (ViT)."
+    from colab_t4_nb.plan import plan_run
+    vit = tiny('ViTConfig', hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+               image_size=32, patch_size=8)
+    p = plan_run(vit, batch=2, lora=types.SimpleNamespace(r=4, target_modules=None))
+    assert '(2.0K trainable: LoRA r=4)' in p.setup, p.setup  # q and v of 2 layers: 2 * 2 * 4 * (64 + 64)
+
+@pytest.mark.parametrize('cls, kw, task', [
+    ('DistilBertConfig', dict(dim=64, hidden_dim=128, n_layers=2, n_heads=4, vocab_size=256), 'token-cls'),
+    ('Wav2Vec2Config', dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+                            conv_dim=(32,) * 7, vocab_size=32), 'ctc'),
+    ('WhisperConfig', dict(d_model=64, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
+                           decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128,
+                           max_source_positions=100), 'speech-seq2seq'),
+    ('CLIPConfig', dict(text_config=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                                         num_attention_heads=4, vocab_size=256),
+                        vision_config=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                                           num_attention_heads=4, image_size=32, patch_size=8),
+                        projection_dim=32), 'contrastive'),
+    ('SegformerConfig', dict(hidden_sizes=[8, 16, 32, 64], decoder_hidden_size=32, num_labels=3), 'semantic-seg'),
+])
+def test_the_heads_people_train(cls, kw, task):
+    "Token classification, CTC, speech seq2seq, contrastive and semantic segmentation are planned."
+    from colab_t4_nb.plan import plan_run
+    p = plan_run(tiny(cls, **kw), batch=2, task=task, seq=None if task != 'ctc' else 16000,
+                 image_size=64 if task == 'semantic-seg' else None)
+    assert p.fits and f'for {task}' in p.setup and p.largest_plain >= 2, p
+
+def test_vit_at_another_image_size():
+    "A ViT planned at another image size interpolates its position embeddings, as `interpolate_pos_encoding=True` does."
+    from colab_t4_nb.plan import plan_run
+    vit = tiny('ViTConfig', hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+               image_size=32, patch_size=8)
+    assert plan_run(vit, batch=2, image_size=64).fits
+
+def test_inplace_relu_after_batchnorm_checkpointed():
+    "ReLU(inplace=True) after BatchNorm, as torchvision builds it, plans with and without checkpointing."
+    from colab_t4_nb.plan import plan_run
+    with torch.device('meta'):
+        net = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(inplace=True),
+                            nn.Conv2d(16, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(inplace=True),
+                            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10))
+    p = plan_run(net, batch=4, example=lambda b: torch.empty(b, 3, 32, 32, device='meta'), checkpointing=True)
+    assert p.largest_checkpointed and p.largest_plain, p
+
+def test_data_dependent_ops_as_cuda_runs_them():
+    "DeBERTa-v3's `nonzero` over its labels runs as with every label kept; MoE routing is planned and said."
+    from colab_t4_nb.plan import plan_run
+    deberta = tiny('DebertaV2Config', hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                   intermediate_size=128, vocab_size=256, relative_attention=True, position_buckets=32,
+                   pos_att_type=['p2c', 'c2p'], position_biased_input=False, norm_rel_ebd='layer_norm')
+    assert plan_run(deberta, batch=2, seq=64, task='seq-cls').fits
+    moe = tiny('MixtralConfig', **LLAMA, num_local_experts=4, num_experts_per_tok=2)
+    p = plan_run(moe, batch=2, seq=64)
+    assert p.fits and '4 experts (2 a token)' in p.setup and 'every routing, the worst included' in p.setup, p.setup

@@ -179,6 +179,13 @@ def test_every_source_of_order_resumes(kind, stop):
     rest = epochs(again, 3)
     assert (seen + rest)[:len(whole)] == whole
 
+def test_workers_that_do_not_reseed_are_named(monkeypatch):
+    "Were persistent workers to begin their epochs in a way ResumableLoader misses, the first batch says so."
+    from colab_t4_nb import persistence as P
+    monkeypatch.setattr(P._WorkerSeeds, 'reseed', lambda self, worker_id: None)  # the workers fork it
+    rl = P.ResumableLoader(torch.utils.data.DataLoader(Noisy(), 4, num_workers=1, persistent_workers=True))
+    with pytest.raises(P.CheckpointError, match='did not reseed for epoch 0'): next(iter(rl))
+
 # ---------------------------------------------------------------- loaders without a length
 class Stream(torch.utils.data.IterableDataset):
     "Twelve numbers in an order drawn from the global generator as each pass begins; no length."

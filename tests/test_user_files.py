@@ -296,3 +296,28 @@ def test_named_pipes_in_checkpoint_folders_are_skipped_not_waited_on(tree):
     assert isinstance(bad_load, F.CheckpointCorrupt) and 'not a file' in str(bad_load), bad_load
     assert isinstance(owner, F.CheckpointWriteError) and 'not a regular file' in str(owner), owner
     assert all(p.is_fifo() for p in pipes if p.name != 'colab_t4_nb-manifest.json')  # left alone
+
+def test_a_save_never_writes_over_a_file_that_is_not_this_runs(tree):
+    "A file in a save's way (another run's checkpoint, listed or not; the user's) is set aside."
+    root, allowed = tree
+    allowed += ['mine', 'other']
+    other = P.CheckpointManager('other', keep=5)
+    theirs = {s: other.save(s, model=model(1)) for s in (3, 7, 8, 9, 4)}  # step 4: save number 5
+    other.release()
+    mine = P.CheckpointManager('mine', keep=2)
+    for s in (1, 2): mine.save(s, model=model())
+    copies = {'ckpt-000000003.pt': theirs[3].path.read_bytes(),  # older: not listed here
+              'ckpt-000000004.pt': theirs[4].path.read_bytes(),  # newer: listed as another run's
+              'ckpt-000000005.pt': b'a file of the user named like a checkpoint'}
+    for k, v in copies.items(): (root/'mine'/k).write_bytes(v)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter('always')
+        assert mine.load(model=model()).step == 4  # the newest, named as another run's
+        for s in (3, 4, 5): mine.save(s, model=model())  # the names the copies hold
+    said = [str(x.message) for x in w]
+    for k, v in copies.items():
+        aside = root/'mine'/f'set-aside-{k}'
+        assert aside.read_bytes() == v, k  # kept, under a new name
+        assert any(str(root/'mine'/k) in m and f'moved to {aside}' in m for m in said), (k, said)
+    assert [c.run for c in mine.local.checkpoints()] == [mine.last_saved.run] * 2
+    mine.release()

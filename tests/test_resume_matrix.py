@@ -1,11 +1,11 @@
 """The resume matrix: `run_resumable`, the Trainer, Lightning and Keras x a loader shuffled by its
 own seeded generator, one shuffled from the global generator, and one with two workers x a SIGKILL
 in the first epoch, in the second past the boundary, in the middle of a save, and twice; and
-`run_resumable` and Lightning with two persistent workers, killed in the second epoch and
-twice. Every cell is a real process killed with SIGKILL and started again with the same command; it must end
-with the weights and optimizer state of an uninterrupted run, bit for bit. The runs are
-`resume_job.py`: a model with dropout, AdamW, a per-step warm-up/decay schedule, and data with a
-random augmentation where they are loaded."""
+`run_resumable` and Lightning with two persistent workers (the Trainer refuses them), killed in the
+second epoch and twice. Every cell is a real process killed with SIGKILL and started again with
+the same command; it must end with the weights and optimizer state of an uninterrupted run, bit
+for bit. The runs are `resume_job.py`: a model with dropout, AdamW, a per-step warm-up/decay
+schedule, and data with a random augmentation where they are loaded."""
 import os, random, subprocess, sys
 from pathlib import Path
 

@@ -13,7 +13,7 @@ from typing import Callable
 
 # %% auto #0
 __all__ = ['COLAB_DRIVE', 'ColabT4Error', 'ArgumentError', 'runtime', 'state_dir', 'needs', 'MissingPackage', 'require',
-           'cuda_sync', 'oom_kind', 'atomic_write', 'open_regular', 'stop_on_signals']
+           'cuda_sync', 'oom_kind', 'atomic_write', 'stop_on_signals']
 
 # %% ../nbs/00_core.ipynb #f8260cab
 class ColabT4Error(Exception):

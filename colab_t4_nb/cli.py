@@ -71,26 +71,36 @@ _PLAN_TASKS = ('causal-lm', 'seq-cls', 'masked-lm', 'image-cls', 'seq2seq', 'tok
                'speech-seq2seq', 'contrastive', 'semantic-seg', 'image-to-text')  # its `TASKS`
 _PLAN_OPTIMIZERS = ('adamw', 'sgd', 'adafactor', 'adamw8bit')  # its `OPTIMIZERS`
 
+def _corpus_names()->tuple:
+    "The setups of the plan page's corpus (`corpus()`), read from its file without PyTorch."
+    from importlib import resources
+    f = resources.files('colab_t4_nb')/'files'/'plan'/'corpus.json'
+    return tuple(e['name'] for e in json.loads(f.read_text()))
+
 def _plan_parser(sub):
     "The `plan` subcommand's arguments; its choices are the plan page's, named here so --help needs no PyTorch."
     pl = sub.add_parser('plan', help='will a training run fit a T4, at which batch, how long, how many '
                         'sessions (no GPU needed)')
     what = pl.add_mutually_exclusive_group(required=True)
     what.add_argument('--config', help='a transformers config.json, as save_pretrained writes it')
-    what.add_argument('--model', choices=_PLAN_MODELS, help='a model built from its config class')
+    what.add_argument('--model', choices=_PLAN_MODELS + _corpus_names(), metavar='NAME',
+                      help=f"a model built from its config class ({', '.join(_PLAN_MODELS)}), or a "
+                      'setup of the plan corpus with its batch and sizes '
+                      '(colab_t4_nb/files/plan/corpus.json)')
     pl.add_argument('--task', choices=_PLAN_TASKS, help='the head and the batch (default: the model\'s)')
     pl.add_argument('--seq', type=int, help='tokens per sample (default: 512, or the model\'s limit)')
     pl.add_argument('--image-size', type=int, help='image side (default: the config\'s)')
-    pl.add_argument('--batch', type=int, default=8, help='samples per step (default: 8)')
-    pl.add_argument('--optimizer', choices=_PLAN_OPTIMIZERS, default='adamw', help='(default: adamw)')
+    pl.add_argument('--batch', type=int, help="samples per step (default: 8, or the setup's)")
+    pl.add_argument('--optimizer', choices=_PLAN_OPTIMIZERS,
+                    help="(default: adamw, or the setup's)")
     pl.add_argument('--precision', choices=('fp16', 'bf16', 'fp32'),
                     help="default: the card's choice (fp16 with loss scaling on a T4)")
     pl.add_argument('--checkpointing', action='store_true', help='gradient checkpointing')
     pl.add_argument('--lora-rank', type=int, help='LoRA of this rank on the default target modules, '
                     'over a frozen base held in fp16')
     pl.add_argument('--samples', type=int, help='samples in one epoch (default: no run time)')
-    pl.add_argument('--epochs', type=float, default=1.0, help='passes over them (default: 1)')
-    pl.add_argument('--device', default='T4', help='the card to plan for (default: T4)')
+    pl.add_argument('--epochs', type=float, help='passes over them (default: 1)')
+    pl.add_argument('--device', help="the card to plan for (default: T4, or the setup's)")
     pl.add_argument('--json', action='store_true', help='print one JSON object')
 
 # %% ../nbs/07_cli.ipynb #e84da674
@@ -109,15 +119,22 @@ def _read_config(path:str):
         raise ArgumentError(f'--config {p} is not a transformers config ({e}).') from None
 
 def _plan(args:argparse.Namespace)->int:
-    "Carry out `plan`: build the config, plan the run, print a table or one JSON object."
+    "Carry out `plan`: build the model (a config or a corpus setup), plan the run, print the plan."
     import types
     if args.config: config, task = _read_config(args.config), None  # told before PyTorch loads
-    from colab_t4_nb.plan import model_config, plan_run
-    if args.model: config, task = model_config(args.model)
-    lora = None if args.lora_rank is None else types.SimpleNamespace(r=args.lora_rank, target_modules=None)
-    p = plan_run(config, batch=args.batch, seq=args.seq, image_size=args.image_size, task=args.task or task,
-                 optimizer=args.optimizer, precision=args.precision, checkpointing=args.checkpointing,
-                 lora=lora, device=args.device, samples=args.samples, epochs=args.epochs)
+    from colab_t4_nb.plan import corpus_setup, model_config, plan_run
+    kw = {}
+    if args.model in _PLAN_MODELS: config, task = model_config(args.model)
+    elif args.model: config, kw = corpus_setup(args.model)  # its run; the options given replace it
+    if not kw: kw['task'] = task
+    given = dict(batch=args.batch, seq=args.seq, image_size=args.image_size, task=args.task,
+                 optimizer=args.optimizer, precision=args.precision, device=args.device,
+                 samples=args.samples, epochs=args.epochs)
+    kw.update({k: v for k, v in given.items() if v is not None})
+    if args.checkpointing: kw['checkpointing'] = True
+    if args.lora_rank is not None:
+        kw['lora'] = types.SimpleNamespace(r=args.lora_rank, target_modules=None)
+    p = plan_run(config, **kw)
     if args.json: print(json.dumps(p.as_dict(), indent=1))
     else: print('\n'.join([p.verdict, p.setup] + [f"  {k.strip('*'):<14} {v.replace('**', '')}"
                                                  for k, v in p.as_rows()]))

@@ -23,7 +23,7 @@ from .core import (ColabT4Error, cuda_sync, oom_kind, require, ArgumentTypeError
 from .timing import benchmark
 
 # %% auto #0
-__all__ = ['T4_MEMORY', 'BatchSizeError', 'NothingFits', 'free_memory', 'BatchSizeResult', 'find_batch_size', 'find_max_size',
+__all__ = ['BatchSizeError', 'NothingFits', 'free_memory', 'BatchSizeResult', 'find_batch_size', 'find_max_size',
            'auto_batch_size', 'Accumulation', 'accumulation', 'usable_memory', 'cap_memory', 'peak_memory',
            'memory_report', 'checkpoint_every', 'checkpoint_report', 'split_model', 'launch_ddp', 'allreduce_check',
            'tf_memory_growth', 'synthetic_step']

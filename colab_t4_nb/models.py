@@ -17,8 +17,7 @@ from .core import (ColabT4Error, MissingPackage, require, ArgumentError,
 
 
 # %% auto #0
-__all__ = ['UNet', 'seg_batch', 'hf_bert', 'cls_batch', 'Encoder', 'token_batch', 'resnet50', 'efficientnet_b0', 'convnext_tiny',
-           'mlp']
+__all__ = ['UNet', 'seg_batch', 'hf_bert', 'cls_batch', 'Encoder', 'token_batch', 'resnet50', 'mlp']
 
 # %% ../nbs/00d_models.ipynb #bb283983
 # channels of a layer, classes of a head: far above any real model

@@ -29,7 +29,7 @@ from .t4 import MetaAutocast, T4Estimate, cuda_dropout, estimate_t4, tensors_in
 from .persistence import DEFAULT_EVERY_MINUTES, SessionClock
 
 # %% auto #0
-__all__ = ['RunPlan', 'plan_run', 'corpus', 'corpus_setup']
+__all__ = ['RunPlan', 'plan_run']
 
 # %% ../nbs/05b_plan.ipynb #1d7fc34a
 GiB = 2**30
@@ -57,7 +57,7 @@ class RunPlan:
     samples:int|None      # samples in one epoch; None: no run planned
     epochs:float          # passes over them
     session_h:float       # hours a Colab session lasts
-    checkpoint_bytes:int  # one checkpoint of the run: the weights it trains (LoRA: the adapters) and the optimizer's state
+    checkpoint_bytes:int  # one checkpoint: the weights it trains (LoRA: the adapters), the optimizer's state
     every_minutes:float   # checkpoint cadence: the most work a disconnect can lose
     t4:T4Estimate|None = field(default=None, repr=False)  # the step's T4 estimate, op by op
 
@@ -687,8 +687,10 @@ def _check_task(config, task:str)->str:
     "`task`, if `config`'s model has that head; else an error naming the heads it has."
     heads = _heads(config)
     if task not in heads:
+        has = ', '.join(heads) or 'none'
         raise ArgumentError(f'task={task!r}: {config.model_type} has no {task} head in transformers '
-                            f'({TASKS[task]}); the tasks it has here: {", ".join(heads) or "none"}.')
+                            f'({TASKS[task]}): pass one it has ({has}), or build the model on meta '
+                            'tensors and pass it with example=.')
     return task
 
 # %% ../nbs/05b_plan.ipynb #6bfa441e
@@ -983,6 +985,7 @@ class _Setup:
     checkpoint:Callable|None  # switch(on), see `_checkpointer`
     adapters:bool = False     # LoRA: a checkpoint holds the trainable weights alone
     deadline:float|None = None  # `time.monotonic()` past which a trace stops (`_Late`)
+    ops:int = 0               # ops traced so far, all traces together
 
     def weights(self)->int: return _storage_bytes([*self.model.parameters(), *self.model.buffers()])
     def state(self)->int: return _storage_bytes(_state(self.opt, self.extra))
@@ -1029,7 +1032,9 @@ def _trace(s:_Setup, batch:int, count:bool=False, cap:int|None=None, grid:tuple=
         try:
             est = estimate_t4(_step, s, batch, mt, repeats=0) if count else _step(s, batch, mt)
             at = mt.at_peak()
-        finally: s.opt.zero_grad(set_to_none=True)
+        finally:
+            s.ops, mt.deadline = s.ops + mt.ops, None  # the clean-up runs past the deadline too
+            s.opt.zero_grad(set_to_none=True)
     ws = [int(w * 2**20) for w in WORKSPACES_MIB]
     parts = dict(weights=s.weights(), gradients=0, optimizer=s.state(), activations=0,
                  temporaries=0, workspace=sum(ws))
@@ -1250,11 +1255,11 @@ def _failed(name:str, e:Exception)->str:
 def _traced(s:_Setup, name:str, batch:int, time_limit:float, **kw)->tuple:
     "`_trace(s, batch, **kw)`, its failures told as the plan's errors."
     try: return _trace(s, batch, **kw)
-    except _Late as e:
-        raise ColabT4Error(f'Planning {name} passed its time limit ({time_limit:g} s) in a trace of one training '
-                           f'step, after {e.args[0]:,} ops: a step of that many ops loops in Python (per token, as '
-                           "Mamba's reference scan, or per layer). Plan fewer tokens (seq) or layers, or pass a "
-                           'larger time_limit.') from None
+    except _Late:
+        raise ColabT4Error(f'Planning {name} passed its time limit ({time_limit:g} s) after tracing '
+                           f'{s.ops:,} ops of training steps: a step of so many ops loops in Python (per '
+                           "token, as Mamba's reference scan, or per layer). Plan fewer tokens (seq) or "
+                           'layers, or pass a larger time_limit.') from None
     except ColabT4Error: raise
     except Exception as e: raise ColabT4Error(_failed(name, e)) from None
 

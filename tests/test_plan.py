@@ -97,7 +97,7 @@ def test_task_from_the_model_type():
     (('GPT2Config', {'n_embd': -1}), {}, 'n_embd=-1 cannot be negative'),
     (('GPT2Config', {'n_layer': 5000}), {}, 'does not fit even at batch 1. Instead, plan LoRA'),
     (('LlavaConfig', {}), {}, 'plan its language model, plan_run(config.text_config'),
-])
+], ids=['positions', 'no-head', 'negative-width', 'absurd-size', 'llava'])
 def test_refusals_name_the_way_out(config, kw, said):
     "What cannot be planned is refused by the package's error, in words that say what to do instead."
     from colab_t4_nb.core import ColabT4Error
@@ -159,11 +159,14 @@ def test_lora_defaults_follow_the_layer_names():
     ('SegformerConfig', dict(hidden_sizes=[8, 16, 32, 64], decoder_hidden_size=32, num_labels=3), 'semantic-seg'),
 ])
 def test_the_heads_people_train(cls, kw, task):
-    "Token classification, CTC, speech seq2seq, contrastive and semantic segmentation are planned."
-    from colab_t4_nb.plan import plan_run
-    p = plan_run(tiny(cls, **kw), batch=2, task=task, seq=None if task != 'ctc' else 16000,
-                 image_size=64 if task == 'semantic-seg' else None)
-    assert p.fits and f'for {task}' in p.setup and p.largest_plain >= 2, p
+    "Token classification, CTC, speech seq2seq, contrastive and semantic segmentation: one step of each traces."
+    from colab_t4_nb.plan import _prepare, _trace
+    config = tiny(cls, **kw)
+    s, what = _prepare(config, 16000 if task == 'ctc' else None, 64 if task == 'semantic-seg' else None, task,
+                       None, None, 'adamw', torch.float16, True, None)
+    parts, _ = _trace(s, 2)
+    assert what.startswith(f'{config.model_type} for {task}'), what
+    assert parts['activations'] > 0 and parts['gradients'] + parts['optimizer'] > 0, parts
 
 def test_vit_at_another_image_size():
     "A ViT planned at another image size interpolates its position embeddings, as `interpolate_pos_encoding=True` does."
@@ -192,3 +195,13 @@ def test_data_dependent_ops_as_cuda_runs_them():
     moe = tiny('MixtralConfig', **LLAMA, num_local_experts=4, num_experts_per_tok=2)
     p = plan_run(moe, batch=2, seq=64)
     assert p.fits and '4 experts (2 a token)' in p.setup and 'every routing, the worst included' in p.setup, p.setup
+
+def test_plan_a_corpus_setup_from_the_shell(cpu_env):
+    "`colab-t4 plan --model NAME` plans a corpus setup with its own batch and sizes; a refusal is one line, status 1."
+    r = colab_t4(['plan', '--model', 'gpt2-seq-4096'], cpu_env)
+    assert r.returncode == 1 and r.stderr.startswith('colab-t4 plan: seq=4096: gpt2 has positions for 1024'), r.stderr
+    assert 'Traceback' not in r.stderr
+    r = colab_t4(['plan', '--model', 'distilbert-ner-128', '--batch', '4', '--json'], cpu_env)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d['batch'] == 4 and d['fits'] and d['largest_batch'] > 4, d

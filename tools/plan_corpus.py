@@ -20,6 +20,13 @@ RECORD = ROOT/'colab_t4_nb'/'files'/'plan'/'answers.jsonl'
 
 class Hang(Exception): "A setup ran past the script's own bound."
 
+# why a setup was refused, by the words of the refusal
+REASONS = {'passed its time limit': 'a step too long to trace in the time limit',
+           'weights alone take': 'weights alone past the card',
+           'has positions for': 'a sequence past the positions',
+           'head': 'no head for the task', 'cannot be built': 'a config that cannot be built',
+           'failed on meta tensors': 'an op that needs tensor values'}
+
 def answer(name:str, hang:float=300)->dict:
     "One setup's answer: a plan's figures, or a refusal's class and message; timed from an empty shape cache."
     def stop(*_): raise Hang(f'no answer in {hang:g} s')
@@ -36,7 +43,9 @@ def answer(name:str, hang:float=300)->dict:
         row = dict(answer='plan', verdict=p.verdict, setup=p.setup,
                    **{k: d[k] for k in ('fits', 'batch', 'peak_gib', 'largest_plain', 'largest_checkpointed',
                                          'step_ms', 'checkpoint_gb', 'card')})
-    except ColabT4Error as e: row = dict(answer='refused', error_type=type(e).__name__, error=str(e))
+    except ColabT4Error as e:
+        reason = next((r for k, r in REASONS.items() if k in str(e)), 'other')
+        row = dict(answer='refused', reason=reason, error_type=type(e).__name__, error=str(e))
     except Exception as e: row = dict(answer='traceback', error_type=type(e).__name__, error=str(e)[:2000])
     finally:
         signal.alarm(0)

@@ -5,6 +5,7 @@
     python tools/plan_check.py OUT.jsonl --dry-run  # anywhere: build each setup on meta tensors, plan it
     python tools/plan_check.py OUT.jsonl --only gpt2 vit-base-ckpt   # a few setups
     python tools/plan_check.py OUT.jsonl --replan GPU.jsonl   # anywhere: GPU.jsonl's measurements beside new plans
+    python tools/plan_check.py OUT.jsonl --corpus [NAME ...]  # setups of the plan's corpus (default: CORPUS's)
 
 For each training setup (GPT-2, BERT, T5, ViT, the TinyLlama-shaped 1.1B model with LoRA through peft,
 a small diffusers UNet2DConditionModel; with and without gradient checkpointing; AdamW and SGD) it
@@ -32,6 +33,10 @@ writes one JSON line to OUT.jsonl and prints a table:
   size their staging buffers from the real card (ViT-base's bias gradients at batch 192 take 132 MiB for
   an instant over an H100's or H200's 132 SMs, 20 MiB over a T4's 40), so the plan set beside the
   measurement is made with it.
+
+With `--corpus`, the setups are the plan's corpus entries (`corpus_setup`), each built on the GPU as its users
+build it (the transformers class of its task from the same config, peft's LoRA on an fp16 base, the package's
+torchvision-shaped modules) and measured at its own batch, the search bounded at twice the plan's largest.
 
 One setup failing does not stop the others: its line holds the error. The whole run is meant to
 finish within 8 minutes on an H200; each setup's batch search is bounded.
@@ -87,6 +92,75 @@ SETUPS = [('gpt2', 'gpt2', 'causal-lm', 8, 512, 'adamw', False, None, 64),
           ('unet', 'unet', None, 8, 32, 'adamw', False, None, 512),
           ('unet-ckpt-sgd', 'unet', None, 8, 32, 'sgd', True, None, 1024)]
 
+# corpus setups measured on the GPU: not in SETUPS, so not in the page's first validation table
+CORPUS = ('whisper-tiny-128', 'whisper-small-128-ckpt', 'wav2vec2-base-ctc-5s', 'clip-vit-b32-contrastive',
+          'deberta-v3-base-cls-512', 'deberta-v3-large-cls-512-ckpt', 'roberta-large-cls-256-ckpt',
+          'distilbert-cls-512', 'albert-base-v2-cls-256', 'bart-base-512', 'mt5-small-512', 'swin-tiny-224',
+          'segformer-b0-seg-512', 'resnet50-torchvision-224', 'efficientnet-b0-224', 'qwen2.5-0.5b-lora-4096',
+          'mixtral-tiny-moe-full-512', 'smollm2-135m-full-2048', 'tinyllama-lora-2048', 'vit-gpt2-image-captioning',
+          'gpt2-medium-full-1024', 'phi-2-lora-512')
+
+def _corpus_entry(name:str)->dict: return {e['name']: e for e in plan.corpus()}[name]
+
+def corpus_row(name:str)->tuple:
+    "(model, task, batch, size, optimizer, checkpointing, lora rank) of a corpus setup, as SETUPS gives them."
+    e, (model, kw) = _corpus_entry(name), plan.corpus_setup(name)
+    task = None if 'module' in e else kw.get('task') or plan._task(model)
+    size = e.get('image') or kw.get('image_size') or kw.get('seq')
+    lora = kw.get('lora')
+    return (name, task, kw.get('batch', 8), size, kw.get('optimizer', 'adamw'), kw.get('checkpointing', False),
+            getattr(lora, 'r', None))
+
+def _peft_config(lora):
+    "peft's LoraConfig of a corpus setup's LoRA (its rank, alpha and targets)."
+    from peft import LoraConfig
+    return LoraConfig(r=lora.r, lora_alpha=getattr(lora, 'lora_alpha', 2 * lora.r), lora_dropout=0.0,
+                      target_modules=getattr(lora, 'target_modules', None))
+
+def corpus_plan(name:str):
+    "The plan of a corpus setup, its LoRA given as peft's LoraConfig where peft is installed."
+    model, kw = plan.corpus_setup(name)
+    if kw.get('lora') is not None and find_spec('peft'): kw['lora'] = _peft_config(kw['lora'])
+    return plan_run(model, **kw)
+
+def _real(t:torch.Tensor, hi:int, device)->torch.Tensor:
+    "A real tensor shaped as the meta `t`: token ids and labels below `hi`, values from a normal distribution."
+    if t.dtype == torch.long: return torch.randint(0, max(1, hi), t.shape, device=device)
+    return torch.randn(t.shape, dtype=t.dtype, device=device)
+
+def corpus_model(name:str, device):
+    ("(model, example(batch), loss_fn) of a corpus setup on `device`, built as users build it: the transformers "
+     "class of the plan's task from the same config (peft's LoRA on an fp16 base), a module of `models`.")
+    import transformers
+    e, (config, kw) = _corpus_entry(name), plan.corpus_setup(name)
+    if 'module' in e:
+        from colab_t4_nb import models
+        with torch.device(device): m = getattr(models, e['module'])()
+        n = e['image']
+        return m, lambda b: torch.randn(b, 3, n, n, device=device), lambda out, x: out.float().mean()
+    task = kw.get('task') or plan._task(config)
+    built = plan._build(config, task)  # the plan's own tweaks of the config (no cache, pad token)
+    with torch.device(device): m = getattr(transformers, plan.TASKS[task]).from_config(built.config)
+    if kw.get('lora') is not None:
+        from peft import get_peft_model
+        m = get_peft_model(m.half(), _peft_config(kw['lora']))
+    seq, image = kw.get('seq') or plan._seq_default(config, task), kw.get('image_size') or plan._image_default(config, task)
+    meta = plan._example(config, task, seq, image)
+    vocab = getattr(plan._texts(config, task)[0], 'vocab_size', None) or getattr(config, 'vocab_size', 2)
+    classes = getattr(config, 'num_labels', 2)
+    if task == 'ctc':  # the model's own CTC loss from labels: one per 3 frames, as the plan counts it
+        frames = seq
+        for k, s in zip(config.conv_kernel, config.conv_stride): frames = (frames - k) // s + 1
+        def example(b):
+            return dict(input_values=torch.randn(b, seq, device=device),
+                        labels=torch.randint(1, config.vocab_size, (b, max(1, frames // 3)), device=device))
+        return m, example, lambda out, x: out.loss
+    def example(b):
+        x = meta(b)
+        return {k: _real(v, classes if k == 'labels' and task in ('seq-cls', 'token-cls', 'image-cls', 'semantic-seg')
+                         else vocab, device) if isinstance(v, torch.Tensor) else v for k, v in x.items()}
+    return m, example, lambda out, x: out.loss
+
 def _lora_config(r:int):
     "peft's LoraConfig (default targets for the architecture) where peft is installed, else r alone."
     if find_spec('peft'):
@@ -94,7 +168,7 @@ def _lora_config(r:int):
         return LoraConfig(r=r, lora_alpha=2 * r, lora_dropout=0.0)
     return types.SimpleNamespace(r=r, target_modules=None, lora_alpha=2 * r)
 
-def plan_for(name, model, task, batch, size, optimizer, ckpt, rank, grid=None):
+def plan_for(name, model, task, batch, size, optimizer, ckpt, rank, grid=None, planner=None):
     """The plan of one setup (on meta tensors, any machine), made without the CUDA context: the rehearsal's
     cap holds PyTorch's reserve to what it can reserve on a T4 (`usable_memory('T4', reserve=True)`) and
     the context sits outside it, so the plan's largest batch for a card of that much memory, without its
@@ -104,7 +178,7 @@ def plan_for(name, model, task, batch, size, optimizer, ckpt, rank, grid=None):
     before, grid_of, usable = plan.CONTEXT_MIB, plan._grid, plan.usable_memory
     plan.CONTEXT_MIB, plan.usable_memory = 0, lambda device: usable(device, reserve=True)
     if grid is not None: plan._grid = lambda card: tuple(grid)
-    try: return _plan_for(model, task, batch, size, optimizer, ckpt, rank)
+    try: return planner() if planner is not None else _plan_for(model, task, batch, size, optimizer, ckpt, rank)
     finally: plan.CONTEXT_MIB, plan._grid, plan.usable_memory = before, grid_of, usable
 
 def _plan_for(model, task, batch, size, optimizer, ckpt, rank):
@@ -151,7 +225,9 @@ def measure(name, model, task, batch, size, optimizer, ckpt, rank, bound, plan):
     "Two real steps on the GPU (peak of the second) and find_batch_size under the rehearsal's cap."
     from colab_t4_nb.memory import find_batch_size
     dev = 'cuda'
-    if model == 'unet':
+    if model == 'corpus':
+        m, example, loss_fn = corpus_model(name, dev)
+    elif model == 'unet':
         m, example, loss_fn = _unet(dev), lambda b: _unet_batch(b, dev), _unet_loss
     else:
         m, config = _hf_model(model, task, rank, dev)
@@ -188,7 +264,9 @@ def measure(name, model, task, batch, size, optimizer, ckpt, rank, bound, plan):
     torch.cuda.synchronize()
     got = dict(base_gib=base / GiB, measured_gib=torch.cuda.max_memory_allocated() / GiB,
                reserved_gib=torch.cuda.max_memory_reserved() / GiB)
-    start = max(1, min(bound, (plan.largest_checkpointed if ckpt else plan.largest_plain) or 1))
+    planned = (plan.largest_checkpointed if ckpt else plan.largest_plain) or 1
+    bound = bound or min(2048, 2 * planned + 16)
+    start = max(1, min(bound, planned))
     t = time.perf_counter()
     r = find_batch_size(step, start=start, max_size=bound, steps=1, margin=0.0, tol=0.0)
     got.update(largest_measured=r.largest_ok, largest_oom=r.smallest_oom, search_s=time.perf_counter() - t)
@@ -202,7 +280,13 @@ def _free():
 def _accelerate(name, model, task, rank):
     "accelerate estimate-memory's training figure (GiB) for the same model, built on meta tensors."
     from accelerate.commands.estimate import calculate_maximum_sizes, estimate_training_usage
-    if model == 'unet': m = _unet('meta')
+    if model == 'corpus':
+        e, (config, kw) = _corpus_entry(name), plan.corpus_setup(name)
+        if 'module' in e:
+            from colab_t4_nb import models
+            with torch.device('meta'): m = getattr(models, e['module'])()
+        else: m = plan._build(config, kw.get('task') or plan._task(config))
+    elif model == 'unet': m = _unet('meta')
     else: m, _ = _hf_model(model, task, None, 'meta')
     total, _ = calculate_maximum_sizes(m)
     return max(estimate_training_usage(total, 'float16').values()) / GiB
@@ -222,11 +306,17 @@ def real_grid()->list:
     p = torch.cuda.get_device_properties(torch.cuda.current_device())
     return [p.multi_processor_count, p.max_threads_per_multi_processor]
 
-def run(out:Path, dry:bool, only:list|None, measured:dict|None=None, grid:list|None=None)->list:
+def run(out:Path, dry:bool, only:list|None, measured:dict|None=None, grid:list|None=None,
+        corpus:list|None=None)->list:
     """One row per setup; with `measured` ({setup: row} of an earlier GPU run) its measurements beside a new plan.
     `grid`: the measuring card's [SMs, threads per SM] (see `plan_for`); on a GPU, its own."""
     rows, t0 = [], time.perf_counter()
     setups = [s for s in SETUPS if (not only or s[0] in only) and (measured is None or s[0] in measured)]
+    if corpus:  # corpus setups: their plan's own batch; the search bounded at twice the plan's largest
+        setups = []
+        for n in (n for n in corpus if measured is None or n in measured):
+            name, task, batch, size, optimizer, ckpt, rank = corpus_row(n)
+            setups.append((name, 'corpus', task, batch, size, optimizer, ckpt, rank, None))
     ctx = None if dry else context_mib()
     if not dry: grid = real_grid()
     rehearsal = None
@@ -242,7 +332,8 @@ def run(out:Path, dry:bool, only:list|None, measured:dict|None=None, grid:list|N
             t = time.perf_counter()
             try:
                 g = measured[name].get('grid') or grid if measured is not None else grid
-                p = plan_for(name, model, task, batch, size, optimizer, ckpt, rank, g)
+                p = plan_for(name, model, task, batch, size, optimizer, ckpt, rank, g,
+                             planner=(lambda: corpus_plan(name)) if model == 'corpus' else None)
                 row['grid'] = g
                 alloc = sum(v for k, v in p.parts.items() if k not in ('slack', 'context'))
                 row.update(plan_gib=p.peak / GiB + plan.CONTEXT_MIB / 1024, plan_alloc_gib=alloc / GiB,
@@ -292,6 +383,9 @@ def main(argv=None)->int:
     ap.add_argument('out', help='JSON lines file to append one line per setup to')
     ap.add_argument('--dry-run', action='store_true', help='no CUDA: build and plan each setup only')
     ap.add_argument('--only', nargs='+', help='setup names to run (default: all)')
+    ap.add_argument('--corpus', nargs='*', metavar='NAME',
+                    help="setups of the plan's corpus (colab_t4_nb/files/plan/corpus.json) instead of SETUPS; "
+                         'no name: those of CORPUS')
     ap.add_argument('--replan', metavar='MEASURED.jsonl', type=Path,
                     help="no CUDA: plan again the setups measured in an earlier run's file, and write its "
                          'measurements beside the new plans (after the plan changed, without a GPU)')
@@ -320,12 +414,18 @@ def main(argv=None)->int:
     if not a.dry_run and not torch.cuda.is_available():
         print('plan_check: no CUDA GPU here; use --dry-run to check the setups and plans.', file=sys.stderr)
         return 2
+    if a.corpus is not None:
+        a.corpus = a.corpus or list(CORPUS)
+        bad = sorted(set(a.corpus) - {e['name'] for e in plan.corpus()})
+        if bad:
+            print(f'plan_check: --corpus {bad}: not in the corpus (colab_t4_nb/files/plan/corpus.json)', file=sys.stderr)
+            return 2
     unknown = set(a.only or []) - {s[0] for s in SETUPS}
     if unknown:
         print(f'plan_check: unknown setups {sorted(unknown)}; known: {[s[0] for s in SETUPS]}', file=sys.stderr)
         return 2
     print(HEAD, flush=True)
-    rows = run(Path(a.out), a.dry_run, a.only, measured, grid)
+    rows = run(Path(a.out), a.dry_run, a.only, measured, grid, a.corpus)
     return 1 if any('error' in r for r in rows) else 0
 
 if __name__ == '__main__': sys.exit(main())

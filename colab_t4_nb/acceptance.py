@@ -25,17 +25,13 @@ from .amp import AmpStep, amp_choice, dtype_name, no_tf32, parse_dtype, plain_am
 from .memory import (cap_memory, find_batch_size, free_memory, peak_memory,
                                 synthetic_step, try_batch)
 from .models import Encoder, UNet, resnet50, token_batch, token_loss
-from .monitoring import (MIN_INTERVAL, GPUMonitor, MonitorError, NVMLSource, SmiSource)
+from .monitoring import MIN_INTERVAL, GPUMonitor, NVMLSource, SmiSource
 from .persistence import CheckpointManager, training_state
 from .timing import Timings, benchmark, cpu_timer
 from . import core
 
 # %% auto #0
-__all__ = ['CHECKS', 'AcceptanceError', 'target', 'Check', 'check', 'run_checks']
-
-# %% ../nbs/06c_acceptance.ipynb #3c81a404
-class AcceptanceError(ColabT4Error, ValueError):
-    "A check asked for something that cannot be measured here, or with arguments that cannot work."
+__all__ = ['CHECKS', 'target', 'Check', 'check', 'run_checks']
 
 # %% ../nbs/06c_acceptance.ipynb #e3d4dfc9
 _OPS = {'<=': operator.le, '>=': operator.ge, '<': operator.lt, '>': operator.gt, '==': operator.eq}
@@ -47,10 +43,10 @@ def target(what:str, # the figure, in words
            bound:float|bool, # the value it is held to
           )->dict:
     "One target row: `measured op bound`, and whether it holds (a NaN never does)."
-    check_str('what', what, err=AcceptanceError)
+    check_str('what', what)
     for k, v in (('measured', measured), ('bound', bound)):
-        check_type(k, v, (numbers.Real, bool), 'a number or True/False', err=AcceptanceError)
-    check_choice('op', op, list(_OPS), err=AcceptanceError)
+        check_type(k, v, (numbers.Real, bool), 'a number or True/False')
+    check_choice('op', op, list(_OPS))
     return {'target': what, 'measured': measured, 'op': op, 'bound': bound,
             'passed': bool(_OPS[op](measured, bound))}
 
@@ -64,11 +60,11 @@ class Check:
     targets:pd.DataFrame  # target, measured, op, bound, passed
 
     def __post_init__(self):
-        for k in ('name', 'card'): check_str(k, getattr(self, k), err=AcceptanceError)
+        for k in ('name', 'card'): check_str(k, getattr(self, k))
         for k in ('df', 'targets'):
-            check_type(k, getattr(self, k), pd.DataFrame, 'a DataFrame', err=AcceptanceError)
+            check_type(k, getattr(self, k), pd.DataFrame, 'a DataFrame')
         if missing := {'target', 'measured', 'op', 'bound', 'passed'} - set(self.targets.columns):
-            raise AcceptanceError(f'targets lacks the columns {sorted(missing)}.')
+            raise ArgumentError(f'targets lacks the columns {sorted(missing)}.')
 
     @property
     def passed(self)->bool: return bool(len(self.targets)) and bool(self.targets.passed.all())
@@ -84,13 +80,14 @@ class Check:
 
 # %% ../nbs/06c_acceptance.ipynb #ef38a057
 def check(name:str, # the benchmark
-          card:str, # the device it ran on
+          device:str, # the device it ran on, as a label: 'Tesla T4', 'cpu'
           df:pd.DataFrame, # what it measured
           *targets:dict, # rows made by `target`
          )->Check:
     "A `Check` of `df` against `targets`."
-    return Check(name, card, df, pd.DataFrame(list(targets), columns=['target', 'measured', 'op',
-                                                                      'bound', 'passed']))
+    device = check_str('device', device)
+    return Check(name, device, df, pd.DataFrame(list(targets), columns=['target', 'measured', 'op',
+                                                                        'bound', 'passed']))
 
 # %% ../nbs/06c_acceptance.ipynb #41550dae
 @patch
@@ -115,32 +112,19 @@ _BOUNDS = {'batch': (1, 'size'), 'seq': (1, 'size'), 'size': (16, 'size'), 'star
 # Seconds, [least, most]: a monitor samples at most every MIN_INTERVAL; an hour is above any block.
 SECONDS = {'interval': (MIN_INTERVAL, 3600), 'block_s': (0.001, 3600), 'warmup_s': (0, 3600)}
 
-# %% ../nbs/06c_acceptance.ipynb #096ad979
-def _device(device)->torch.device:
-    "`device` (see `as_card`) as the CPU or a CUDA GPU of this runtime; None: the GPU if there is one."
-    try: dev = as_card(device).device
-    except NoGPUError as e:
-        raise NoGPUError(f"{e.args[0]} For a toy-size run pass device='cpu', or pick a GPU "
-                         'runtime.') from None
-    except ColabT4Error as e: raise AcceptanceError(e.args[0] if e.args else str(e)) from None
-    if dev is None or dev.type not in ('cpu', 'cuda'):
-        raise AcceptanceError(f"device={device!r}: pass 'cpu', 'cuda' or None.")
-    return dev
-
-
 # %% ../nbs/06c_acceptance.ipynb #4598ada9
 def _cap(cap):
     "`cap` as `cap_memory` takes it: a card of the spec table, a number of bytes, or None."
     if cap is None: return None
-    E = AcceptanceError
-    check_type('cap', cap, (str, int), "a card such as 'T4', a number of bytes, or None", err=E)
-    if isinstance(cap, int): return check_int('cap', cap, 1, 2**50, err=E)
-    if spec_for(check_str('cap', cap, err=E), strict=False) is None:
-        raise E(f"cap={cap!r} is not one card of the spec table: pass one such as 'T4' or 'L4'.")
+    check_type('cap', cap, (str, int), "a card such as 'T4', a number of bytes, or None")
+    if isinstance(cap, int): return check_int('cap', cap, 1, 2**50)
+    if spec_for(check_str('cap', cap), strict=False) is None:
+        raise ArgumentError(f"cap={cap!r} is not one card of the spec table: "
+                            "pass one such as 'T4' or 'L4'.")
     return cap
 
 # %% ../nbs/06c_acceptance.ipynb #f441a93a
-_CALLS = ('step', 'search', 'work', 'finder', 'sync')  # functions
+_CALLS = ('step', 'search', 'work', 'sync')  # functions
 _TYPES = {'model': (nn.Module, 'a torch nn.Module'),
           'opt': (torch.optim.Optimizer, 'a torch optimizer'),
           'ckpt': (CheckpointManager, 'a CheckpointManager'),
@@ -149,24 +133,23 @@ _TYPES = {'model': (nn.Module, 'a torch nn.Module'),
 # %% ../nbs/06c_acceptance.ipynb #23e5538d
 def _arg(k:str, v):
     "Argument `k` checked by its name."
-    E = AcceptanceError
-    if k in _BOUNDS: return check_int(k, v, _BOUNDS[k][0], LIMITS[_BOUNDS[k][1]], err=E)
-    if k in SECONDS: return check_num(k, v, *SECONDS[k], eq=True, err=E)
-    if k in _CALLS: return check_callable(k, v, err=E)
-    if k in _TYPES: return check_type(k, v, *_TYPES[k], err=E)
-    if k == 'device': return _device(v)
+    if k in _BOUNDS: return check_int(k, v, _BOUNDS[k][0], LIMITS[_BOUNDS[k][1]])
+    if k in SECONDS: return check_num(k, v, *SECONDS[k], eq=True)
+    if k in _CALLS: return check_callable(k, v)
+    if k in _TYPES: return check_type(k, v, *_TYPES[k])
+    if k == 'device': return as_card(v, ('cpu', 'cuda'), here=True).device
     if k == 'cap': return _cap(v)
-    if k == 'folder': return check_path(k, v, err=E)
-    if k == 'amp': return check_choice(k, v, ('fp16', 'bf16'), err=E)
-    if k == 'smi': return check_str(k, v, err=E)
-    if k == 'accelerate': return check_flag(k, v, err=E)
+    if k == 'folder': return check_path(k, v)
+    if k == 'amp': return check_choice(k, v, ('fp16', 'bf16'))
+    if k == 'smi': return check_str(k, v)
+    if k == 'accelerate': return check_flag(k, v)
     raise ArgumentError(f'_args has no check for an argument named {k!r}')
 
 # %% ../nbs/06c_acceptance.ipynb #8c871bd4
-def _args(none:tuple=(), # names that may also be None (finder, sync, cap, amp and smi always may)
+def _args(none:tuple=(), # names that may also be None (sync, cap, amp and smi always may)
           **kw)->list:
     "Each of `kw` checked by its name, in order: counts within core's <code>LIMITS</code>, seconds within `SECONDS`."
-    none = (*none, 'finder', 'sync', 'cap', 'amp', 'smi')
+    none = (*none, 'sync', 'cap', 'amp', 'smi')
     return [None if v is None and k in none else _arg(k, v) for k, v in kw.items()]
 
 # %% ../nbs/06c_acceptance.ipynb #f80e1510
@@ -235,16 +218,13 @@ def encoder_race(batch:int=16, seq:int=512, # sequences per step, tokens per seq
 def accelerate_search(step:Callable, # `step(batch_size)`: one training step
                       start:int=1024, # accelerate's `starting_batch_size`
                       steps:int=3, # steps per trial, as `find_batch_size` runs them
-                      # default: `accelerate.utils.find_executable_batch_size`
-                      finder:Callable|None=None,
                      )->tuple:
     ("accelerate's `find_executable_batch_size` on `steps` steps of `step`: "
      "(size chosen, sizes tried).")
-    step, start, steps, finder = _args(step=step, start=start, steps=steps, finder=finder)
-    if finder is None:
-        if find_spec('accelerate') is None:
-            raise AcceptanceError('accelerate_search needs accelerate: pip install accelerate')
-        finder = importlib.import_module('accelerate.utils').find_executable_batch_size
+    step, start, steps = _args(step=step, start=start, steps=steps)
+    try: finder = importlib.import_module('accelerate.utils').find_executable_batch_size
+    except ImportError:
+        raise MissingPackage('accelerate_search needs accelerate: pip install accelerate') from None
     tried = []
     def train(bs):
         tried.append(bs)
@@ -294,14 +274,13 @@ def finder_race(step:Callable, # `step(batch_size)`: one training step, on `devi
                 start:int=1024, # accelerate's starting size
                 # rounds of accelerate, ours, ours, accelerate after one warm-up run of each
                 rounds:int=2,
-                finder:Callable|None=None, # accelerate's finder (default) or a stand-in
                 device='cuda', # where `step` runs
                )->Check:
     "accelerate's finder against `find_batch_size`, interleaved, beside the true largest batch."
-    step, cap, start, finder = _args(step=step, cap=cap, start=start, finder=finder)
+    step, cap, start = _args(step=step, cap=cap, start=start)
     rounds, device = _args(rounds=rounds, device=device)  # at least one round, to time anything
     found = {}
-    searches = {'accelerate': lambda: accelerate_search(step, start, finder=finder),
+    searches = {'accelerate': lambda: accelerate_search(step, start),
                 'find_batch_size': lambda: _ours(step, found)}
     runs = {k: [] for k in searches}
     with cap_memory(cap) if cap is not None else contextlib.nullcontext():
@@ -381,10 +360,10 @@ def unet_race(size:int=512, # image side
     ("Both finders on a UNet at `size`x`size`, fp16 autocast and fp32, "
      "beside the true largest batch of each.")
     size, cap, start = _args(size=size, cap=cap, start=start)
-    if size % 16: raise AcceptanceError(f'size={size}: the UNet needs a multiple of 16.')
+    if size % 16: raise ArgumentError(f'size={size}: the UNet needs a multiple of 16.')
     if not torch.cuda.is_available():
-        raise AcceptanceError('unet_race needs a CUDA GPU: '
-                              'on a CPU nothing runs out of memory to search for.')
+        raise NoGPUError('unet_race needs a CUDA GPU: '
+                         'on a CPU nothing runs out of memory to search for.')
     rows = {}
     for amp in ('fp16', None):
         torch.manual_seed(0)
@@ -418,7 +397,7 @@ def bert_like_model(layers:int=12, d:int=768, heads:int=12, ff:int=3072,
                     vocab:int=30522)->nn.Module:
     "A BERT-base-shaped encoder: embeddings, `layers` transformer layers, pooler."
     layers, d, heads, ff, vocab = _args(layers=layers, d=d, heads=heads, ff=ff, vocab=vocab)
-    if d % heads: raise AcceptanceError(f'd={d} must be a multiple of heads={heads}.')
+    if d % heads: raise ArgumentError(f'd={d} must be a multiple of heads={heads}.')
     layer = nn.TransformerEncoderLayer(d, heads, ff, batch_first=True)
     enc = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
     return nn.ModuleDict(dict(tok=nn.Embedding(vocab, d), pos=nn.Embedding(512, d),
@@ -450,7 +429,7 @@ def state_mib(model:nn.Module, opt:torch.optim.Optimizer)->float:
 def fsync_tree(folder:str|Path):
     "fsync every file under `folder`, then `folder` itself (or the one file `folder` names)."
     folder, = _args(folder=folder)
-    if not folder.exists(): raise AcceptanceError(f'folder={str(folder)!r} does not exist.')
+    if not folder.exists(): raise ArgumentError(f'folder={str(folder)!r} does not exist.')
     for p in [*folder.rglob('*'), folder]:
         fd = os.open(p, os.O_RDONLY)
         try: os.fsync(fd)
@@ -618,7 +597,7 @@ def sample_cost(monitor:GPUMonitor, # an NVML monitor; `gpus=[0]` for the cost o
     monitor, inner, repeats, smi = _args(monitor=monitor, inner=inner, repeats=repeats, smi=smi)
     monitor.open()
     if not isinstance(monitor.source, NVMLSource):
-        raise MonitorError('sample_cost needs a monitor that reads NVML.')
+        raise ArgumentError('sample_cost needs a monitor that reads NVML.')
     raw, once = _raw_nvml(monitor.source, monitor.source.gpus[0]), monitor.sample_once
     variants = {'sample_once': lambda: [once() for _ in range(inner)],
                 'raw NVML calls': lambda: [raw() for _ in range(inner)]}
@@ -651,13 +630,13 @@ class Overhead:
     blocks:pd.DataFrame  # pair, monitor ('on'/'off'), steps, ms_per_step, samples
 
     def __post_init__(self):
-        check_type('blocks', self.blocks, pd.DataFrame, 'a DataFrame', err=AcceptanceError)
+        check_type('blocks', self.blocks, pd.DataFrame, 'a DataFrame')
         missing = {'pair', 'monitor', 'steps', 'ms_per_step', 'samples'} - set(self.blocks.columns)
-        if missing: raise AcceptanceError(f'blocks lacks the columns {sorted(missing)}: pass what '
-                                          '`monitor_overhead` makes.')
+        if missing: raise ArgumentError(f'blocks lacks the columns {sorted(missing)}: pass what '
+                                        '`monitor_overhead` makes.')
 
     def median(self, mode:str)->float:
-        check_choice('mode', mode, ('on', 'off'), err=AcceptanceError)
+        check_choice('mode', mode, ('on', 'off'))
         return float(self.blocks.ms_per_step[self.blocks.monitor == mode].median())
 
     @property
@@ -747,8 +726,8 @@ def overhead_race(interval:float=0.1, pairs:int=16, block_s:float=0.5, # as for 
     interval, pairs, block_s = _args(interval=interval, pairs=pairs, block_s=block_s)
     width, depth, batch = _args(width=width, depth=depth, batch=batch)
     if not torch.cuda.is_available():
-        raise AcceptanceError('overhead_race times a training loop on a GPU: none is usable here. '
-                              'Call monitor_overhead(toy_step("cpu")) for the CPU.')
+        raise NoGPUError('overhead_race times a training loop on a GPU: none is usable here. '
+                         'Call monitor_overhead(toy_step("cpu")) for the CPU.')
     ov = monitor_overhead(toy_step('cuda', width, depth, batch), interval=interval, pairs=pairs,
                           block_s=block_s, sync=torch.cuda.synchronize)
     df = ov.summary()
@@ -771,14 +750,14 @@ def run_checks(names:list|None=None, # keys of `CHECKS`; None: all of them
               )->pd.DataFrame:
     ("Run acceptance checks at full size on this GPU: one row per target, "
      "with the check's name and card.")
-    known = lambda n, c: check_choice(n, c, list(CHECKS), err=AcceptanceError)
-    names = check_seq('names', names, known, none=True, err=AcceptanceError)
+    known = lambda n, c: check_choice(n, c, list(CHECKS))
+    names = check_seq('names', names, known, none=True)
     names, record_to = (list(CHECKS) if names is None else names,
                         check_path('record_to', record_to, none=True))
     if not torch.cuda.is_available():
-        raise AcceptanceError('run_checks measures at full size on a GPU and none is usable here: '
-                              'in Colab, Runtime > Change runtime type > T4 GPU. '
-                              'Each check runs at toy size on a CPU by hand.')
+        raise NoGPUError('run_checks measures at full size on a GPU and none is usable here: '
+                         'in Colab, Runtime > Change runtime type > T4 GPU. '
+                         'Each check runs at toy size on a CPU by hand.')
     rows = []
     for n in tqdm(names, desc='acceptance checks'):
         c = CHECKS[n]()

@@ -17,13 +17,13 @@ from typing import Callable
 import pandas as pd
 from fastcore.basics import patch
 
-from .core import (COLAB_DRIVE, ArgumentError, ArgumentTypeError, ColabT4Error,
-                              append_line, atomic_write, check_int, check_num,
+from .core import (COLAB_DRIVE, ArgumentError, ColabT4Error,
+                              append_line, atomic_write, check_flag, check_int, check_num,
                               check_path, check_seq, check_str, check_type, runtime, state_dir)
 
 # %% auto #0
-__all__ = ['SPECS', 'GPUSpec', 'native_bf16', 'spec_table', 'UnknownGPUError', 'spec_for', 'GPU', 'Card', 'as_card', 'gpu_info',
-           'NoGPUError', 'WrongGPUError', 'BudgetExhausted', 'ensure_gpu']
+__all__ = ['SPECS', 'GPUSpec', 'native_bf16', 'spec_table', 'spec_for', 'GPU', 'Card', 'as_card', 'gpu_info', 'NoGPUError',
+           'WrongGPUError', 'ensure_gpu']
 
 # %% ../nbs/00a_allocation.ipynb #48e1c6b1
 @dataclass(frozen=True)
@@ -57,9 +57,6 @@ class GPUSpec:
         return '| | |\n|---|---|\n' + '\n'.join(f'| {k} | {"-" if v is None else v} |'
                                                   for k, v in rows)
 
-# %% ../nbs/00a_allocation.ipynb #941d2430
-BadArgument = ArgumentError  # the name this page used before the core checks; the same class
-
 # %% ../nbs/00a_allocation.ipynb #af0afd27
 def native_bf16(cc:tuple|None # compute capability, e.g. (7, 5)
                )->bool:
@@ -67,8 +64,8 @@ def native_bf16(cc:tuple|None # compute capability, e.g. (7, 5)
     if cc is None: return False
     if not (isinstance(cc, (tuple, list)) and len(cc) == 2
             and all(isinstance(x, numbers.Integral) for x in cc)):
-        raise BadArgument(f'cc={cc!r} is not a compute capability: '
-                          f'give (major, minor), e.g. (7, 5).')
+        raise ArgumentError(f'cc={cc!r} is not a compute capability: '
+                            f'give (major, minor), e.g. (7, 5).')
     return tuple(cc) >= (8, 0)
 
 # %% ../nbs/00a_allocation.ipynb #c83d9d7c
@@ -145,11 +142,6 @@ def spec_table()->pd.DataFrame:
     df['native_bf16'] = [s.native_bf16 for s in SPECS.values()]
     return df.drop(columns=['pattern'])
 
-# %% ../nbs/00a_allocation.ipynb #e8369ce2
-class UnknownGPUError(ColabT4Error, KeyError):
-    "A GPU name that is not in the spec table (or matches several rows)."
-    def __str__(self): return str(self.args[0]) if self.args else ''
-
 # %% ../nbs/00a_allocation.ipynb #56dfbaaa
 def _matches(name:str)->list:
     up = name.strip().upper()
@@ -162,9 +154,9 @@ def spec_for(name:str, # a driver's name ("Tesla T4") or a table key ("T4")
             )->GPUSpec|None:
     "The spec-table row for the card called `name`."
     if not isinstance(name, str) or not name.strip():
-        raise UnknownGPUError(f"name={name!r} is not a card's name: pass a table key such as 'T4' "
-                              f"or a driver's name such as 'Tesla T4'. "
-                              f"Known cards: {', '.join(SPECS)}.")
+        raise ArgumentError(f"name={name!r} is not a card's name: pass a table key such as 'T4' "
+                            f"or a driver's name such as 'Tesla T4'. "
+                            f"Known cards: {', '.join(SPECS)}.")
     found = _matches(name)
     if len(found) == 1: return found[0]
     if not strict: return None
@@ -172,13 +164,13 @@ def spec_for(name:str, # a driver's name ("Tesla T4") or a table key ("T4")
         msg = (f"{name!r} matches several cards ({', '.join(s.key for s in found)}): "
                f"name one of them.")
     else: msg = f"{name!r} is not in the spec table. Known cards: {', '.join(SPECS)}."
-    raise UnknownGPUError(msg)
+    raise ArgumentError(msg)
 
 # %% ../nbs/00a_allocation.ipynb #0e5103f6
 def _card(name:str, v)->GPUSpec:
     "The spec row for the card named by argument `name`, or an error naming the argument."
     try: return spec_for(v)
-    except UnknownGPUError as e: raise UnknownGPUError(f'{name}={v!r}: {e}') from None
+    except ArgumentError as e: raise ArgumentError(f'{name}={v!r}: {e}') from None
 
 # %% ../nbs/00a_allocation.ipynb #12912ebf
 _CMP = ['arch', 'cc', 'sms', 'cuda_cores', 'mem_gb', 'mem_type', 'bandwidth_gbs', 'fp32_tflops',
@@ -250,57 +242,82 @@ class Card:
         cc = self.cc if isinstance(self.cc, tuple) and len(self.cc) == 2 else None
         return f'{self.name}' + (f' (cc {cc[0]}.{cc[1]})' if cc else '')
 
-def _cc(device)->tuple:
-    "A compute capability `(major, minor)`, checked."
+def _cc(device, name:str='device')->tuple:
+    "A compute capability `(major, minor)`, checked; errors name it as `name`."
     if len(device) != 2 or not all(isinstance(v, numbers.Integral) and not isinstance(v, bool)
                                    and v >= 0 for v in device):
         raise ArgumentError(f'A compute capability is (major, minor), e.g. (7, 5) for a T4; '
-                            f'got device={device!r}.')
+                            f'got {name}={device!r}.')
     return tuple(int(v) for v in device)
 
-
-# %% ../nbs/00a_allocation.ipynb #d28fb69e
-def as_card(device=None, # None (here), a torch device or index, a card's name, a GPUSpec, a GPU or a compute capability
-           )->Card:
-    "The `Card` that `device` means; an error naming it when it means none, or a GPU that is not here."
+# %% ../nbs/00a_allocation.ipynb #e57ad099
+def _lookup(device, name:str, here:bool)->Card:
+    "The `Card` that `device` means, before `as_card` checks its kind and place."
     import torch  # only when asked: `colab-t4 info` starts without it
     if isinstance(device, Card): return device
     if isinstance(device, GPUSpec): return Card('cuda', device.key, device.cc, device)
     if isinstance(device, GPU):
         spec = device.spec
         return Card('cuda', device.name, device.cc or (spec.cc if spec else None), spec)
-    if isinstance(device, tuple): return Card('cuda', 'a GPU', _cc(device))
+    if isinstance(device, tuple): return Card('cuda', 'a GPU', _cc(device, name))
     if device is None: device = 'cuda' if torch.cuda.is_available() else 'cpu'
     if isinstance(device, numbers.Integral) and not isinstance(device, bool):
         if not 0 <= device < 2**31:
-            raise ArgumentError(f'A CUDA device index is 0 or more, got device={device!r}.')
-        dev = torch.device('cuda', int(device))
-    elif isinstance(device, torch.device): dev = device
-    elif isinstance(device, str) and re.fullmatch(_TORCH_DEVICES, device.strip()):
-        dev = torch.device(device.strip())
-    elif isinstance(device, str):
+            raise ArgumentError(f'A CUDA device index is 0 or more, got {name}={device!r}.')
+        return _torch_card(torch.device('cuda', int(device)), device, name, here)
+    if isinstance(device, torch.device): return _torch_card(device, device, name, here)
+    if isinstance(device, str) and re.fullmatch(_TORCH_DEVICES, device.strip()):
+        return _torch_card(torch.device(device.strip()), device, name, here)
+    if isinstance(device, str):
         try: spec = spec_for(device)
-        except UnknownGPUError as e:
-            raise UnknownGPUError(f"device={device!r} is neither a torch device ('cpu', 'cuda:0') "
-                                  f'nor a card: {e.args[0] if e.args else e}') from None
+        except ArgumentError as e:
+            raise ArgumentError(f"{name}={device!r} is neither a torch device ('cpu', 'cuda:0') "
+                                f'nor a card: {e.args[0] if e.args else e}') from None
         return Card('cuda', spec.key, spec.cc, spec)
-    else:
-        raise ArgumentTypeError(f"device={repr(device)[:60]} is not a device: pass a torch device "
-                                "('cuda:0', 'cpu'), a GPU index, a card's name ('Tesla T4'), a "
-                                'GPUSpec or GPU, a compute capability ((7, 5)), or None for the '
-                                'device here.')
+    raise ArgumentError(f"{name}={repr(device)[:60]} is not a device: pass a torch device "
+                        "('cuda:0', 'cpu'), a GPU index, a card's name ('Tesla T4'), a "
+                        'GPUSpec or GPU, a compute capability ((7, 5)), or None for the '
+                        'device here.')
+
+def _torch_card(dev, device, name:str, here:bool)->Card:
+    "The `Card` of torch device `dev` here (given as `device`); `NoGPUError` for a GPU not here."
+    import torch
     if dev.type != 'cuda':
         return Card(dev.type, 'the CPU' if dev.type == 'cpu' else f'{dev.type} tensors', device=dev)
     n = torch.cuda.device_count() if torch.cuda.is_available() else 0
     idx = dev.index if dev.index is not None else (torch.cuda.current_device() if n else 0)
     if idx >= n:
-        raise NoGPUError(f"device={device!r}: this runtime has {n} CUDA GPU(s). Pass 'cpu', None "
-                         "for the device here, or a card's name ('T4') or compute capability "
-                         '((7, 5)) to decide for a card that is not here.')
+        way = ("Pass 'cpu' or None for the device here, or pick a GPU runtime." if here else
+               "Pass 'cpu', None for the device here, or a card's name ('T4') or compute "
+               'capability ((7, 5)) to decide for a card that is not here.')
+        raise NoGPUError(f'{name}={device!r}: this runtime has {n} CUDA GPU(s). {way}')
     p = torch.cuda.get_device_properties(idx)
     return Card('cuda', p.name, (p.major, p.minor), spec_for(p.name, strict=False),
                 torch.device('cuda', idx))
 
+# %% ../nbs/00a_allocation.ipynb #d28fb69e
+_KINDS = {'cuda': 'CUDA GPUs', 'cpu': 'the CPU', 'meta': 'meta tensors'}
+
+def as_card(device=None, # None (here), a torch device or index, a card's name, a GPUSpec, a GPU or a compute capability
+            types:tuple|None=None, # the kinds allowed, e.g. ('cuda', 'cpu'); None: any
+            here:bool=False, # the card must be on this runtime: `NoGPUError` for a card only named
+            name:str='device', # the argument, as errors name it
+           )->Card:
+    "The `Card` that `device` means; an error naming it for none, another kind, or a GPU not here."
+    name, here = check_str('name', name), check_flag('here', here)
+    if types is not None: types = tuple(check_seq('types', types, check_str))
+    c = _lookup(device, name, here)
+    if types is not None and c.type not in types:
+        kinds = ' and '.join(_KINDS.get(t, f'{t} tensors') for t in types)
+        raise ArgumentError(f"{name}={device!r} means {c.name}, but only {kinds} are handled here. "
+                            f"Pass {' or '.join(map(repr, types))}" +
+                            (", or None for the device here." if here else
+                             ", or a card's name ('T4') to decide for that card."))
+    if here and c.device is None:
+        raise NoGPUError(f'{name}={device!r} names a card, not a device of this runtime: pass '
+                         f"{' or '.join(map(repr, types or ('cuda', 'cpu')))}, or None for the "
+                         'device here.')
+    return c
 
 # %% ../nbs/00a_allocation.ipynb #c120c7f8
 def _readings(): return resources.files('colab_t4_nb')/'files'/'gpu'
@@ -315,8 +332,8 @@ def reading(name:str # a recorded file, e.g. 't4_colab_nvidia-smi_2023.txt'; rea
            )->str:
     "The text of a GPU reading recorded on a real card, shipped with the package."
     if not isinstance(name, str) or name not in readings():
-        raise BadArgument(f'No recorded reading name={name!r}. '
-                          f'The package has: {", ".join(readings())}.')
+        raise ArgumentError(f'No recorded reading name={name!r}. '
+                            f'The package has: {", ".join(readings())}.')
     f = _readings()/name
     return f.read_text()
 
@@ -406,12 +423,9 @@ def parse_tf_devices(text:str # str(device_lib.list_local_devices()), or TensorF
 def _s(v): return v.decode() if isinstance(v, bytes) else v
 
 # %% ../nbs/00a_allocation.ipynb #f97c0b92
-def nvml_gpus(nvml # the `pynvml` module (or a stand-in with the same functions)
-             )->list[GPU]:
-    "GPUs as NVML lists them; raises `nvml.NVMLError` where NVML is missing or fails."
-    if not callable(getattr(nvml, 'nvmlInit', None)):
-        raise ArgumentTypeError(f'nvml must be the pynvml module or a stand-in for it '
-                                f'(see fake_nvml), got nvml={nvml!r}.')
+def nvml_gpus()->list[GPU]:
+    "GPUs as NVML lists them; raises `pynvml.NVMLError` where NVML is missing or fails."
+    import pynvml as nvml  # at the call: a stand-in put in `sys.modules` is honoured
     nvml.nvmlInit()
     try:
         driver = _s(nvml.nvmlSystemGetDriverVersion())
@@ -433,8 +447,7 @@ def nvml_gpus(nvml # the `pynvml` module (or a stand-in with the same functions)
 
 # %% ../nbs/00a_allocation.ipynb #978d69e5
 def _from_nvml():
-    import pynvml
-    return nvml_gpus(pynvml)
+    return nvml_gpus()
 
 # %% ../nbs/00a_allocation.ipynb #3de897fd
 def _from_torch():
@@ -489,14 +502,15 @@ def _source_names(sources)->list[str]:
     if isinstance(sources, str): names = [sources]
     elif isinstance(sources, (list, tuple)): names = list(sources)
     else:
-        raise BadArgument(f'sources={sources!r} is neither a source name nor a list of them; '
-                          f'known sources: {known}.')
+        raise ArgumentError(f'sources={sources!r} is neither a source name nor a list of them; '
+                            f'known sources: {known}.')
     if not names:
-        raise BadArgument(f'sources={sources!r} names no source: '
-                          f'leave it out to try all ({known}).')
+        raise ArgumentError(f'sources={sources!r} names no source: '
+                            f'leave it out to try all ({known}).')
     for n in names:
         if not isinstance(n, str) or n not in SOURCES:
-            raise BadArgument(f'sources={sources!r}: unknown source {n!r}; known sources: {known}.')
+            raise ArgumentError(f'sources={sources!r}: unknown source {n!r}; '
+                                f'known sources: {known}.')
     return names
 
 # %% ../nbs/00a_allocation.ipynb #c44e2d84
@@ -531,10 +545,6 @@ class NoGPUError(ColabT4Error):
 class WrongGPUError(ColabT4Error):
     "The GPU here is not the one that was asked for."
 
-# %% ../nbs/00a_allocation.ipynb #0c902552
-class BudgetExhausted(ColabT4Error):
-    "Today's allowance of runtime re-assignments is spent."
-
 # %% ../nbs/00a_allocation.ipynb #e976d7b4
 class Budget:
     "A per-day count of attempts, kept in a small JSON file."
@@ -544,7 +554,7 @@ class Budget:
                  per_day:int=5, # attempts allowed per calendar day
                 ):
         path = check_path('path', path, kind='file')  # a named pipe would block the read
-        per_day = check_int('per_day', per_day, hi=1000)
+        per_day = check_int('per_day', per_day)
         self.path, self.per_day = path, per_day
 
     def _read(self)->dict:
@@ -564,14 +574,14 @@ class Budget:
 # %% ../nbs/00a_allocation.ipynb #0d35f3cd
 @patch
 def spend(self:Budget)->int:
-    "Record one attempt today; raise `BudgetExhausted` if none is left. Returns the attempts used."
+    "Record one attempt today; raise `WrongGPUError` if none is left. Returns the attempts used."
     data, day = self._read(), self._today().isoformat()
     n = data.get(day, 0)
     if n >= self.per_day:
-        raise BudgetExhausted(f'All {self.per_day} runtime re-assignments for {day} are used '
-                              f'(count kept in {self.path}). '
-                              f'Carry on with the GPU you have, try again tomorrow, '
-                              f'or raise the budget.')
+        raise WrongGPUError(f'All {self.per_day} runtime re-assignments for {day} are used '
+                            f'(count kept in {self.path}). '
+                            f'Carry on with the GPU you have, try again tomorrow, '
+                            f'or raise the budget.')
     data = {k: v for k, v in data.items()
             if k >= date.fromordinal(self._today().toordinal() - 7).isoformat()}
     data[day] = n + 1
@@ -622,8 +632,8 @@ def wanted_specs(want:str|list, # a spec key, family or driver name, or a list o
     names = ([want] if isinstance(want, str)
              else list(want) if isinstance(want, (list, tuple)) else None)
     if not names or not all(isinstance(w, str) and w.strip() for w in names):
-        raise BadArgument(f"want={want!r}: name the card(s) you accept, "
-                          f"e.g. want='T4' or want=['T4', 'A100'].")
+        raise ArgumentError(f"want={want!r}: name the card(s) you accept, "
+                            f"e.g. want='T4' or want=['T4', 'A100'].")
     found = []
     for w in names:
         rows = [s for s in SPECS.values() if s.family.upper() == w.strip().upper()] or [spec_for(w)]
@@ -647,8 +657,8 @@ def _ledger_path(ledger)->Path|None:
     if ledger is True: return state_dir()/'usage_ledger.jsonl'
     if isinstance(ledger, (str, os.PathLike)) and str(ledger):
         return check_path('ledger', ledger, kind='file')
-    raise BadArgument(f'ledger={ledger!r}: pass a file path, True for the default usage ledger, '
-                      f'or False for none.')
+    raise ArgumentError(f'ledger={ledger!r}: pass a file path, True for the default usage ledger, '
+                        f'or False for none.')
 
 # %% ../nbs/00a_allocation.ipynb #770744b2
 def _note(path:Path|None, gpus, specs, action:str):
@@ -677,15 +687,13 @@ def _wrong(cls, wanted:str, here:str, gpus:list[GPU]):
 def ensure_gpu(want:str|list='T4', # card(s) accepted: spec keys, families or driver names
                budget:int=5, # runtime re-assignments allowed per day (Colab only)
                budget_path:str|Path|None=None, # budget file; default `state_dir()/'alloc_budget.json'`
-               gpus:list|None=None, # the GPUs here; default `gpu_info()`
                ledger:str|Path|bool=True, # file recording each Colab attempt; True: the usage ledger in `state_dir()`
               )->list[GPU]:
     "Return the GPUs here if one is `want`; in Colab hand the runtime back (within `budget`), elsewhere raise."
-    specs, budget = wanted_specs(want), check_int('budget', budget, hi=1000)
+    specs, budget = wanted_specs(want), check_int('budget', budget)
     budget_path = check_path('budget_path', budget_path, none=True, kind='file')
-    gpus = check_seq('gpus', gpus, _gpu, lo=0, none=True)
     accepted, wanted, led = {s.key for s in specs}, want_label(specs), _ledger_path(ledger)
-    gpus = gpu_info() if gpus is None else gpus
+    gpus = gpu_info()
     ok, here = any(g.spec and g.spec.key in accepted for g in gpus), _describe(gpus)
     if runtime() != 'colab':
         if ok: return gpus
@@ -693,7 +701,7 @@ def ensure_gpu(want:str|list='T4', # card(s) accepted: spec keys, families or dr
     if ok: _note(led, gpus, specs, 'kept'); return gpus
     b = Budget(budget_path or state_dir()/'alloc_budget.json', per_day=budget)
     try: n = b.spend()
-    except BudgetExhausted: _note(led, gpus, specs, 'budget spent'); raise
+    except WrongGPUError: _note(led, gpus, specs, 'budget spent'); raise
     _note(led, gpus, specs, 'handed back')
     print(f'Wanted {wanted}, got {here}. Handing this runtime back to Colab '
           f'(attempt {n} of {budget} today, counted in {b.path}).\n'

@@ -19,22 +19,18 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 from fastcore.basics import patch, store_attr
 
-from .allocation import (Card, as_card, GPU, GPUSpec, NoGPUError, SPECS, UnknownGPUError, native_bf16,
+from .allocation import (Card, as_card, GPU, GPUSpec, NoGPUError, SPECS, native_bf16,
                                     spec_for)
-from .core import (ColabT4Error, needs, record, check_callable, check_choice, check_int,
+from .core import (ColabT4Error, ArgumentError, MissingPackage, needs, record,
+                              check_callable, check_choice, check_int,
                               check_num, check_str, check_type)
 from .timing import benchmark, cpu_timer
 from .models import Encoder, token_batch, token_loss
 
 # %% auto #0
-__all__ = ['AmpError', 'SkippedStepsError', 'EmulatedBF16Warning', 'SlowAMPWarning', 'AmpChoice', 'amp_choice', 'decide_as',
-           'AmpStep', 'autocast_ops', 'in_fp32', 'softmax32', 'no_tf32', 'tensor_core_check', 'amp_report',
-           'step_anatomy', 'lint_dims', 'keras_amp']
-
-# %% ../nbs/01_amp.ipynb #560705ae
-class AmpError(ColabT4Error, ValueError):
-    ("A precision, device or argument that cannot be used here; "
-     "the message names it and the way out.")
+__all__ = ['SkippedStepsError', 'EmulatedBF16Warning', 'AmpChoice', 'amp_choice', 'decide_as', 'AmpStep', 'autocast_ops',
+           'in_fp32', 'softmax32', 'no_tf32', 'tensor_core_check', 'amp_report', 'step_anatomy', 'lint_dims',
+           'keras_amp']
 
 # %% ../nbs/01_amp.ipynb #f4f53c02
 class SkippedStepsError(ColabT4Error, FloatingPointError):
@@ -46,9 +42,6 @@ class SkippedStepsError(ColabT4Error, FloatingPointError):
 # %% ../nbs/01_amp.ipynb #92ce0c98
 class EmulatedBF16Warning(UserWarning): "bf16 asked for on a card that only emulates it."
 
-# %% ../nbs/01_amp.ipynb #652c8f77
-class SlowAMPWarning(UserWarning): "AMP on a card that has no fast half-precision path."
-
 # %% ../nbs/01_amp.ipynb #7c98485c
 DTYPES = {'fp16': torch.float16, 'bf16': torch.bfloat16, 'fp32': torch.float32}
 _ALIASES = {'float16': 'fp16', 'half': 'fp16', 'bfloat16': 'bf16',
@@ -57,13 +50,13 @@ _ALIASES = {'float16': 'fp16', 'half': 'fp16', 'bfloat16': 'bf16',
 # %% ../nbs/01_amp.ipynb #c82c4a25
 def parse_dtype(dtype:str|torch.dtype # 'fp16', 'bf16', 'fp32', an alias, or a torch.dtype
                )->torch.dtype:
-    "The torch dtype for a precision name; `AmpError` for anything else."
+    "The torch dtype for a precision name; `ArgumentError` for anything else."
     if isinstance(dtype, torch.dtype) and dtype in DTYPES.values(): return dtype
     key = str(dtype).strip().lower()
     if _ALIASES.get(key, key) in DTYPES: return DTYPES[_ALIASES.get(key, key)]
-    raise AmpError(f"Unknown precision: dtype={dtype!r}. Choices: 'fp16' (float16, half), "
-                   "'bf16' (bfloat16), 'fp32' (float32: AMP off), "
-                   "or the torch.dtype of one of them.")
+    raise ArgumentError(f"Unknown precision: dtype={dtype!r}. Choices: 'fp16' (float16, half), "
+                        "'bf16' (bfloat16), 'fp32' (float32: AMP off), "
+                        "or the torch.dtype of one of them.")
 
 # %% ../nbs/01_amp.ipynb #2742c49a
 def dtype_name(dtype:torch.dtype)->str: return {v: k for k, v in DTYPES.items()}[parse_dtype(dtype)]
@@ -75,17 +68,6 @@ def _fast_fp16(cc, spec)->bool|None:
     if spec is not None: return spec.fp16_tflops is not None and spec.fp16_tflops > spec.fp32_tflops
     if cc is None: return None
     return tuple(cc) >= (7, 0) or tuple(cc) in {(5, 3), (6, 0), (6, 2)}
-
-# %% ../nbs/01_amp.ipynb #2fd05a2e
-def _card(device)->Card:
-    "`as_card(device)`, for a CUDA GPU or the CPU: what autocast runs on."
-    c = as_card(device)
-    if c.type not in ('cuda', 'cpu'):
-        raise AmpError(f"device={device!r}: only CUDA GPUs and the CPU are handled here; "
-                       f"autocast on {c.type} is not. "
-                       "Pass a CUDA device, 'cpu', or a card's name to decide for that card.")
-    return c
-
 
 # %% ../nbs/01_amp.ipynb #4e185983
 @dataclass(frozen=True)
@@ -119,12 +101,12 @@ def amp_choice(device=None, # torch device, `GPU`, `GPUSpec`, driver name or com
     ("The precision to train in on `device`: bf16 where native, "
      "fp16 + GradScaler below cc 8.0, bf16 on the CPU.")
     want = None if dtype is None else parse_dtype(dtype)
-    if (stand := _stand_in(device)) is not None: return _rehearsed_choice(*stand, want)
-    c = _card(device)
+    c = as_card(device, ('cuda', 'cpu'))  # autocast runs on a CUDA GPU or the CPU
+    if (stand := _stand_in(c)) is not None: return _rehearsed_choice(*stand, want)
     if c.type == 'cpu':
         if want == torch.float16:
-            raise AmpError("fp16 autocast on the CPU is slow and barely supported: "
-                           "use dtype='bf16' (the CPU default) or 'fp32'.")
+            raise ArgumentError("fp16 autocast on the CPU is slow and barely supported: "
+                                "use dtype='bf16' (the CPU default) or 'fp32'.")
         dt = want or torch.bfloat16
         return AmpChoice('cpu', dt, False, None, 'the CPU',
                          'CPU autocast uses bf16; it is faster only on CPUs '
@@ -158,27 +140,27 @@ def _gpu_choice(card, cc, spec, want)->AmpChoice:
         why = (f'{card} has no tensor cores and no fast fp16: '
                'AMP only halves the activation memory here and will not be '
                f"faster. For speed, train in fp32 (dtype='fp32').")
-        warnings.warn(why, SlowAMPWarning, stacklevel=3)
+        warnings.warn(why, UserWarning, stacklevel=3)
     return AmpChoice('cuda', dt, True, fp16, card, why)
 
 # %% ../nbs/01_amp.ipynb #47e1266c
 _DECIDE_AS = {}  # the (card spec, refuse bf16) of each `decide_as` block open, by block, oldest first
 
 # %% ../nbs/01_amp.ipynb #051468cc
-def _stand_in(device)->tuple|None:
+def _stand_in(card:Card)->tuple|None:
     ("(card spec, refuse bf16, device here) when `decide_as` is on "
-     "and `device` means the device at hand; else None.")
+     "and `card` is the device at hand; else None.")
     stands = list(_DECIDE_AS.values())  # one step: another thread may open or close a block
     if not stands: return None
-    here = as_card(device).device  # None for a card named, not here
+    here = card.device  # None for a card named, not here
     return None if here is None else (*stands[-1], here)
 
 # %% ../nbs/01_amp.ipynb #ff78ecd0
 def _rehearsed_choice(spec:GPUSpec, refuse_bf16:bool, here:torch.device, want)->AmpChoice:
     "The choice for `spec`, to be run with autocast on `here`."
     if refuse_bf16 and want == torch.bfloat16 and not native_bf16(spec.cc):
-        raise AmpError(f"bf16 was asked for while rehearsing a {spec.key}, which only emulates it: "
-                       "use dtype='fp16' with a GradScaler, as on the real card.")
+        raise ArgumentError(f"bf16 was asked for while rehearsing a {spec.key}, which only emulates it: "
+                            "use dtype='fp16' with a GradScaler, as on the real card.")
     card = f'{spec.key} (cc {spec.cc[0]}.{spec.cc[1]}), rehearsed on {here}'
     c = _gpu_choice(card, spec.cc, spec, want)
     return dataclasses.replace(c, device_type=here.type)
@@ -186,15 +168,15 @@ def _rehearsed_choice(spec:GPUSpec, refuse_bf16:bool, here:torch.device, want)->
 # %% ../nbs/01_amp.ipynb #09a84025
 @contextmanager
 def decide_as(device='T4', # the card `amp_choice` answers for (see `as_card`)
-              refuse_bf16:bool=False, # raise `AmpError` for bf16 where the card only emulates it;
+              refuse_bf16:bool=False, # raise `ArgumentError` for bf16 where the card only emulates it;
                                       # False: warn
              ):
     ("Inside the block, `amp_choice` asked about the device here decides as for `device` "
      "(a rehearsal).")
     spec = as_card(device).spec
     if spec is None:
-        raise AmpError(f'device={device!r}: decide_as needs a card of the spec table, such as '
-                       "'T4' or 'A100-SXM4-40GB'.")
+        raise ArgumentError(f'device={device!r}: decide_as needs a card of the spec table, such as '
+                            "'T4' or 'A100-SXM4-40GB'.")
     block = object()
     _DECIDE_AS[block] = spec, refuse_bf16
     try: yield spec
@@ -202,29 +184,29 @@ def decide_as(device='T4', # the card `amp_choice` answers for (see `as_card`)
 
 # %% ../nbs/01_amp.ipynb #0a5ad242
 def _check_int(name:str, value, lo:int=1, hi:int|None=None)->int:
-    "`check_int` raising the page's `AmpError`."
-    return check_int(name, value, lo=lo, hi=hi, err=AmpError)
+    "`check_int` raising the page's `ArgumentError`."
+    return check_int(name, value, lo=lo, hi=hi)
 
 # %% ../nbs/01_amp.ipynb #7114b556
 def _model_device(model:nn.Module)->torch.device:
-    "The device of `model`'s first parameter; an `AmpError` for a model without any."
+    "The device of `model`'s first parameter; an `ArgumentError` for a model without any."
     if not isinstance(model, nn.Module):
-        raise AmpError(f'model must be a torch nn.Module, got model={model!r}')
+        raise ArgumentError(f'model must be a torch nn.Module, got model={model!r}')
     p = next(model.parameters(), None)
     if p is None:
-        raise AmpError(f'model={type(model).__name__} has no parameters, '
-                       'so there is nothing to train: '
-                       'pass the model whose parameters the optimizer updates.')
+        raise ArgumentError(f'model={type(model).__name__} has no parameters, '
+                            'so there is nothing to train: '
+                            'pass the model whose parameters the optimizer updates.')
     return p.device
 
 # %% ../nbs/01_amp.ipynb #d7948a9f
 def _check_step_args(opt, loss_fn, clip, scaler):
-    "`AmpError` naming the first of `AmpStep`'s arguments that cannot work."
-    check_type('opt', opt, torch.optim.Optimizer, 'a torch.optim optimizer', err=AmpError)
-    check_callable('loss_fn', loss_fn, none=True, err=AmpError)
-    check_num('clip', clip, none=True, err=AmpError)  # the largest gradient norm allowed
+    "`ArgumentError` naming the first of `AmpStep`'s arguments that cannot work."
+    check_type('opt', opt, torch.optim.Optimizer, 'a torch.optim optimizer')
+    check_callable('loss_fn', loss_fn, none=True)
+    check_num('clip', clip, none=True)  # the largest gradient norm allowed
     check_type('scaler', scaler, (bool, torch.amp.GradScaler),
-               'True, False or a torch.amp.GradScaler', none=True, err=AmpError)
+               'True, False or a torch.amp.GradScaler', none=True)
 
 # %% ../nbs/01_amp.ipynb #d764029e
 class AmpStep:
@@ -249,8 +231,8 @@ class AmpStep:
         store_attr('model,opt,loss_fn,clip,max_skips')
         self.choice = amp_choice(dev, dtype)
         if scaler not in (None, False) and self.choice.dtype == torch.bfloat16:
-            raise AmpError('bf16 has the range of fp32 and needs no GradScaler: '
-                           'leave `scaler` out, or train in fp16.')
+            raise ArgumentError('bf16 has the range of fp32 and needs no GradScaler: '
+                                'leave `scaler` out, or train in fp16.')
         if scaler is None or scaler is True:
             scaler = torch.amp.GradScaler(dev.type, enabled=bool(scaler or self.choice.scaler))
         self.scaler = scaler if scaler and scaler.is_enabled() else None
@@ -369,8 +351,8 @@ def plain_amp_step(model:nn.Module, opt:torch.optim.Optimizer, loss_fn:Callable,
     "The textbook autocast + GradScaler training step, `step(x, y)`, with nothing added."
     _model_device(model)
     _check_step_args(opt, loss_fn, None, scaler)
-    check_callable('loss_fn', loss_fn, err=AmpError)  # loss_fn(model(x), y)
-    check_choice('device_type', device_type, ('cuda', 'cpu'), err=AmpError)
+    check_callable('loss_fn', loss_fn)  # loss_fn(model(x), y)
+    check_choice('device_type', device_type, ('cuda', 'cpu'))
     dtype = parse_dtype(dtype)
     enabled = (dtype == torch.float16) if scaler is None else scaler
     scaler = torch.amp.GradScaler(device_type, enabled=enabled)
@@ -404,17 +386,6 @@ def _rounds(repeats, warmup)->tuple:
     return (_check_int('repeats', repeats, hi=MAX_ROUNDS),
             _check_int('warmup', warmup, 0, MAX_ROUNDS))
 
-# %% ../nbs/01_amp.ipynb #f34392b4
-def _here(device, what:str)->torch.device:
-    "`device` as a torch device of this runtime; None: the GPU if there is one, else the CPU."
-    dev = as_card(device).device  # `NoGPUError` naming `device` when it is not here
-    if dev is None:
-        raise AmpError(f"device={device!r}: {what} runs here, "
-                       "so it needs a torch device ('cuda', 'cpu').")
-    if dev.type not in ('cuda', 'cpu'):
-        raise AmpError(f"device={device!r}: {what} runs on 'cpu' or a CUDA GPU.")
-    return dev
-
 # %% ../nbs/01_amp.ipynb #1182160d
 def _probes()->dict:
     w, t = torch.randn(16, 16), torch.arange(8) % 16
@@ -432,7 +403,7 @@ def autocast_ops(device='cpu', # where to run the probes
                  dtype:str|torch.dtype|None=None, # autocast dtype; None: `amp_choice(device)`'s
                 )->pd.DataFrame:
     "For common operations, the output dtype under autocast for fp32 and for half-precision inputs."
-    device = _here(device, 'the probe')
+    device = as_card(device, ('cuda', 'cpu'), here=True).device
     ch = amp_choice(device, dtype)
     x = torch.randn(8, 16, device=device)
     rows = {}
@@ -446,7 +417,7 @@ def autocast_ops(device='cpu', # where to run the probes
 # %% ../nbs/01_amp.ipynb #dac85027
 def in_fp32(fn:Callable)->Callable:
     "`fn` run with autocast off and its floating-point tensor arguments in fp32."
-    if not callable(fn): raise AmpError(f'fn must be callable, got fn={fn!r}')
+    if not callable(fn): raise ArgumentError(f'fn must be callable, got fn={fn!r}')
     def up(a): return a.float() if isinstance(a, torch.Tensor) and a.is_floating_point() else a
     @functools.wraps(fn)
     def run(*args, **kwargs):
@@ -458,12 +429,12 @@ def in_fp32(fn:Callable)->Callable:
 # %% ../nbs/01_amp.ipynb #c0ecb50d
 def softmax32(x:torch.Tensor, dim:int=-1)->torch.Tensor:
     "Softmax computed and returned in fp32, also under autocast."
-    if not isinstance(x, torch.Tensor): raise AmpError(f'x must be a tensor, got x={x!r}')
+    if not isinstance(x, torch.Tensor): raise ArgumentError(f'x must be a tensor, got x={x!r}')
     if (isinstance(dim, bool) or not isinstance(dim, numbers.Integral)
             or not -max(x.dim(), 1) <= dim < max(x.dim(), 1)):
-        raise AmpError(f'dim must be an integer in [-{max(x.dim(), 1)}, {max(x.dim(), 1)}) '
-                       f'for x of shape '
-                       f'{tuple(x.shape)}, got dim={dim!r}')
+        raise ArgumentError(f'dim must be an integer in [-{max(x.dim(), 1)}, {max(x.dim(), 1)}) '
+                            f'for x of shape '
+                            f'{tuple(x.shape)}, got dim={dim!r}')
     return in_fp32(torch.softmax)(x, dim)
 
 # %% ../nbs/01_amp.ipynb #6443a277
@@ -552,21 +523,19 @@ def _shape(t)->str:
 def matmul_ms(a:torch.Tensor, b:torch.Tensor, # the operands, on one device
               repeats:int=50, # timed products; their median is the answer
               warmup:int=10, # untimed products first (on a GPU, at least 100 ms of them)
-              clock:Callable=time.perf_counter, # the CPU clock
              )->float:
     ("Median ms of one `a @ b` into a preallocated output, products issued back to back "
      "(CUDA events on a GPU).")
     repeats, warmup = _rounds(repeats, warmup)
-    clock = check_callable('clock', clock, err=AmpError)
     if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dim() == b.dim() == 2
             and a.shape[1] == b.shape[0] and a.device == b.device):
-        raise AmpError(f'a and b must be matrices on one device that can be multiplied, '
-                       f'got a={_shape(a)}, b={_shape(b)}')
+        raise ArgumentError(f'a and b must be matrices on one device that can be multiplied, '
+                            f'got a={_shape(a)}, b={_shape(b)}')
     out = torch.empty(a.shape[0], b.shape[1], device=a.device, dtype=torch.result_type(a, b))
     def mm(): torch.matmul(a, b, out=out)
     if a.device.type != 'cuda':
         for _ in range(warmup): mm()
-        return statistics.median(cpu_timer(mm, clock) for _ in range(repeats))
+        return statistics.median(cpu_timer(mm) for _ in range(repeats))
     with torch.cuda.device(a.device):
         _gpu_warmup(mm, warmup, 100)
         ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
@@ -584,11 +553,12 @@ def tensor_core_check(device=None, # a torch device; None: the GPU if there is o
                      )->TensorCoreCheck:
     ("Matrix-product rate in fp32 (TF32 off) and in the AMP dtype, "
      "measured here and set against the spec table.")
-    dev = _here(device, 'the check')
+    card = as_card(device, ('cuda', 'cpu'), here=True)
+    dev = card.device
     n = _check_int('n', n, hi=2**15) if n is not None else None
     repeats, warmup = _rounds(repeats, warmup)
-    ch, spec = amp_choice(dev, dtype), as_card(dev).spec
-    if not ch.enabled: raise AmpError('dtype fp32 leaves nothing to compare: pass fp16 or bf16.')
+    ch, spec = amp_choice(dev, dtype), card.spec
+    if not ch.enabled: raise ArgumentError('dtype fp32 leaves nothing to compare: pass fp16 or bf16.')
     n = n if n is not None else (8192 if dev.type == 'cuda' else 256)
     a, b = torch.randn(n, n, device=dev), torch.randn(n, n, device=dev)
     al, bl = a.to(ch.dtype), b.to(ch.dtype)
@@ -638,11 +608,11 @@ def amp_report(model:nn.Module, # the model, on its device
      "step time, samples/s, peak memory, speed-up, memory saved.")
     dev = _model_device(model)
     if not isinstance(batch, (tuple, list)) or not batch:
-        raise AmpError(f'batch is a tuple (*inputs, target), '
-                       f'got batch={type(batch).__name__}: pass e.g. (x, y)')
-    check_callable('loss_fn', loss_fn, none=True, err=AmpError)
+        raise ArgumentError(f'batch is a tuple (*inputs, target), '
+                            f'got batch={type(batch).__name__}: pass e.g. (x, y)')
+    check_callable('loss_fn', loss_fn, none=True)
     dtype = None if dtype is None else parse_dtype(dtype)
-    opt_fn = check_callable('opt_fn', opt_fn, err=AmpError)
+    opt_fn = check_callable('opt_fn', opt_fn)
     repeats, warmup = _rounds(repeats, warmup)
     opt = opt_fn(model.parameters())
     amp = AmpStep(model, opt, loss_fn, dtype)
@@ -660,7 +630,7 @@ def step_anatomy(step:Callable, *batch)->dict:
     ("What one call of `step(*batch)` asks for: "
      "aten operations, casts among them, scalar reads, GFLOP.")
     if not callable(step):
-        raise AmpError(f'step must be callable (an AmpStep or a function), got step={step!r}')
+        raise ArgumentError(f'step must be callable (an AmpStep or a function), got step={step!r}')
     with FlopCounterMode(display=False) as fc, OpCounter() as oc: step(*batch)
     return {'ops': sum(oc.ops.values()), 'casts': oc.ops['_to_copy'],
             'scalar reads': oc.ops['_local_scalar_dense'], 'GFLOP': fc.get_total_flops() / 1e9}
@@ -674,11 +644,11 @@ def math_share(report:pd.DataFrame, # `amp_report`-style: a `ms` column,
     ("`report` with the step's arithmetic at the card's datasheet peak (`math_ms`) "
      "and its share of the step.")
     if not isinstance(report, pd.DataFrame) or 'ms' not in report.columns:
-        raise AmpError(f"report must be a DataFrame with an 'ms' column (from amp_report), "
-                       f"got report={type(report).__name__}")
-    gflop = check_num('gflop', gflop, eq=True, hi=1e12, err=AmpError)  # work of one step
+        raise ArgumentError(f"report must be a DataFrame with an 'ms' column (from amp_report), "
+                            f"got report={type(report).__name__}")
+    gflop = check_num('gflop', gflop, eq=True)  # work of one step
     try: spec = spec if isinstance(spec, GPUSpec) else spec_for(spec)
-    except UnknownGPUError as e: raise AmpError(f'spec={spec!r}: {e}') from None
+    except ArgumentError as e: raise ArgumentError(f'spec={spec!r}: {e}') from None
     peaks = {'fp32': spec.fp32_tflops, 'fp16': spec.fp16_tflops, 'bf16': spec.bf16_tflops}
     df = report.copy()
     df['math_ms'] = [gflop / p if (p := peaks.get(str(i).split()[-1])) else float('nan')
@@ -699,7 +669,7 @@ def lint_dims(model:nn.Module, multiple:int=8)->pd.DataFrame:
     ("The layer sizes in `model` that are not multiples of `multiple`, one row each, "
      "with the size to pad to.")
     if not isinstance(model, nn.Module):
-        raise AmpError(f'model must be a torch nn.Module, got model={model!r}')
+        raise ArgumentError(f'model must be a torch nn.Module, got model={model!r}')
     multiple, rows = _check_int('multiple', multiple), []
     for name, m in model.named_modules():
         for cls, attrs in _DIMS:
@@ -716,9 +686,9 @@ _POLICY = {torch.float16: 'mixed_float16', torch.bfloat16: 'mixed_bfloat16',
 # %% ../nbs/01_amp.ipynb #b0a42e1b
 def _keras():
     ("Keras, imported on first use; "
-     "an `AmpError` saying how to install TensorFlow when it is missing.")
+     "an `ArgumentError` saying how to install TensorFlow when it is missing.")
     if find_spec('tensorflow') is None:
-        raise AmpError('TensorFlow is not installed: `pip install tensorflow` (Colab has it).')
+        raise MissingPackage('TensorFlow is not installed: `pip install tensorflow` (Colab has it).')
     from tensorflow import keras
     return keras
 

@@ -21,7 +21,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from tqdm.auto import tqdm
 
 from .allocation import as_card, GPUSpec, NoGPUError, SPECS, spec_for
-from .core import (LIMITS, ColabT4Error, oom_kind, stop_on_signals, check_callable,
+from .core import (LIMITS, ColabT4Error, ArgumentError, oom_kind, stop_on_signals, check_callable,
                               check_choice, check_flag, check_int, check_num, check_path,
                               check_seq, check_str, check_type)
 from .amp import AmpStep, amp_choice, no_tf32, parse_dtype, plain_amp_step
@@ -32,67 +32,51 @@ from .memory import (NothingFits, cap_memory, find_max_size, free_memory, peak_m
 from .t4 import T4Estimate, estimate_t4, t4_rehearsal
 from .timing import benchmark
 
-
 # %% auto #0
-__all__ = ['WORKLOADS', 'GUIDE', 'BenchError', 'Context', 'context', 'Workload', 'workload', 'peak_tflops', 'train_speed',
-           'size_search', 'memory_limits', 'longest_sequence', 'attention_speedup', 'embedding_throughput',
-           'cudnn_benchmark', 'recipe', 't4_figures', 'plot_suite', 'run_suite']
-
-# %% ../nbs/04_benchmarks.ipynb #691808dd
-class BenchError(ColabT4Error, ValueError):
-    ("Bad arguments to a benchmark: an unknown workload, one a measurement does not apply to, an "
-     "unwritable folder.")
+__all__ = ['WORKLOADS', 'GUIDE', 'Context', 'context', 'Workload', 'workload', 'peak_tflops', 'train_speed', 'size_search',
+           'memory_limits', 'longest_sequence', 'attention_speedup', 'embedding_throughput', 'cudnn_benchmark',
+           'recipe', 't4_figures', 'plot_suite', 'run_suite']
 
 # %% ../nbs/04_benchmarks.ipynb #e6d1f1b5
 def _int(name:str, v, key:str='size', lo:int=1, none:bool=False)->int|None:
-    "`v` as an int in `[lo, LIMITS[key]]` (or None when `none`); else `BenchError` naming `name`."
-    return check_int(name, v, lo=lo, hi=LIMITS[key], none=none, err=BenchError)
+    "`v` as an int in `[lo, LIMITS[key]]` (or None when `none`); else `ArgumentError` naming `name`."
+    return check_int(name, v, lo=lo, hi=LIMITS[key], none=none)
 
 # %% ../nbs/04_benchmarks.ipynb #0676bd4d
 def _texts(empty:tuple=(), **named)->None:
     "Refuse any of `named` that is not a string, empty only where its name is in `empty`."
-    for k, v in named.items(): check_str(k, v, empty=k in empty, err=BenchError)
+    for k, v in named.items(): check_str(k, v, empty=k in empty)
 
 # %% ../nbs/04_benchmarks.ipynb #04f9b473
 def _flags(**named)->None:
     "Refuse any of `named` that is not True or False."
-    for k, v in named.items(): check_flag(k, v, err=BenchError)
+    for k, v in named.items(): check_flag(k, v)
 
 # %% ../nbs/04_benchmarks.ipynb #3419c328
 def _takes(name:str, f, args:str)->Callable:
-    "`f` if it can be called as `f(args)`; `BenchError` naming `name` otherwise."
-    check_callable(name, f, err=BenchError)
+    "`f` if it can be called as `f(args)`; `ArgumentError` naming `name` otherwise."
+    check_callable(name, f)
     try: inspect.signature(f).bind(*args.split(', '))
     except ValueError: pass  # no signature to read (some built-ins): the call itself will tell
     except TypeError:
-        raise BenchError(f'{name} must be a function {name}({args}), got {name}={f!r}.') from None
+        raise ArgumentError(f'{name} must be a function {name}({args}), got {name}={f!r}.') from None
     return f
 
 # %% ../nbs/04_benchmarks.ipynb #c9dc6246
 def _module(model)->torch.device:
-    "The device of `model`'s parameters; `BenchError` unless it is a module with parameters."
-    check_type('model', model, nn.Module, 'a torch nn.Module', err=BenchError)
+    "The device of `model`'s parameters; `ArgumentError` unless it is a module with parameters."
+    check_type('model', model, nn.Module, 'a torch nn.Module')
     if (p := next(model.parameters(), None)) is None:
-        raise BenchError(f'model={type(model).__name__} has no parameters: pass the model to train')
+        raise ArgumentError(f'model={type(model).__name__} has no parameters: pass the model to train')
     return p.device
-
-# %% ../nbs/04_benchmarks.ipynb #11407733
-def _device(device)->torch.device:
-    "`device` (see `as_card`) as the CPU or a CUDA GPU of this runtime; None: the GPU if there is one."
-    dev = as_card(device).device  # `NoGPUError` for a GPU this runtime lacks
-    if dev is None or dev.type not in ('cpu', 'cuda'):
-        raise BenchError(f"device must be 'cpu', 'cuda', 'cuda:N' or a GPU index of this runtime, "
-                         f"got device={device!r}")
-    return dev
-
 
 # %% ../nbs/04_benchmarks.ipynb #243d775b
 def _table(name:str, df)->pd.DataFrame:
-    "`df` if it is a DataFrame with `COLUMNS`; `BenchError` naming `name` otherwise."
-    check_type(name, df, pd.DataFrame, 'a DataFrame of benchmark rows', err=BenchError)
+    "`df` if it is a DataFrame with `COLUMNS`; `ArgumentError` naming `name` otherwise."
+    check_type(name, df, pd.DataFrame, 'a DataFrame of benchmark rows')
     if missing := [c for c in COLUMNS if c not in df.columns]:
-        raise BenchError(f'{name} lacks the column(s) {", ".join(missing)}: '
-                         'pass rows from run_suite or Context.rows.')
+        raise ArgumentError(f'{name} lacks the column(s) {", ".join(missing)}: '
+                            'pass rows from run_suite or Context.rows.')
     return df
 
 # %% ../nbs/04_benchmarks.ipynb #b945b66c
@@ -115,9 +99,9 @@ class Context:
     as_t4:bool = False   # measured under `t4_rehearsal`, labelled as such in every row
 
     def __post_init__(self):
-        check_type('device', self.device, torch.device, 'a torch.device (see context)', err=BenchError)
+        check_type('device', self.device, torch.device, 'a torch.device (see context)')
         _texts(card=self.card)
-        check_type('spec', self.spec, GPUSpec, 'a GPUSpec (see SPECS)', none=True, err=BenchError)
+        check_type('spec', self.spec, GPUSpec, 'a GPUSpec (see SPECS)', none=True)
         _flags(small=self.small, quick=self.quick, as_t4=self.as_t4)
 
     @property
@@ -130,9 +114,9 @@ class Context:
         "One result, labelled with this card and torch version."
         _texts(('note',), precision=precision, workload=workload, metric=metric, unit=unit,
                note=note)
-        check_type('value', value, numbers.Real, 'a number', err=BenchError)
-        check_seq('t4', t4, lo=4, hi=4, none=True, err=BenchError)
-        check_choice('held_to', held_to, list(SPECS), none=True, err=BenchError)
+        check_type('value', value, numbers.Real, 'a number')
+        check_seq('t4', t4, lo=4, hi=4, none=True)
+        check_choice('held_to', held_to, list(SPECS), none=True)
         if t4 is None and unit in _MEMORY_UNITS and (held_to == 'T4' or self.as_t4):
             t4 = (value, value, value, 'measured under the T4 memory cap')
         for label, on in (('rehearsing a T4', self.as_t4), ('CPU quick shapes', self.small)):
@@ -144,8 +128,8 @@ class Context:
 
     def rows(self, rows:list)->pd.DataFrame:
         "`rows` (from `row`) as a table of `COLUMNS` + `T4_COLUMNS`."
-        row = lambda n, r: check_type(n, r, Mapping, 'a row from Context.row', err=BenchError)
-        rows = check_seq('rows', rows, row, lo=0, err=BenchError)
+        row = lambda n, r: check_type(n, r, Mapping, 'a row from Context.row')
+        rows = check_seq('rows', rows, row, lo=0)
         return pd.DataFrame(rows, columns=COLUMNS + T4_COLUMNS)
 
 # %% ../nbs/04_benchmarks.ipynb #d633629d
@@ -154,7 +138,7 @@ def context(device=None, # a torch device; None: the GPU if there is one, else t
             as_t4:bool=False, # rows say they were measured under `t4_rehearsal`
            )->Context:
     "The `Context` for `device`: its card and spec row on a GPU, small shapes on the CPU."
-    dev = _device(device)
+    dev = as_card(device, ('cpu', 'cuda'), here=True).device
     _flags(quick=quick, as_t4=as_t4)
     if dev.type != 'cuda': return Context(dev, 'CPU', None, True, quick, as_t4)
     name = torch.cuda.get_device_name(dev)
@@ -162,8 +146,8 @@ def context(device=None, # a torch device; None: the GPU if there is one, else t
 
 # %% ../nbs/04_benchmarks.ipynb #1ce911e8
 def _ctx(ctx, none:bool=True)->Context:
-    "`ctx`, or `context()` for None (when `none`); `BenchError` for anything but a `Context`."
-    check_type('ctx', ctx, Context, 'a Context (see context)', none=none, err=BenchError)
+    "`ctx`, or `context()` for None (when `none`); `ArgumentError` for anything but a `Context`."
+    check_type('ctx', ctx, Context, 'a Context (see context)', none=none)
     return ctx if ctx is not None else context()
 
 # %% ../nbs/04_benchmarks.ipynb #698a10a0
@@ -194,7 +178,7 @@ class Workload:
         _takes('loss', self.loss, 'output, target')
         for k in ('size', 'batch', 'small_size', 'small_batch'): _int(k, getattr(self, k))
         _flags(text=self.text)
-        check_str('needs', self.needs, none=True, err=BenchError)
+        check_str('needs', self.needs, none=True)
 
     def shape(self, ctx:Context)->tuple:
         "(size, batch) at `ctx`'s shapes."
@@ -253,15 +237,15 @@ WORKLOADS = {w.name: w for w in [
 
 # %% ../nbs/04_benchmarks.ipynb #369d3afb
 def _workload(wl, arg:str)->Workload:
-    "The workload `wl` (a key of `WORKLOADS` or a `Workload`); `BenchError` naming `arg` otherwise."
+    "The workload `wl` (a key of `WORKLOADS` or a `Workload`); `ArgumentError` naming `arg` otherwise."
     if isinstance(wl, Workload): return wl
-    check_choice(arg, wl, list(WORKLOADS), err=BenchError)
+    check_choice(arg, wl, list(WORKLOADS))
     return WORKLOADS[wl]
 
 # %% ../nbs/04_benchmarks.ipynb #34b362a3
 def workload(name:str|Workload, # a key of `WORKLOADS`, or a `Workload`
             )->Workload:
-    "The workload called `name`; `BenchError` listing the known ones otherwise."
+    "The workload called `name`; `ArgumentError` listing the known ones otherwise."
     return _workload(name, 'name')
 
 # %% ../nbs/04_benchmarks.ipynb #0b87bef0
@@ -287,9 +271,9 @@ def step_flops(model:nn.Module, # the model, on its device
                batch:tuple, # (*inputs, target)
               )->float:
     "Floating-point operations of one forward and backward pass, counted by `FlopCounterMode`."
-    check_type('model', model, nn.Module, 'a torch nn.Module', err=BenchError)
-    check_callable('loss_fn', loss_fn, err=BenchError)
-    batch = check_seq('batch', batch, lo=2, err=BenchError)  # at least one input and the target
+    check_type('model', model, nn.Module, 'a torch nn.Module')
+    check_callable('loss_fn', loss_fn)
+    batch = check_seq('batch', batch, lo=2)  # at least one input and the target
     with FlopCounterMode(display=False) as fc, sdpa_kernel(SDPBackend.MATH):
         loss_fn(model(*batch[:-1]), batch[-1]).backward()
     model.zero_grad(set_to_none=True)
@@ -302,10 +286,9 @@ def peak_tflops(device, # the card (see `as_card`): 'T4', a spec row, a device h
                 precision:str, # 'fp32' (TF32 off), 'fp16' or 'bf16'
                )->float|None:
     "The datasheet matrix rate of `device` in `precision`; None where the table has none (the CPU included)."
-    check_choice('precision', precision, list(_PEAK), err=BenchError)
+    check_choice('precision', precision, list(_PEAK))
     spec = as_card(device).spec
     return getattr(spec, _PEAK[precision]) if spec is not None else None
-
 
 # %% ../nbs/04_benchmarks.ipynb #b883e5f5
 def _amp_name(ctx:Context)->str: return amp_choice(ctx.device).name
@@ -387,12 +370,12 @@ def size_search(fn:Callable, # fn(size) runs one training step
                )->pd.DataFrame:
     ("Rows for the largest size at which `fn` trains and the peak memory there; a row saying so "
      "when nothing fits.")
-    fn, ctx = check_callable('fn', fn, err=BenchError), _ctx(ctx, False)
+    fn, ctx = check_callable('fn', fn), _ctx(ctx, False)
     _texts(('note',), precision=precision, workload=workload, metric=metric, unit=unit, note=note,
            peak_metric=peak_metric)
     min_size, start = _int('min_size', min_size), _int('start', start)
     steps = _int('steps', steps, 'rounds')
-    max_size = check_int('max_size', max_size, lo=min_size, hi=LIMITS['size'], err=BenchError)
+    max_size = check_int('max_size', max_size, lo=min_size, hi=LIMITS['size'])
     try: r = find_max_size(fn, start=min(start, max_size), min_size=min_size, max_size=max_size,
                            steps=steps, margin=0)
     except NothingFits as e:
@@ -418,10 +401,10 @@ def train_step_fn(model:nn.Module, opt:torch.optim.Optimizer, loss_fn:Callable,
     ("`step(n)`: one training step on `make_batch(n)`; an out-of-memory leaves no gradients or "
      "broken loss scale behind.")
     kind = _module(model).type
-    check_type('opt', opt, torch.optim.Optimizer, 'a torch.optim optimizer', err=BenchError)
-    check_callable('loss_fn', loss_fn, err=BenchError)
-    check_callable('make_batch', make_batch, err=BenchError)
-    dt = parse_dtype(check_choice('precision', precision, list(_PEAK), err=BenchError))
+    check_type('opt', opt, torch.optim.Optimizer, 'a torch.optim optimizer')
+    check_callable('loss_fn', loss_fn)
+    check_callable('make_batch', make_batch)
+    dt = parse_dtype(check_choice('precision', precision, list(_PEAK)))
     new = lambda: torch.amp.GradScaler(kind, enabled=dt == torch.float16)
     scaler = [new()]
     def step(n:int):
@@ -452,14 +435,14 @@ def _capped(ctx:Context, cap:str|None):
 
 # %% ../nbs/04_benchmarks.ipynb #cf52eb72
 def _check_cap(cap)->str|None:
-    "`cap` if it is a card of `SPECS` or None; `BenchError` listing them otherwise."
-    return check_choice('cap', cap, list(SPECS), none=True, err=BenchError)
+    "`cap` if it is a card of `SPECS` or None; `ArgumentError` listing them otherwise."
+    return check_choice('cap', cap, list(SPECS), none=True)
 
 # %% ../nbs/04_benchmarks.ipynb #72eb6d63
 def _precisions(ctx:Context, precisions=None, name:str='precisions', default:list|None=None)->list:
     "`precisions` ('fp32', 'fp16', 'bf16'; repeats dropped); None: `default`, else fp32 and AMP's."
-    ps = check_seq(name, precisions, lambda n, p: check_choice(n, p, list(_PEAK), err=BenchError),
-                   hi=LIMITS['runs'], none=True, err=BenchError)
+    ps = check_seq(name, precisions, lambda n, p: check_choice(n, p, list(_PEAK)),
+                   hi=LIMITS['runs'], none=True)
     return list(dict.fromkeys(ps)) if ps is not None else list(default or ['fp32', _amp_name(ctx)])
 
 # %% ../nbs/04_benchmarks.ipynb #bdab5ba6
@@ -501,12 +484,12 @@ def longest_sequence(wl:str|Workload='bert', # a text workload
     ("Longest sequence that trains at each batch in `batches`, fp32 and AMP, under a T4's memory "
      "by default.")
     w, ctx, cap = _workload(wl, 'wl'), _ctx(ctx), _check_cap(cap)
-    batches = check_seq('batches', batches, _int, hi=LIMITS['runs'], err=BenchError)
+    batches = check_seq('batches', batches, _int, hi=LIMITS['runs'])
     precisions, steps = _precisions(ctx, precisions), _int('steps', steps, 'rounds')
-    max_size = check_int('max_size', max_size, lo=8, hi=LIMITS['size'], none=True, err=BenchError)
+    max_size = check_int('max_size', max_size, lo=8, hi=LIMITS['size'], none=True)
     if not w.text:
-        raise BenchError(f'{w.name!r} has no sequence length; longest_sequence takes one of: '
-                         f'{", ".join(k for k, v in WORKLOADS.items() if v.text)}.')
+        raise ArgumentError(f'{w.name!r} has no sequence length; longest_sequence takes one of: '
+                            f'{", ".join(k for k, v in WORKLOADS.items() if v.text)}.')
     if (skip := _skipped(w, ctx)) is not None: return skip
     size = w.shape(ctx)[0]
     max_size, out = max_size or (2 * size if ctx.small else 2**14), []
@@ -555,7 +538,7 @@ def attention_speedup(ctx:Context|None=None, # where; None: `context()`
     dflt = (2, 64, 2, 32) if ctx.small else (8, 512, 12, 64)
     b, s, h, d = [a or x for a, x in zip(given, dflt)]
     if b * h * s * max(s, d) > LIMITS['elements']:
-        raise BenchError(f'batch x heads x seq x seq = {b * h * s * s:,} attention scores, more '
+        raise ArgumentError(f'batch x heads x seq x seq = {b * h * s * s:,} attention scores, more '
                          f"than LIMITS['elements'] = {LIMITS['elements']:,}: pass a smaller batch, "
                          'heads or seq.')
     def call(dt, fn):
@@ -604,8 +587,8 @@ def embedding_throughput(ctx:Context|None=None, # where; None: `context()`
     tokens, rounds = _int('tokens', tokens, 'tokens', none=True), _rounds(ctx, repeats, warmup)
     dtypes = _precisions(ctx, dtypes, 'dtypes')
     if vocab * dim > LIMITS['elements']:
-        raise BenchError(f"vocab x dim = {vocab * dim:,} elements, more than LIMITS['elements'] = "
-                         f"{LIMITS['elements']:,}: pass a smaller vocab or dim.")
+        raise ArgumentError(f"vocab x dim = {vocab * dim:,} elements, more than LIMITS['elements'] = "
+                            f"{LIMITS['elements']:,}: pass a smaller vocab or dim.")
     n, calls, nbytes = tokens or (4096 if ctx.small else 2**16), {}, {}
     g = torch.Generator().manual_seed(0)
     id_sets = [torch.randint(vocab, (n,), generator=g).to(ctx.device) for _ in range(sets)]
@@ -632,7 +615,7 @@ def embedding_throughput(ctx:Context|None=None, # where; None: `context()`
 @contextmanager
 def cudnn_benchmark(on:bool=True):
     "`torch.backends.cudnn.benchmark` set to `on` inside the block, restored afterwards."
-    check_flag('on', on, err=BenchError)
+    check_flag('on', on)
     old = torch.backends.cudnn.benchmark
     torch.backends.cudnn.benchmark = on
     try: yield
@@ -652,9 +635,9 @@ def recipe_step(model:nn.Module, # on its device; image models turn channels-las
     ("The recommended step `step(*inputs, target)`: AMP, fused AdamW, channels-last, "
      "cudnn.benchmark, optional compile.")
     dev = _module(model)
-    check_callable('loss_fn', loss_fn, err=BenchError)
-    lr = check_num('lr', lr, hi=10, err=BenchError)  # AdamW's step: above 10 every model diverges
-    check_flag('channels_last', channels_last, none=True, err=BenchError), _flags(compile=compile)
+    check_callable('loss_fn', loss_fn)
+    lr = check_num('lr', lr)
+    check_flag('channels_last', channels_last, none=True), _flags(compile=compile)
     choice, cl = (amp_choice(dev, dtype),
                   _has_conv(model) if channels_last is None else channels_last)
     if cl: model.to(memory_format=torch.channels_last)
@@ -704,8 +687,8 @@ def recipe(wl:str|Workload='hf-bert', # the workload
     repeats, wu = _rounds(ctx, repeats, warmup)
     if compile and wu < 2:
         if warmup is not None:
-            raise BenchError('compile=True needs warmup >= 2 (the first calls compile), '
-                             f'got warmup={warmup}: pass warmup=2 or more, or None.')
+            raise ArgumentError('compile=True needs warmup >= 2 (the first calls compile), '
+                                f'got warmup={warmup}: pass warmup=2 or more, or None.')
         wu = 2
     if (skip := _skipped(w, ctx)) is not None: return skip
     size, bs = w.shape(ctx)
@@ -804,10 +787,10 @@ def t4_figure(row:dict, # a row of `COLUMNS` + `T4_COLUMNS`
                )->tuple:
     ("The row's value for a T4 and how it was had: (estimate, low, high, method), NaN where there "
      "is none.")
-    check_type('row', row, Mapping, 'a row (a dict) of COLUMNS', err=BenchError)
+    check_type('row', row, Mapping, 'a row (a dict) of COLUMNS')
     if missing := [k for k in ('value', 'unit', 'note') if k not in row]:
-        raise BenchError(f'row lacks {", ".join(missing)}: pass a row made by Context.row.')
-    check_type('spec', spec, GPUSpec, 'a GPUSpec (see SPECS)', none=True, err=BenchError)
+        raise ArgumentError(f'row lacks {", ".join(missing)}: pass a row made by Context.row.')
+    check_type('spec', spec, GPUSpec, 'a GPUSpec (see SPECS)', none=True)
     v, nan = row['value'], math.nan
     if spec is not None and spec.key == 'T4': return v, v, v, 'measured on a T4'
     # filled as the row was made: the T4 model's prediction, or a figure held to a T4's memory
@@ -822,12 +805,12 @@ def t4_figure(row:dict, # a row of `COLUMNS` + `T4_COLUMNS`
 
 # %% ../nbs/04_benchmarks.ipynb #6394f55a
 def t4_figures(df:pd.DataFrame, # rows of `COLUMNS`, all from one card
-                 spec:GPUSpec|None, # that card's spec row; None: the CPU or an unknown card
-                )->pd.DataFrame:
+               device, # that card (see `as_card`): 'T4', a spec row; None or 'cpu': no spec row
+              )->pd.DataFrame:
     ("`df` with `T4_COLUMNS` complete: measured on a T4, the model's prediction, or the memory "
      "figure that holds.")
     _table('df', df)
-    check_type('spec', spec, GPUSpec, 'a GPUSpec (see SPECS)', none=True, err=BenchError)
+    spec = None if device is None else as_card(device).spec
     df = df.reindex(columns=list(dict.fromkeys([*df.columns, *T4_COLUMNS])))
     est = [t4_figure(r, spec) for r in df.to_dict('records')]
     for j, c in enumerate(T4_COLUMNS): df[c] = [e[j] for e in est]
@@ -837,29 +820,29 @@ def t4_figures(df:pd.DataFrame, # rows of `COLUMNS`, all from one card
 DEFAULT_WORKLOADS = ('unet', 'bert')
 
 def _check_workloads(names, arg:str='workloads')->list:
-    "`names` as a list of known workload names or `Workload`s, repeats dropped; else `BenchError`."
+    "`names` as a list of known workload names or `Workload`s, repeats dropped; else `ArgumentError`."
     if names is None: return list(DEFAULT_WORKLOADS)
     if isinstance(names, (str, Workload)): names = [names]
-    else: names = check_seq(arg, names, hi=LIMITS['runs'], err=BenchError)
+    else: names = check_seq(arg, names, hi=LIMITS['runs'])
     known = lambda n: isinstance(n, Workload) or (isinstance(n, str) and n in WORKLOADS)
     bad = [n for n in names if not known(n)]
     if bad:
         what = ', '.join(map(repr, bad))
-        raise BenchError(f'Unknown workload{"s" if len(bad) > 1 else ""} {what}. '
-                         f'Known workloads: {", ".join(WORKLOADS)}.')
+        raise ArgumentError(f'Unknown workload{"s" if len(bad) > 1 else ""} {what}. '
+                            f'Known workloads: {", ".join(WORKLOADS)}.')
     return list(dict.fromkeys(names))
 
 # %% ../nbs/04_benchmarks.ipynb #c80370e6
 def writable_dir(out:str|Path # the folder for results; created if missing
                 )->Path:
-    "`out` as a folder that exists and can be written to; `BenchError` saying why not otherwise."
-    p = check_path('out', out, err=BenchError, kind='folder')  # `~` expanded once, here
+    "`out` as a folder that exists and can be written to; `ArgumentError` saying why not otherwise."
+    p = check_path('out', out, kind='folder')  # `~` expanded once, here
     try:
         p.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=p): pass
     except OSError as e:
-        raise BenchError(f'Cannot write the results to out={str(p)!r}: {e.strerror or e}. '
-                         'Pass a folder you can write to (it is created if missing).') from None
+        raise ArgumentError(f'Cannot write the results to out={str(p)!r}: {e.strerror or e}. '
+                            'Pass a folder you can write to (it is created if missing).') from None
     return p
 
 # %% ../nbs/04_benchmarks.ipynb #fee1659a
@@ -1056,8 +1039,8 @@ def bench_command(argv:list|None=None # arguments after `bench`; None: sys.argv[
                  )->int:
     ("`colab-t4 bench [--quick] [--models ...] [--out DIR] [--json] [--as-t4]`: print the table, "
      "write CSV and PNG.")
-    arg = lambda n, a: check_str(n, a, empty=True, err=BenchError)
-    check_seq('argv', argv, arg, lo=0, none=True, err=BenchError)
+    arg = lambda n, a: check_str(n, a, empty=True)
+    check_seq('argv', argv, arg, lo=0, none=True)
     p = _parser()
     try: a = p.parse_args(argv)
     except SystemExit as e: return int(e.code or 0)
@@ -1069,7 +1052,7 @@ def bench_command(argv:list|None=None # arguments after `bench`; None: sys.argv[
                   "CPU's small shapes.", file=sys.stderr)
             return 2
         folder = writable_dir(a.out)
-    except BenchError as e:
+    except ArgumentError as e:
         print(f'colab-t4 bench: {e}', file=sys.stderr)
         return 1 if 'out=' in str(e) else 2
     df = run_suite(a.quick, names, folder, as_t4=a.as_t4)

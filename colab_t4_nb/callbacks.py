@@ -13,21 +13,18 @@ import numpy as np
 import torch
 from fastcore.basics import basic_repr, patch
 
-from .core import runtime, ColabT4Error, MissingPackage, require, ArgumentTypeError, check_flag, check_int, check_name, check_num, check_path
+from .core import runtime, ColabT4Error, MissingPackage, require, ArgumentError, check_flag, check_int, check_name, check_num, check_path
 from .amp import AmpChoice, amp_choice, keras_amp
 from .memory import find_batch_size
 from .monitoring import FIELDS, GPUMonitor
-from .checkpoint_format import CheckpointCorrupt, CheckpointWarning
-from .persistence import (DEFAULT_EVERY_MINUTES, CheckpointManager, FolderInUse, ResumableLoader, SessionClock,
+from .checkpoint_format import (CheckpointCorrupt, CheckpointError, CheckpointMismatch,
+                                           CheckpointWarning)
+from .persistence import (DEFAULT_EVERY_MINUTES, CheckpointManager, ResumableLoader, SessionClock,
                                      drive_checkpoints, rng_state, set_rng_state)
 
 # %% auto #0
-__all__ = ['CallbackError', 'HFCallback', 'hf_precision', 'batch_plan', 'hf_settings', 'LightningCallback', 'lightning_precision',
-           'KerasCallback', 'keras_policy']
-
-# %% ../nbs/06b_callbacks.ipynb #775165a3
-class CallbackError(ColabT4Error, ValueError):
-    "Settings a callback cannot work with, or a checkpoint that another framework wrote."
+__all__ = ['HFCallback', 'hf_precision', 'batch_plan', 'hf_settings', 'LightningCallback', 'lightning_precision', 'KerasCallback',
+           'keras_policy']
 
 # %% ../nbs/06b_callbacks.ipynb #3d7f14bc
 _CKPTS = weakref.WeakValueDictionary()  # folder -> the callback of this process that saves there
@@ -38,8 +35,8 @@ def _manager(run)->CheckpointManager:
     if isinstance(run, str) and run and not set(run) & {'/', '\\'}:  # a name: never '.' or '..'
         return drive_checkpoints(check_name('run', run))
     if isinstance(run, (str, os.PathLike)): return CheckpointManager(check_path('run', run))
-    raise ArgumentTypeError(f'run must be a run name such as "bert-run" (on Drive in Colab), a folder, '
-                            f'or a CheckpointManager, got {run!r} ({type(run).__name__}).')
+    raise ArgumentError(f'run must be a run name such as "bert-run" (on Drive in Colab), a folder, '
+                        f'or a CheckpointManager, got {run!r} ({type(run).__name__}).')
 
 # %% ../nbs/06b_callbacks.ipynb #743350a8
 def _bytes_tensor(b:bytes)->torch.Tensor:
@@ -82,8 +79,8 @@ class _Schedule:
         self.every_steps = check_int('every_steps', every_steps, 1, none=True)
         self.every_minutes = check_num('every_minutes', every_minutes, none=True)
         if session is not None and not isinstance(session, SessionClock):
-            raise ArgumentTypeError('session must be a SessionClock, None or False, got '
-                                    f'{type(session).__name__}.')
+            raise ArgumentError('session must be a SessionClock, None or False, got '
+                                f'{type(session).__name__}.')
         self.session, self.clock, self.last = session, clock, clock()
 
 # %% ../nbs/06b_callbacks.ipynb #cacd6a1c
@@ -123,8 +120,8 @@ def _monitor(monitor)->tuple:
     if monitor is None:
         return (GPUMonitor(interval=1.0), True) if torch.cuda.is_available() else (None, False)
     if not isinstance(monitor, GPUMonitor):
-        raise ArgumentTypeError('monitor must be a GPUMonitor, None (one where there is a GPU) or False, '
-                                f'got {type(monitor).__name__}.')
+        raise ArgumentError('monitor must be a GPUMonitor, None (one where there is a GPU) or False, '
+                            f'got {type(monitor).__name__}.')
     return monitor, False
 
 # %% ../nbs/06b_callbacks.ipynb #57990802
@@ -162,7 +159,7 @@ class _Saver:
         old = _CKPTS.get(key)
         if old is not None and old is not self:
             if old._live():
-                raise FolderInUse(f'{self.ckpt.path} is in use by a {type(old).__name__} of this '
+                raise CheckpointError(f'{self.ckpt.path} is in use by a {type(old).__name__} of this '
                                   'process whose training is still running: wait for it to end, '
                                   'or give this run another folder.')
             old.ckpt.release()  # a cell run again: the earlier callback's training is over
@@ -196,8 +193,8 @@ class _Saver:
         r = self.ckpt.load(restore_rng=False)
         if r.extras.get('framework') != framework:
             held = r.extras.get('framework') or 'no framework state'
-            raise CallbackError(f'{self.ckpt.last_loaded.path} was not saved by {type(self).__name__} '
-                                f'(it holds {held}): give this run its own folder.')
+            raise CheckpointMismatch(f'{self.ckpt.last_loaded.path} was not saved by {type(self).__name__} '
+                                     f'(it holds {held}): give this run its own folder.')
         self.resumed_from = r.step
         return r.extras
 
@@ -244,10 +241,10 @@ def _hf_batch(args)->list:
 @patch
 def on_train_begin(self:HFCallback, args, state, control, **kwargs):
     if getattr(args, 'save_only_model', False):
-        raise CallbackError('save_only_model=True saves no optimizer, scheduler or random state, '
+        raise ArgumentError('save_only_model=True saves no optimizer, scheduler or random state, '
                             'so a run cannot resume from it: leave save_only_model=False.')
     if getattr(args, 'dataloader_persistent_workers', False) and args.dataloader_num_workers > 0:
-        raise CallbackError("dataloader_persistent_workers=True keeps the loader's workers and "
+        raise ArgumentError("dataloader_persistent_workers=True keeps the loader's workers and "
                             'their random streams from one epoch to the next, but a resumed run '
                             'starts new ones: it would train on other random draws than the '
                             'uninterrupted run. Leave dataloader_persistent_workers=False.')
@@ -300,8 +297,8 @@ def on_log(self:HFCallback, args, state, control, logs=None, **kwargs):
 def on_train_end(self:HFCallback, args, state, control, **kwargs): self._end()
 
 # %% ../nbs/06b_callbacks.ipynb #3d86c1f8
-def _card(device=None)->AmpChoice:
-    "`amp_choice` for a GPU or a card's name; fp32 on the CPU."
+def _trainer_choice(device=None)->AmpChoice:
+    "The precision a trainer gets: `amp_choice` for a GPU or a card's name; fp32 on the CPU."
     c = amp_choice(device)
     return c if c.device_type == 'cuda' else amp_choice('cpu', 'fp32')
 
@@ -309,7 +306,7 @@ def _card(device=None)->AmpChoice:
 def hf_precision(device=None, # a card's name ('T4') or a device, as for `amp_choice`; None: here
                 )->dict:
     "`TrainingArguments` precision flags: fp16 on a T4, bf16 where native, fp32 on the CPU."
-    c = _card(device)
+    c = _trainer_choice(device)
     return {'fp16': c.dtype == torch.float16, 'bf16': c.dtype == torch.bfloat16}
 
 # %% ../nbs/06b_callbacks.ipynb #8cc367f8
@@ -348,9 +345,9 @@ def hf_settings(effective_batch:int|None=None, # the effective batch; None: prec
     effective_batch = check_int('effective_batch', effective_batch, 1)
     if probe is None:
         if model is None or dataset is None:
-            raise CallbackError(f'hf_settings(effective_batch={effective_batch}) needs model= and '
+            raise ArgumentError(f'hf_settings(effective_batch={effective_batch}) needs model= and '
                                 'dataset= (or probe=) to find the batch that fits.')
-        probe = _hf_probe(model, dataset, collate_fn, _card(device))
+        probe = _hf_probe(model, dataset, collate_fn, _trainer_choice(device))
     max_size = min(effective_batch, check_int('max_size', max_size, 1))
     fits = find_batch_size(probe, start=1, max_size=max_size)
     return {**out, **batch_plan(effective_batch, fits.batch_size)}
@@ -405,7 +402,7 @@ def lightning_precision(device=None, # as for `amp_choice`; None: the card here
                        )->str:
     "Lightning's `precision=`: '16-mixed' on a T4, 'bf16-mixed' where native, '32-true' on the CPU."
     names = {torch.float16: '16-mixed', torch.bfloat16: 'bf16-mixed', torch.float32: '32-true'}
-    return names[_card(device).dtype]
+    return names[_trainer_choice(device).dtype]
 
 # %% ../nbs/06b_callbacks.ipynb #62e53e3e
 class _FitLoader(ResumableLoader):
@@ -485,7 +482,7 @@ def _values(variables, saved:list, what:str)->list:
     "`_arrays`' values as arrays for `variables`, after checking that they match one for one."
     variables = list(variables)
     if len(variables) != len(saved) or any(list(v.shape) != s[1] for v, s in zip(variables, saved)):
-        raise CallbackError(f'The checkpoint holds {len(saved)} {what} variables unlike the '
+        raise CheckpointMismatch(f'The checkpoint holds {len(saved)} {what} variables unlike the '
                             f'{len(variables)} here: resume with the model and optimizer it was '
                             'saved from. Nothing was changed.')
     return [t.numpy().view(np.dtype(dtype)).reshape(shape) for dtype, shape, t in saved]
@@ -525,7 +522,7 @@ class KerasCallback(_Saver, _Lazy):
                  monitor:GPUMonitor|None|bool=None, # for the epoch logs; default one with a GPU
                 ):
         super().__init__()
-        every_epochs = check_int('every_epochs', every_epochs, 1, hi=10**6)
+        every_epochs = check_int('every_epochs', every_epochs, 1)
         self._setup(run, every_epochs, every_minutes, session, monitor)
         self._resume, self._cut, self._tracked = None, False, ()
 
@@ -547,9 +544,9 @@ def on_train_begin(self:KerasCallback, logs=None):
     if not opt.built: opt.build(self.model.trainable_variables)
     states = r.get('callbacks', [])
     if len(states) != len(self._tracked):
-        raise CallbackError(f'The checkpoint holds the state of {len(states)} callbacks, not '
-                            f'of the {len(self._tracked)} given to fit_kwargs: give the same '
-                            'callbacks.')
+        raise CheckpointMismatch(f'The checkpoint holds the state of {len(states)} callbacks, not '
+                                 f'of the {len(self._tracked)} given to fit_kwargs: give the same '
+                                 'callbacks.')
     model = _values(self.model.variables, r['model_variables'], 'model')
     optimizer = _values(opt.variables, r['optimizer_variables'], 'optimizer')
     for v, a in zip([*self.model.variables, *opt.variables], model + optimizer): v.assign(a)
@@ -584,6 +581,6 @@ _POLICIES = {torch.float16: 'mixed_float16', torch.bfloat16: 'mixed_bfloat16',
 def keras_policy(device=None, # a card's name ('T4') or a device; None: the card TensorFlow sees
                 )->str:
     "Keras' mixed-precision policy: 'mixed_float16' on a T4, 'mixed_bfloat16' where native."
-    if device is not None: return _POLICIES[_card(device).dtype]
+    if device is not None: return _POLICIES[_trainer_choice(device).dtype]
     if not require('tensorflow', 'keras_policy').config.list_physical_devices('GPU'): return 'float32'
     with keras_amp() as k: return k.policy

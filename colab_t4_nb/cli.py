@@ -13,22 +13,15 @@ from .core import ArgumentError, check_path, check_seq, check_type
 __all__ = ['main']
 
 # %% ../nbs/07_cli.ipynb #44ce6001
-def info_dict(gpus:list|None=None, # `GPU`s; default: `gpu_search()`
-              why:dict|None=None, # source -> why it found no GPU; default: from `gpu_search()`
-              compat=None, # a `CudaCompat` (PyTorch against the driver); default `cuda_compat()`
-             )->dict:
+def info_dict()->dict:
     ("What `colab-t4 info --json` prints: the runtime, the GPUs, "
      "why each source passed over found none, the CUDA match.")
-    from colab_t4_nb.allocation import GPU, gpu_search
+    from colab_t4_nb.allocation import gpu_search
     from colab_t4_nb.core import runtime
-    from colab_t4_nb.kernels import CudaCompat, cuda_compat
-    gpus = check_seq('gpus', gpus, lambda n, g: check_type(n, g, GPU, 'a GPU'), lo=0, none=True)
-    check_type('why', why, dict, 'a dict of source -> reason', none=True)
-    check_type('compat', compat, CudaCompat, 'a CudaCompat', none=True)
-    if gpus is None: gpus, why = gpu_search()
-    compat = cuda_compat() if compat is None else compat
-    return {'runtime': runtime(), 'gpus': [g.as_dict() for g in gpus], 'why': dict(why or {}),
-            'cuda_compat': dataclasses.asdict(compat)}
+    from colab_t4_nb.kernels import cuda_compat
+    gpus, why = gpu_search()
+    return {'runtime': runtime(), 'gpus': [g.as_dict() for g in gpus], 'why': why,
+            'cuda_compat': dataclasses.asdict(cuda_compat())}
 
 # %% ../nbs/07_cli.ipynb #5b4116b2
 def _fmt(v, unit=''): return '-' if v is None else f'{v:g}{unit}'

@@ -20,12 +20,8 @@ class ColabT4Error(Exception):
     "Base class of every error `colab_t4_nb` raises on purpose."
 
 # %% ../nbs/00_core.ipynb #3ffc98a1
-class ArgumentError(ColabT4Error, ValueError):
-    "An argument the package cannot use; the message names it, the value and what to pass."
-
-# %% ../nbs/00_core.ipynb #5bc1589d
-class ArgumentTypeError(ArgumentError, TypeError):
-    "An argument of the wrong type: an `ArgumentError` that is also a `TypeError`."
+class ArgumentError(ColabT4Error, ValueError, TypeError):
+    "An argument the package cannot use, by value or by type; the message names it, the value and what to pass."
 
 # %% ../nbs/00_core.ipynb #562a3cb1
 def _show(v, n:int=60)->str:
@@ -37,12 +33,12 @@ def _show(v, n:int=60)->str:
 def _refuse(name:str, v, want:str, err=None, typ:bool=False, hint:str=''):
     "The error for argument `name`: it must be `want`; `typ` marks a wrong type."
     if not isinstance(name, str) or not name:
-        return ArgumentTypeError(f"name must be the argument's name as a string, "
-                                 f"got name={_show(name)}.")
+        return ArgumentError(f"name must be the argument's name as a string, "
+                             f"got name={_show(name)}.")
     if err is not None and not (isinstance(err, type) and issubclass(err, Exception)):
-        return ArgumentTypeError(f'err must be an exception class such as ValueError or None, '
-                                 f'got err={_show(err)}.')
-    cls = err or (ArgumentTypeError if typ else ArgumentError)
+        return ArgumentError(f'err must be an exception class such as ValueError or None, '
+                             f'got err={_show(err)}.')
+    cls = err or ArgumentError
     kind = f' ({type(v).__name__})' if typ else ''
     return cls(f'{name} must be {want}, got {name}={_show(v)}{kind}'
                + (f': {hint}' if hint else '.'))
@@ -53,8 +49,8 @@ def _bounds(lo, hi, none_lo:bool=False):
     for k, b in (('lo', lo), ('hi', hi)):
         if (b is not None or k == 'lo') and (isinstance(b, bool) or not isinstance(b, numbers.Real)
                                              or b != b):
-            raise ArgumentTypeError(f'{k} must be a number' + (' or None' if k == 'hi' else '')
-                                    + f', got {k}={_show(b)}.')
+            raise ArgumentError(f'{k} must be a number' + (' or None' if k == 'hi' else '')
+                                + f', got {k}={_show(b)}.')
     if hi is not None and hi < lo: raise ArgumentError(f'hi={hi} is below lo={lo}: pass hi >= lo.')
 
 # %% ../nbs/00_core.ipynb #a6ec8aec
@@ -129,8 +125,8 @@ def check_choice(name:str, # the argument's name, for the message
                 ):
     "`v` if it is one of `choices` (None allowed when `none`); otherwise an error naming `name` and the choices."
     if isinstance(choices, (str, bytes)) or not isinstance(choices, Iterable) or not list(choices):
-        raise ArgumentTypeError(f'choices must be a non-empty list of the values allowed, '
-                                f'got choices={_show(choices)}.')
+        raise ArgumentError(f'choices must be a non-empty list of the values allowed, '
+                            f'got choices={_show(choices)}.')
     if v is None and none: return None
     choices = list(choices)
     try: ok = v in choices
@@ -150,8 +146,8 @@ def check_type(name:str, # the argument's name, for the message
               ):
     "`v` if it is an instance of `types` (None allowed when `none`); otherwise an error naming `name`."
     if not _tuple(types) or not all(isinstance(t, type) for t in _tuple(types)):
-        raise ArgumentTypeError(f'types must be a class or a tuple of classes, '
-                                f'got types={_show(types)}.')
+        raise ArgumentError(f'types must be a class or a tuple of classes, '
+                            f'got types={_show(types)}.')
     if (v is None and none) or (isinstance(v, types)
                                 and not (isinstance(v, bool) and bool not in _tuple(types))):
         return v
@@ -276,33 +272,24 @@ def check_stateful(name:str, # the argument's name, for the message
     raise _refuse(name, o, want, err, True)
 
 # %% ../nbs/00_core.ipynb #d400e86d
-def runtime(env:dict|None=None, # environment to inspect; default `os.environ`
-            modules:dict|None=None, # loaded modules; default `sys.modules`
-           )->str:
-    "'colab', 'kaggle' or 'local'."
-    env = os.environ if env is None else check_type('env', env, Mapping,
-                                                    'a dict of environment variables')
-    modules = sys.modules if modules is None else check_type('modules', modules, Mapping,
-                                                             'a dict of modules')
-    if 'google.colab' in modules or 'COLAB_RELEASE_TAG' in env: return 'colab'
-    if 'KAGGLE_KERNEL_RUN_TYPE' in env: return 'kaggle'
+def runtime()->str:
+    "'colab', 'kaggle' or 'local', from this process's environment variables and loaded modules."
+    if 'google.colab' in sys.modules or 'COLAB_RELEASE_TAG' in os.environ: return 'colab'
+    if 'KAGGLE_KERNEL_RUN_TYPE' in os.environ: return 'kaggle'
     return 'local'
 
 # %% ../nbs/00_core.ipynb #d672ed3e
 COLAB_DRIVE = Path('/content/drive')  # where Colab notebooks mount Google Drive
 
 # %% ../nbs/00_core.ipynb #5281e65f
-def state_dir(env:dict|None=None, # environment; default `os.environ`
-              drive:str|Path|None=None, # where Colab's Drive is mounted; default `COLAB_DRIVE`
+def state_dir(drive:str|Path|None=None, # where Colab's Drive is mounted; default `COLAB_DRIVE`
               create:bool=True, # create the folder
              )->Path:
     "The folder where `colab_t4_nb` keeps state: $COLAB_T4_HOME, Drive in Colab, else ~/.colab_t4_nb."
-    env = os.environ if env is None else check_type('env', env, Mapping,
-                                                    'a dict of environment variables')
     drive = COLAB_DRIVE if drive is None else check_path('drive', drive)
     check_type('create', create, bool, 'True or False')
-    if env.get('COLAB_T4_HOME'): d = Path(env['COLAB_T4_HOME'])
-    elif runtime(env) == 'colab' and (Path(drive)/'MyDrive').is_dir():
+    if os.environ.get('COLAB_T4_HOME'): d = Path(os.environ['COLAB_T4_HOME'])
+    elif runtime() == 'colab' and (Path(drive)/'MyDrive').is_dir():
         d = Path(drive)/'MyDrive'/'colab_t4_nb'
     else: d = Path.home()/'.colab_t4_nb'
     if create: d.mkdir(parents=True, exist_ok=True)
@@ -478,7 +465,7 @@ def file_lock(fd:int, # an open descriptor of `path`
              ):
     "Hold an exclusive lock on `path`: `flock` where the file system supports it, else an `O_EXCL` lock file."
     fd, path = check_int('fd', fd, hi=_MAX_FD), check_path('path', path)
-    stale_s = check_num('stale_s', stale_s, hi=10**7)  # up to about four months
+    stale_s = check_num('stale_s', stale_s)
     try: _flock(fd); how = 'flock'
     except (ImportError, OSError): how = 'lock file'
     if how == 'flock':

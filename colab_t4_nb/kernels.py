@@ -13,19 +13,14 @@ from typing import Callable
 import pandas as pd
 import pynvml
 
-from .allocation import as_card, GPU, GPUSpec, gpu_info, parse_smi_table, spec_for
-from .core import (ColabT4Error, needs, check_callable, check_choice, check_flag,
-                              check_int, check_num, check_seq, check_str, check_type)
+from .allocation import as_card, GPU, GPUSpec, NoGPUError, gpu_info, parse_smi_table, spec_for
+from .core import (ColabT4Error, ArgumentError, MissingPackage, needs, check_callable,
+                              check_choice, check_flag, check_int, check_num, check_seq, check_str, check_type)
 from .timing import benchmark
 
-
 # %% auto #0
-__all__ = ['KernelError', 'arch', 'Occupancy', 'occupancy', 'best_block_size', 'LaunchConfig', 'launch_config', 'bias_gelu',
-           'tune_bias_gelu', 'CudaCompat', 'cuda_compat', 'ClockReport', 'clock_report', 'watch_clocks']
-
-# %% ../nbs/03_kernels.ipynb #66ae7eda
-class KernelError(ColabT4Error, ValueError):
-    "A launch configuration, a kernel resource or a compute capability that cannot be used."
+__all__ = ['arch', 'Occupancy', 'occupancy', 'best_block_size', 'LaunchConfig', 'launch_config', 'bias_gelu', 'tune_bias_gelu',
+           'CudaCompat', 'cuda_compat', 'ClockReport', 'clock_report', 'watch_clocks']
 
 # %% ../nbs/03_kernels.ipynb #2e7179ca
 @dataclass(frozen=True)
@@ -79,15 +74,14 @@ def arch(cc:tuple|str|float|Arch # (7, 5), '7.5', 7.5, or a card name from the s
         )->Arch:
     "The SM limits of compute capability `cc`."
     if isinstance(cc, Arch): return cc
-    check_type('cc', cc, (tuple, list, str, float), "(7, 5), '7.5', 7.5 or a card name",
-               err=KernelError)
+    check_type('cc', cc, (tuple, list, str, float), "(7, 5), '7.5', 7.5 or a card name")
     if isinstance(cc, str) and not re.fullmatch(r'\s*\d+\.\d+\s*', cc): cc = spec_for(cc).cc
     if isinstance(cc, (str, float)): cc = tuple(int(p) for p in str(cc).strip().split('.'))
     key = tuple(cc)
     if key not in ARCHS:
-        raise KernelError(f"cc={cc!r}: compute capability {'.'.join(map(str, key))} is not known "
-                          f"to the occupancy calculator. "
-                          f"Known: {', '.join(a.name for a in ARCHS.values())}.")
+        raise ArgumentError(f"cc={cc!r}: compute capability {'.'.join(map(str, key))} is not known "
+                            f"to the occupancy calculator. "
+                            f"Known: {', '.join(a.name for a in ARCHS.values())}.")
     return ARCHS[key]
 
 # %% ../nbs/03_kernels.ipynb #8d50bc9c
@@ -105,16 +99,13 @@ def _resolve(device)->tuple:
     if device is None: cc, sms, label = _here(); return arch(cc), sms, label
     if isinstance(device, (str, float)) and re.fullmatch(r'\s*\d+(\.\d+)?\s*', str(device)):
         a = arch(device); return a, None, f'cc {a.name}'
-    try: c = as_card(device)
-    except ColabT4Error as e:
-        raise KernelError(f'device={device!r} is not a card or compute capability: '
-                          f'{e.args[0] if e.args else e}') from None
+    c = as_card(device, ('cuda',))  # occupancy is computed for a CUDA card
     if c.cc is None:
-        raise KernelError(f'device={device!r} is not a GPU: occupancy is computed for a CUDA card '
-                          "or compute capability, such as 'T4' or (7, 5).")
+        raise ArgumentError(f'device={device!r}: the compute capability of {c.name} is not known. '
+                            "Pass a card of the spec table or a compute capability, such as 'T4' "
+                            'or (7, 5).')
     a = arch(c.cc)
     return a, (c.spec.sms if c.spec else None), (c.name if c.name != 'a GPU' else f'cc {a.name}')
-
 
 # %% ../nbs/03_kernels.ipynb #862481a8
 @dataclass
@@ -164,25 +155,25 @@ def _smem_config(a:Arch, size:int)->int|None:
 # %% ../nbs/03_kernels.ipynb #e2c00b43
 def _check(block, regs, smem, a:Arch):
     if isinstance(block, bool) or not isinstance(block, int) or block <= 0:
-        raise KernelError(f'block must be a positive multiple of {a.warp} threads, got {block!r}.')
+        raise ArgumentError(f'block must be a positive multiple of {a.warp} threads, got {block!r}.')
     if block % a.warp:
         lo = block // a.warp * a.warp
-        raise KernelError(f'block={block} is not a multiple of the warp size ({a.warp}): '
-                          f'use {lo or a.warp}'
-                          + (f' or {lo + a.warp}.' if lo else '.'))
+        raise ArgumentError(f'block={block} is not a multiple of the warp size ({a.warp}): '
+                            f'use {lo or a.warp}'
+                            + (f' or {lo + a.warp}.' if lo else '.'))
     if block > a.max_threads_block:
-        raise KernelError(f'block={block} is more than the {a.max_threads_block} threads a block '
-                          f'can have on compute '
-                          f'capability {a.name}.')
+        raise ArgumentError(f'block={block} is more than the {a.max_threads_block} threads a block '
+                            f'can have on compute '
+                            f'capability {a.name}.')
     if not isinstance(regs, int) or not 0 <= regs <= a.max_regs:
-        raise KernelError(f'regs={regs!r}: a thread uses 0 to {a.max_regs} registers on compute '
-                          f'capability {a.name}.')
+        raise ArgumentError(f'regs={regs!r}: a thread uses 0 to {a.max_regs} registers on compute '
+                            f'capability {a.name}.')
     if not isinstance(smem, int) or smem < 0:
-        raise KernelError(f'smem={smem!r}: shared memory per block must be a number of bytes >= 0.')
+        raise ArgumentError(f'smem={smem!r}: shared memory per block must be a number of bytes >= 0.')
     if smem > a.smem_per_block:
-        raise KernelError(f'smem={smem} bytes is more than the {a.smem_per_block} bytes '
-                          f'({a.smem_per_block // _K} KB) '
-                          f'a block can use on compute capability {a.name}.')
+        raise ArgumentError(f'smem={smem} bytes is more than the {a.smem_per_block} bytes '
+                            f'({a.smem_per_block // _K} KB) '
+                            f'a block can use on compute capability {a.name}.')
 
 # %% ../nbs/03_kernels.ipynb #7cc9f65e
 def _regs_limit(a:Arch, warps:int, regs:int, sub:int)->tuple:
@@ -213,16 +204,16 @@ def occupancy(block:int, # threads per block, a multiple of 32
               barriers:int=0, # named barriers a block uses (Hopper counts them: 2 per block slot)
              )->Occupancy:
     "Resident blocks and warps per SM, the occupancy and the limiting resource for one launch configuration."
-    check_int('carveout', carveout, hi=100, none=True, err=KernelError)
+    check_int('carveout', carveout, hi=100, none=True)
     a, sms, label = _resolve(device)
     block, regs, smem = (int(v) if isinstance(v, numbers.Integral) and not isinstance(v, bool)
                          else v
                          for v in (block, regs, smem))
     _check(block, regs, smem, a)
     if carveout is not None and (not a.carveouts or not 0 <= carveout <= 100):
-        raise KernelError(f'carveout={carveout!r}: a percentage 0-100, and only Volta (7.0) and '
-                          f'newer have one; '
-                          f'{a.name} has a fixed split.')
+        raise ArgumentError(f'carveout={carveout!r}: a percentage 0-100, and only Volta (7.0) and '
+                            f'newer have one; '
+                            f'{a.name} has a fixed split.')
     warps = block // a.warp
     lim_regs, regs_alloc = _regs_limit(a, warps, regs, a.sub_partitions)
     if a.cc == (6, 0) and lim_regs and not _regs_limit(a, warps, regs, 4)[0]:
@@ -243,33 +234,33 @@ def best_block_size(regs:int=0, # registers per thread
                     carveout:int|None=None, # see `occupancy`
                    )->Occupancy:
     "The block size with the most resident threads per SM, as `cudaOccupancyMaxPotentialBlockSize` chooses it."
-    max_block = check_int('max_block', max_block, lo=32, hi=1024, err=KernelError)
-    check_int('carveout', carveout, hi=100, none=True, err=KernelError)
+    max_block = check_int('max_block', max_block, lo=32, hi=1024)
+    check_int('carveout', carveout, hi=100, none=True)
     a, _, _ = _resolve(device)
     best = None
     for b in range(min(max_block, a.max_threads_block) // a.warp * a.warp, 0, -a.warp):
         try: o = occupancy(b, regs, smem(b) if callable(smem) else smem, device, carveout)
-        except KernelError:
+        except ArgumentError:
             if callable(smem): continue
             raise
         if best is None or o.warps > best.warps: best = o
         if best.warps == a.max_warps: break
     if best is None or best.blocks == 0:
-        raise KernelError(f'No block size runs with regs={regs} and this shared memory '
-                          f'on {a.name}: lower them.')
+        raise ArgumentError(f'No block size runs with regs={regs} and this shared memory '
+                            f'on {a.name}: lower them.')
     return best
 
 # %% ../nbs/03_kernels.ipynb #8f499ca4
 def candidates(regs:int=0, smem:int|Callable=0, device=None, max_block:int=1024,
                carveout:int|None=None)->list[int]:
     "Power-of-two block sizes (32-1024) that reach the best occupancy for these resources."
-    max_block = check_int('max_block', max_block, lo=32, hi=1024, err=KernelError)
+    max_block = check_int('max_block', max_block, lo=32, hi=1024)
     best = best_block_size(regs, smem, device, max_block, carveout)
     out = []
     for b in (32, 64, 128, 256, 512, 1024):
         if b > max_block: break
         try: o = occupancy(b, regs, smem(b) if callable(smem) else smem, device, carveout)
-        except KernelError: continue
+        except ArgumentError: continue
         if o.warps >= best.warps: out.append(b)
     return out
 
@@ -295,9 +286,9 @@ def launch_config(n:int, # elements to process
                   grid_stride:bool=False, # the kernel loops over the data: grid of one full wave
                  )->LaunchConfig:
     "Grid and block size for `n` elements from the occupancy calculator, instead of `threads = min(n, 1024)`."
-    n = check_int('n', n, lo=1, hi=_MAX_N, err=KernelError)  # 2**36 elements: 128 GB of fp16
-    per_thread = check_int('per_thread', per_thread, lo=1, hi=_MAX_N, err=KernelError)
-    check_flag('grid_stride', grid_stride, err=KernelError)
+    n = check_int('n', n, lo=1, hi=_MAX_N)  # 2**36 elements: 128 GB of fp16
+    per_thread = check_int('per_thread', per_thread, lo=1, hi=_MAX_N)
+    check_flag('grid_stride', grid_stride)
     a, sms, _ = _resolve(device)
     sm = (lambda b: smem(b)) if callable(smem) else (lambda b: smem)
     cands = ([b for b in candidates(regs, smem, device) if b >= 64]
@@ -310,19 +301,19 @@ def launch_config(n:int, # elements to process
     grid = -(-threads // block)
     if grid_stride and sms: grid = min(grid, occ.blocks * sms)
     if grid > _MAX_GRID:
-        raise KernelError(f'n={n} needs {grid} blocks of {block} threads, more than the '
-                          f'{_MAX_GRID} a grid can have: raise per_thread, or pass '
-                          'grid_stride=True with a card whose SM count is known.')
+        raise ArgumentError(f'n={n} needs {grid} blocks of {block} threads, more than the '
+                            f'{_MAX_GRID} a grid can have: raise per_thread, or pass '
+                            'grid_stride=True with a card whose SM count is known.')
     return LaunchConfig(grid, block, n, occ)
 
 # %% ../nbs/03_kernels.ipynb #6a1c6f68
 def compare_launch(ns:list, # element counts
                    device=None, regs:int=0, smem:int=0)->pd.DataFrame:
     "`min(n, 1024)` threads per block against `launch_config`: blocks, SMs used, occupancy."
-    ns = check_seq('ns', ns, lambda k, v: check_int(k, v, lo=1, hi=_MAX_N, err=KernelError),
-                   hi=1000, err=KernelError)
-    check_int('regs', regs, hi=255, err=KernelError)
-    check_int('smem', smem, hi=2**20, err=KernelError)
+    ns = check_seq('ns', ns, lambda k, v: check_int(k, v, lo=1, hi=_MAX_N),
+                   hi=1000)
+    check_int('regs', regs, hi=255)
+    check_int('smem', smem, hi=2**20)
     a, sms, label = _resolve(device)
     rows = []
     for n in ns:
@@ -359,9 +350,9 @@ def bias_gelu_kernel(x_ptr, b_ptr, y_ptr, cols, BLOCK: tl.constexpr):
 def triton_kernels():
     "The module of this page's Triton kernels, written to the temporary folder and imported on first use."
     if importlib.util.find_spec('triton') is None:
-        raise KernelError('Triton is not installed: it comes with the CUDA builds of PyTorch '
-                          '(pip install torch) '
-                          'and with Colab.')
+        raise MissingPackage('Triton is not installed: it comes with the CUDA builds of PyTorch '
+                             '(pip install torch) '
+                             'and with Colab.')
     d = Path(tempfile.gettempdir())/(f"colab_t4_nb_kernels_"
                                      f"{os.getuid() if hasattr(os, 'getuid') else 'user'}")
     d.mkdir(parents=True, exist_ok=True)
@@ -381,12 +372,12 @@ _MAX_TRITON_BLOCK = 2**20  # elements one Triton program can hold (TRITON_MAX_TE
 def _check_xb(x, bias):
     "Refuse an `x` or a `bias` that `bias_gelu` cannot take, before any kernel is compiled."
     import torch
-    check_type('x', x, torch.Tensor, 'a torch tensor', err=KernelError)
-    check_type('bias', bias, torch.Tensor, 'a torch tensor', err=KernelError)
+    check_type('x', x, torch.Tensor, 'a torch tensor')
+    check_type('bias', bias, torch.Tensor, 'a torch tensor')
     if x.dim() < 1 or x.shape[-1] < 1:
-        raise KernelError(f'x must have at least one column, got shape {tuple(x.shape)}.')
+        raise ArgumentError(f'x must have at least one column, got shape {tuple(x.shape)}.')
     if tuple(bias.shape) != (x.shape[-1],):
-        raise KernelError(f'bias must have shape ({x.shape[-1]},), got {tuple(bias.shape)}.')
+        raise ArgumentError(f'bias must have shape ({x.shape[-1]},), got {tuple(bias.shape)}.')
 
 # %% ../nbs/03_kernels.ipynb #1ec01709
 def bias_gelu(x, # a contiguous CUDA tensor, e.g. the output of a linear layer without its bias
@@ -398,17 +389,17 @@ def bias_gelu(x, # a contiguous CUDA tensor, e.g. the output of a linear layer w
     "gelu(x + bias) (tanh form) in one pass over `x` with Triton; returns (output, compiled kernel)."
     import torch
     _check_xb(x, bias)
-    block = check_int('block', block, lo=1, hi=_MAX_TRITON_BLOCK, err=KernelError)
+    block = check_int('block', block, lo=1, hi=_MAX_TRITON_BLOCK)
     if block & (block - 1):
-        raise KernelError(f'block={block} must be a power of two (Triton aranges need one).')
-    num_warps = check_int('num_warps', num_warps, lo=1, hi=32, err=KernelError)
+        raise ArgumentError(f'block={block} must be a power of two (Triton aranges need one).')
+    num_warps = check_int('num_warps', num_warps, lo=1, hi=32)
     if num_warps & (num_warps - 1):
-        raise KernelError(f'num_warps={num_warps} must be a power of two: 1 to 32.')
-    check_type('out', out, torch.Tensor, 'a torch tensor', none=True, err=KernelError)
+        raise ArgumentError(f'num_warps={num_warps} must be a power of two: 1 to 32.')
+    check_type('out', out, torch.Tensor, 'a torch tensor', none=True)
     if out is not None and (out.shape != x.shape or out.device != x.device):
-        raise KernelError(f'out must have the shape and device of x, got shape {tuple(out.shape)}.')
+        raise ArgumentError(f'out must have the shape and device of x, got shape {tuple(out.shape)}.')
     if not x.is_cuda or not x.is_contiguous():
-        raise KernelError('x must be a contiguous CUDA tensor.')
+        raise ArgumentError('x must be a contiguous CUDA tensor.')
     k = triton_kernels()
     y = x.new_empty(x.shape) if out is None else out
     cols = x.shape[-1]
@@ -421,8 +412,8 @@ def kernel_resources(ck)->tuple:
     "(registers per thread, shared memory bytes) of a Triton compiled kernel."
     regs_known = hasattr(ck, 'n_regs') or hasattr(ck, 'function')
     if not (regs_known and hasattr(getattr(ck, 'metadata', None), 'shared')):
-        raise KernelError(f'ck must be a compiled Triton kernel (with n_regs or function, and '
-                          f'metadata.shared), got ck={ck!r:.60}.')
+        raise ArgumentError(f'ck must be a compiled Triton kernel (with n_regs or function, and '
+                            f'metadata.shared), got ck={ck!r:.60}.')
     regs = getattr(ck, 'n_regs', None)
     if regs is None: regs = kernel_attributes(ck.function)['regs']
     return int(regs), int(ck.metadata.shared)
@@ -433,17 +424,17 @@ def _libcuda():
     for name in ('libcuda.so.1', 'libcuda.so', 'nvcuda.dll'):
         try: return ctypes.CDLL(name)
         except OSError: continue
-    raise KernelError('The CUDA driver library (libcuda) is not here: '
-                      'there is no NVIDIA driver on this machine.')
+    raise NoGPUError('The CUDA driver library (libcuda) is not here: '
+                     'there is no NVIDIA driver on this machine.')
 
 # %% ../nbs/03_kernels.ipynb #14e1e4ee
 def _cu(rc:int, what:str):
-    if rc: raise KernelError(f'{what} failed with CUDA driver error {rc}.')
+    if rc: raise ColabT4Error(f'{what} failed with CUDA driver error {rc}.')
 
 # %% ../nbs/03_kernels.ipynb #af37abba
 def _handle(func)->int:
     "`func` as a CUfunction handle: a non-zero address."
-    return check_int('func', func, lo=1, hi=2**64 - 1, err=KernelError)
+    return check_int('func', func, lo=1, hi=2**64 - 1)
 
 # %% ../nbs/03_kernels.ipynb #1428ffc2
 def driver_blocks(func:int, # a CUfunction handle of a loaded kernel
@@ -451,8 +442,8 @@ def driver_blocks(func:int, # a CUfunction handle of a loaded kernel
                   dynamic_smem:int=0, # dynamic shared memory per block, bytes
                  )->int:
     "Resident blocks per SM by the driver's `cuOccupancyMaxActiveBlocksPerMultiprocessor`."
-    func, block = _handle(func), check_int('block', block, lo=1, hi=1024, err=KernelError)
-    dynamic_smem = check_int('dynamic_smem', dynamic_smem, hi=2**20, err=KernelError)
+    func, block = _handle(func), check_int('block', block, lo=1, hi=1024)
+    dynamic_smem = check_int('dynamic_smem', dynamic_smem, hi=2**20)
     n = ctypes.c_int()
     _cu(_libcuda().cuOccupancyMaxActiveBlocksPerMultiprocessor(
             ctypes.byref(n), ctypes.c_void_p(int(func)), ctypes.c_int(block),
@@ -464,7 +455,7 @@ def driver_blocks(func:int, # a CUfunction handle of a loaded kernel
 def driver_best_block(func:int, dynamic_smem:int=0)->int:
     "The block size the driver's `cuOccupancyMaxPotentialBlockSize` picks for a loaded kernel."
     func, dynamic_smem = (_handle(func),
-                          check_int('dynamic_smem', dynamic_smem, hi=2**20, err=KernelError))
+                          check_int('dynamic_smem', dynamic_smem, hi=2**20))
     g, b = ctypes.c_int(), ctypes.c_int()
     _cu(_libcuda().cuOccupancyMaxPotentialBlockSize(
             ctypes.byref(g), ctypes.byref(b), ctypes.c_void_p(int(func)), None,
@@ -500,9 +491,9 @@ def tune_bias_gelu(x, bias, # as for `bias_gelu`
     "Time `bias_gelu`'s candidate launches beside a copy, the `min(n, 1024)` launch and PyTorch's ops."
     import torch
     _check_xb(x, bias)
-    elem = lambda k, v: check_int(k, v, lo=1, hi=_MAX_TRITON_BLOCK // 32, err=KernelError)
-    elems = check_seq('elems', elems, elem, hi=16, err=KernelError)
-    repeats = check_int('repeats', repeats, lo=1, hi=1000, err=KernelError); _resolve(device)
+    elem = lambda k, v: check_int(k, v, lo=1, hi=_MAX_TRITON_BLOCK // 32)
+    elems = check_seq('elems', elems, elem, hi=16)
+    repeats = check_int('repeats', repeats, lo=1, hi=1000); _resolve(device)
     y = torch.empty_like(x)
     cols_p2 = 1 << (x.shape[-1] - 1).bit_length()
     cands = candidates(*kernel_resources(bias_gelu(x, bias, 1024, 4, out=y)[1]), device)
@@ -547,9 +538,9 @@ def _ver(v:str|None)->tuple|None:
 # %% ../nbs/03_kernels.ipynb #628f6c7e
 def _cuda_version(name:str, v, none:bool=False)->str|None:
     "`v` if it is a CUDA version such as '12.1' or '12.1.105' (or None, when `none`)."
-    check_str(name, v, none=none, err=KernelError)
+    check_str(name, v, none=none)
     if v is not None and not re.fullmatch(r'\s*\d+\.\d+(\.\d+)?\s*', v):
-        raise KernelError(f"{name} must be a CUDA version such as '12.1', got {name}={v!r}.")
+        raise ArgumentError(f"{name} must be a CUDA version such as '12.1', got {name}={v!r}.")
     return v
 
 # %% ../nbs/03_kernels.ipynb #17389303
@@ -579,14 +570,13 @@ class CudaCompat:
     source:str = ''       # where the driver's figures came from
 
     def __post_init__(self):
-        E = KernelError
-        check_str('torch_version', self.torch_version, none=True, err=E)
+        check_str('torch_version', self.torch_version, none=True)
         _cuda_version('torch_cuda', self.torch_cuda, none=True)
-        check_str('driver', self.driver, none=True, err=E)
+        check_str('driver', self.driver, none=True)
         _cuda_version('driver_cuda', self.driver_cuda, none=True)
-        check_choice('status', self.status, _STATUSES, err=E)
-        check_str('advice', self.advice, empty=True, err=E)
-        check_str('source', self.source, empty=True, err=E)
+        check_choice('status', self.status, _STATUSES)
+        check_str('advice', self.advice, empty=True)
+        check_str('source', self.source, empty=True)
 
     @property
     def ok(self)->bool: return self.status in ('ok', 'minor-version compatibility')
@@ -599,13 +589,6 @@ class CudaCompat:
         return f'PyTorch: {t}\nNVIDIA driver: {d}\nVerdict: {self.status}. {self.advice}'
 
     def _repr_markdown_(self): return '\n\n'.join(f'- {l}' for l in str(self).splitlines())
-
-# %% ../nbs/03_kernels.ipynb #391ba484
-def _nvml(nvml):
-    "`nvml` if it is None or looks like the `pynvml` module."
-    if nvml is None or callable(getattr(nvml, 'nvmlInit', None)): return nvml
-    raise KernelError(f'nvml must be the pynvml module, a stand-in with nvmlInit(), or None, '
-                      f'got nvml={nvml!r}.')
 
 # %% ../nbs/03_kernels.ipynb #d7a2aa7a
 def _driver_cuda()->tuple:
@@ -633,7 +616,7 @@ def cuda_compat(torch_cuda:str|None='auto', # PyTorch's CUDA version; 'auto': `t
                )->CudaCompat:
     "Whether the installed PyTorch's CUDA build runs on this driver, and the fix when it does not; a missing driver or torch raises nothing."
     if torch_cuda != 'auto': _cuda_version('torch_cuda', torch_cuda, none=True)
-    check_str('torch_version', torch_version, none=True, err=KernelError)
+    check_str('torch_version', torch_version, none=True)
     if torch_version == 'auto' or torch_cuda == 'auto':
         tv, tc = (None, None)
         if importlib.util.find_spec('torch') is not None:
@@ -695,10 +678,10 @@ def clock_reasons(mask:int|str|None # NVML's mask, or `nvidia-smi`'s '0x00000000
     if isinstance(mask, str):
         try: mask = int(mask, 0)
         except ValueError:
-            raise KernelError(f"mask must be NVML's integer mask or a string such as '0x4', "
-                              f"got mask={mask!r}.") from None
+            raise ArgumentError(f"mask must be NVML's integer mask or a string such as '0x4', "
+                                f"got mask={mask!r}.") from None
     elif isinstance(mask, float) and mask.is_integer(): mask = int(mask)  # from a float column
-    mask = check_int('mask', mask, hi=2**64 - 1, err=KernelError)
+    mask = check_int('mask', mask, hi=2**64 - 1)
     rest = mask & ~sum(CLOCK_REASONS)
     return [n for b, n in CLOCK_REASONS.items() if mask & b] + ([hex(rest)] if rest else [])
 
@@ -718,14 +701,14 @@ class ClockState:
     reasons:list
 
     def __post_init__(self):
-        E, mhz = KernelError, lambda k, v, eq=True: check_num(k, v, eq=eq, hi=1e5, err=KernelError)
-        check_int('gpu', self.gpu, hi=1024, err=E); check_str('name', self.name, empty=True, err=E)
+        mhz = lambda k, v, eq=True: check_num(k, v, eq=eq)
+        check_int('gpu', self.gpu, hi=1024); check_str('name', self.name, empty=True)
         mhz('sm_mhz', self.sm_mhz); mhz('sm_max_mhz', self.sm_max_mhz, False)
         mhz('mem_mhz', self.mem_mhz); mhz('mem_max_mhz', self.mem_max_mhz, False)
-        check_num('temp_c', self.temp_c, lo=-100, hi=200, eq=True, err=E)
-        check_num('power_w', self.power_w, eq=True, hi=1e4, err=E)
-        check_num('power_limit_w', self.power_limit_w, hi=1e4, err=E)
-        check_seq('reasons', self.reasons, lambda k, v: check_str(k, v, err=E), lo=0, err=E)
+        check_num('temp_c', self.temp_c, lo=-100, eq=True)
+        check_num('power_w', self.power_w, eq=True)
+        check_num('power_limit_w', self.power_limit_w)
+        check_seq('reasons', self.reasons, lambda k, v: check_str(k, v), lo=0)
 
     def __str__(self):
         return (f'GPU {self.gpu} {self.name}: SM {self.sm_mhz:.0f} of {self.sm_max_mhz:.0f} MHz '
@@ -737,12 +720,11 @@ class ClockState:
 
 # %% ../nbs/03_kernels.ipynb #3cc17c34
 def clock_state(gpu:int=0, # NVML index of the GPU
-                nvml=None, # the `pynvml` module or a stand-in; default `import pynvml`
                )->ClockState|None:
     "Clocks, temperature, power and clock-event reasons of GPU `gpu` through NVML; None without an NVIDIA driver."
-    check_int('gpu', gpu, hi=1024, err=KernelError); _nvml(nvml)
+    check_int('gpu', gpu, hi=1024)
     try:
-        if nvml is None: import pynvml as nvml
+        import pynvml as nvml  # at the call: a stand-in put in `sys.modules` is honoured
         nvml.nvmlInit()
     except (ImportError, pynvml.NVMLError): return None
     try:
@@ -778,18 +760,18 @@ class ClockReport:
     ms_per_100mhz:float|None = None    # fitted change of step time per 100 MHz more SM clock
 
     def __post_init__(self):
-        E, num = KernelError, lambda k, v, **kw: check_num(k, v, err=KernelError, **kw)
-        check_choice('verdict', self.verdict, ('power', 'thermal', 'idle', 'not limited'), err=E)
-        check_type('shares', self.shares, dict, err=E)
+        num = check_num
+        check_choice('verdict', self.verdict, ('power', 'thermal', 'idle', 'not limited'))
+        check_type('shares', self.shares, dict)
         if 'idle' not in self.shares:
-            raise E(f"shares must have an 'idle' share, got shares={self.shares!r}.")
-        check_int('samples', self.samples, lo=1, hi=10**9, err=E)
-        check_seq('sm_mhz', self.sm_mhz, lambda k, v: num(k, v, eq=True, hi=1e5), lo=3, hi=3, err=E)
-        num('sm_max_mhz', self.sm_max_mhz, hi=1e5, none=True)
-        num('power_w', self.power_w, eq=True, hi=1e4)
-        num('power_limit_w', self.power_limit_w, hi=1e4)
-        num('temp_max_c', self.temp_max_c, lo=-100, hi=200)
-        check_type('by_clock', self.by_clock, pd.DataFrame, none=True, err=E)
+            raise ArgumentError(f"shares must have an 'idle' share, got shares={self.shares!r}.")
+        check_int('samples', self.samples, lo=1)
+        check_seq('sm_mhz', self.sm_mhz, lambda k, v: num(k, v, eq=True), lo=3, hi=3)
+        num('sm_max_mhz', self.sm_max_mhz, none=True)
+        num('power_w', self.power_w, eq=True)
+        num('power_limit_w', self.power_limit_w)
+        num('temp_max_c', self.temp_max_c, lo=-100)
+        check_type('by_clock', self.by_clock, pd.DataFrame, none=True)
         num('ms_per_100mhz', self.ms_per_100mhz, lo=-1e9, hi=1e9, none=True)
 
     def __str__(self):
@@ -841,13 +823,13 @@ def _step_vs_clock(d:pd.DataFrame, steps)->tuple:
 _SAMPLE_COLS = ('util_gpu', 'clock_sm_mhz', 'power_w', 'power_limit_w', 'temp_c')  # what is read
 
 def _check_samples(df)->pd.DataFrame:
-    "`df` if it is a table of samples with the columns `clock_report` reads; else a `KernelError`."
-    check_type('df', df, pd.DataFrame, 'a DataFrame of samples (GPUMonitor.df)', err=KernelError)
+    "`df` if it is a table of samples with the columns `clock_report` reads; else a `ArgumentError`."
+    check_type('df', df, pd.DataFrame, 'a DataFrame of samples (GPUMonitor.df)')
     missing = [c for c in _SAMPLE_COLS if c not in df]
     if not {'reasons', 'throttle'} & set(df): missing.append('reasons')
     if missing:
-        raise KernelError(f"df lacks the column(s) {', '.join(missing)}: pass GPUMonitor.df or "
-                          "a table like it.")
+        raise ArgumentError(f"df lacks the column(s) {', '.join(missing)}: pass GPUMonitor.df or "
+                            "a table like it.")
     return df
 
 # %% ../nbs/03_kernels.ipynb #ad4fa35f
@@ -856,11 +838,11 @@ def _check_steps(steps):
     if steps is None: return None
     if isinstance(steps, pd.DataFrame):
         if {'time', 'ms'} - set(steps):
-            raise KernelError("steps must have the columns 'time' and 'ms'.")
+            raise ArgumentError("steps must have the columns 'time' and 'ms'.")
         return steps[['time', 'ms']]
-    num = lambda k, v: check_num(k, v, eq=True, hi=1e12, err=KernelError)
-    row = lambda k, v: check_seq(k, v, num, lo=2, hi=2, err=KernelError)
-    rows = check_seq('steps', steps, row, lo=0, err=KernelError)
+    num = lambda k, v: check_num(k, v, eq=True)
+    row = lambda k, v: check_seq(k, v, num, lo=2, hi=2)
+    rows = check_seq('steps', steps, row, lo=0)
     return pd.DataFrame(rows, columns=['time', 'ms'], dtype=float)
 
 # %% ../nbs/03_kernels.ipynb #a6f87d56
@@ -872,13 +854,13 @@ def clock_report(df:pd.DataFrame, # samples as `GPUMonitor.df` (monitoring page)
                 )->ClockReport:
     "Whether a run was power-, thermal- or idle-limited, and how its step time moved with the SM clock."
     df, steps = _check_samples(df), _check_steps(steps)
-    check_num('sm_max_mhz', sm_max_mhz, hi=1e5, none=True, err=KernelError)
-    gpu = check_int('gpu', gpu, hi=1024, err=KernelError)
-    busy_util = check_num('busy_util', busy_util, hi=100, eq=True, err=KernelError)
+    check_num('sm_max_mhz', sm_max_mhz, none=True)
+    gpu = check_int('gpu', gpu, hi=1024)
+    busy_util = check_num('busy_util', busy_util, hi=100, eq=True)
     d = df[df.gpu == gpu] if 'gpu' in df else df
     if d.empty:
-        raise KernelError(f'No samples of GPU {gpu} in the table (gpu={gpu}): monitor the GPU '
-                          'while the workload runs.')
+        raise ArgumentError(f'No samples of GPU {gpu} in the table (gpu={gpu}): monitor the GPU '
+                            'while the workload runs.')
     busy = d[d.util_gpu >= busy_util]
     reasons = _reasons_col(busy)
     names = sorted({r for s in reasons for r in s.split('|') if r})
@@ -906,14 +888,13 @@ def watch_clocks(step:Callable, # one unit of work (a training step), no argumen
                  gpu:int=0, # which GPU to report on
                 )->ClockReport:
     "Run `step` beside `monitor` and report what held the clocks and how step time followed the SM clock."
-    E = KernelError
-    check_callable('step', step, err=E); check_callable('sync', sync, none=True, err=E)
+    check_callable('step', step); check_callable('sync', sync, none=True)
     methods = all(callable(getattr(monitor, m, None)) for m in ('start', 'stop', 'clock'))
     if not (methods and hasattr(monitor, 'df')):
-        raise E(f'monitor must be a GPUMonitor or have start, stop, clock and df, '
-                f'got monitor={monitor!r:.60}.')
-    steps = check_int('steps', steps, lo=1, hi=_MAX_WATCH, err=E)
-    gpu = check_int('gpu', gpu, hi=1024, err=E)
+        raise ArgumentError(f'monitor must be a GPUMonitor or have start, stop, clock and df, '
+                            f'got monitor={monitor!r:.60}.')
+    steps = check_int('steps', steps, lo=1, hi=_MAX_WATCH)
+    gpu = check_int('gpu', gpu, hi=1024)
     sync, times = sync or (lambda: None), []
     monitor.start()
     try:

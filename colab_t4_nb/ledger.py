@@ -13,16 +13,12 @@ from typing import Callable
 import pandas as pd
 from fastcore.basics import patch
 
-from .core import (ColabT4Error, append_line, atomic_write, open_locked, runtime,
+from .core import (ColabT4Error, ArgumentError, append_line, atomic_write, open_locked, runtime,
                               state_dir, check_callable, check_choice, check_int, check_num,
                               check_path, check_seq, check_str, check_type, open_regular)
 
 # %% auto #0
-__all__ = ['OBSERVED', 'LedgerError', 'UsageLedger', 'LedgerSession', 'Advice', 'advice']
-
-# %% ../nbs/06_ledger.ipynb #f23869b6
-class LedgerError(ColabT4Error):
-    "A usage ledger that cannot be written, or a record, time or limit it cannot take."
+__all__ = ['OBSERVED', 'UsageLedger', 'LedgerSession', 'Advice', 'advice']
 
 # %% ../nbs/06_ledger.ipynb #cc3269ef
 def _iso(t:float)->str: return datetime.fromtimestamp(t, timezone.utc).isoformat(timespec='seconds')
@@ -38,12 +34,12 @@ class UsageLedger:
     def __init__(self,
                  path:str|Path|None=None, # the file; default `state_dir()/'usage_ledger.jsonl'`
                 ):
-        path = check_path('path', path, none=True, err=LedgerError, kind='file')
+        path = check_path('path', path, none=True, kind='file')
         self.path = path if path is not None else state_dir()/'usage_ledger.jsonl'
 
     def _file(self)->Path:
         "The path, refused when what is there is not a regular file (a named pipe would never end)."
-        return check_path('path', self.path, err=LedgerError, kind='file')
+        return check_path('path', self.path, kind='file')
 
     def _read(self, n:int=-1)->str:
         "The file's first `n` bytes (all when -1) as text, never waiting on a named pipe."
@@ -51,19 +47,19 @@ class UsageLedger:
 
     def add(self, start:float, end:float, gpu:str, busy_h:float=0.0, session:str|None=None)->str:
         "Append a record for `session` (a new id if None); returns the session id."
-        start = check_num('start', start, 0, 1e11, eq=True, err=LedgerError)
-        end = check_num('end', end, 0, 1e11, eq=True, err=LedgerError)
-        busy_h = check_num('busy_h', busy_h, 0, 1e5, eq=True, err=LedgerError)
-        if end < start: raise LedgerError(f'end={end!r} is before start={start!r}.')
-        gpu = check_str('gpu', gpu, err=LedgerError)
-        session = check_str('session', session, none=True, err=LedgerError)
+        start = check_num('start', start, 0, 1e11, eq=True)
+        end = check_num('end', end, 0, 1e11, eq=True)
+        busy_h = check_num('busy_h', busy_h, 0, 1e5, eq=True)
+        if end < start: raise ArgumentError(f'end={end!r} is before start={start!r}.')
+        gpu = check_str('gpu', gpu)
+        session = check_str('session', session, none=True)
         session = session if session is not None else uuid.uuid4().hex[:12]
         rec = {'kind': 'session', 'session': session, 'start': _iso(start), 'end': _iso(end),
                'gpu': gpu, 'busy_h': round(float(busy_h), 4), 'runtime': runtime()}
         self._check_ours()
         try: append_line(self.path, json.dumps(rec))
         except OSError as e:
-            raise LedgerError(f'Cannot write the usage ledger {self.path}: {e.strerror or e}. '
+            raise ColabT4Error(f'Cannot write the usage ledger {self.path}: {e.strerror or e}. '
                                f'Pass a file in a writable folder, '
                                f'e.g. UsageLedger("usage_ledger.jsonl").') from e
         return session
@@ -76,9 +72,9 @@ class UsageLedger:
             except OSError: return  # the write that follows says what is wrong
         recs, bad = _parse_records(text)
         if bad and not recs:
-            raise LedgerError(f'{self.path} is not a usage ledger (no line of it is a ledger record); '
-                              'it is left as it is. Give the ledger a file of its own (another '
-                              'name), or leave path out for the default one.')
+            raise ColabT4Error(f'{self.path} is not a usage ledger (no line of it is a ledger record); '
+                               'it is left as it is. Give the ledger a file of its own (another '
+                               'name), or leave path out for the default one.')
 
     def _rewrite(self, repair:bool)->list[dict]:
         "Under the lock: keep the readable records (`repair`) or the latest per session; returns them."
@@ -182,10 +178,10 @@ class LedgerSession:
     "An open session of a `UsageLedger`."
     ledger:UsageLedger; session:str; start:float; gpu:str
     def __post_init__(self):
-        check_type('ledger', self.ledger, UsageLedger, err=LedgerError)
-        check_str('session', self.session, err=LedgerError)
-        check_str('gpu', self.gpu, err=LedgerError)
-        self.start = check_num('start', self.start, 0, 1e11, eq=True, err=LedgerError)
+        check_type('ledger', self.ledger, UsageLedger)
+        check_str('session', self.session)
+        check_str('gpu', self.gpu)
+        self.start = check_num('start', self.start, 0, 1e11, eq=True)
     def update(self, busy_h:float, end:float|None=None):
         "Append the session's latest end (default: now) and busy hours."
         self.ledger.add(self.start, self.ledger._clock() if end is None else end, self.gpu, busy_h,
@@ -195,7 +191,7 @@ class LedgerSession:
 @patch
 def begin(self:UsageLedger, gpu:str)->LedgerSession:
     "Start a session on `gpu` now (compacting a ledger over a megabyte first); `update` it as it goes."
-    check_str('gpu', gpu, err=LedgerError)
+    check_str('gpu', gpu)
     if self.path.exists() and self.path.stat().st_size > 2**20: self.compact()
     t = self._clock()
     return LedgerSession(self, self.add(t, t, gpu), t, gpu)
@@ -226,9 +222,9 @@ def _chains(start, end, pause_s)->list:
 def _advice_item(name:str, x)->tuple:
     "`x` as a (level, text) pair of `Advice.items`."
     if not (isinstance(x, (tuple, list)) and len(x) == 2):
-        raise LedgerError(f'{name} must be a (level, text) pair, got {name}={x!r}.')
-    check_choice(f'{name}[0]', x[0], ('ok', 'note', 'warn'), err=LedgerError)
-    return x[0], check_str(f'{name}[1]', x[1], err=LedgerError)
+        raise ArgumentError(f'{name} must be a (level, text) pair, got {name}={x!r}.')
+    check_choice(f'{name}[0]', x[0], ('ok', 'note', 'warn'))
+    return x[0], check_str(f'{name}[1]', x[1])
 
 # %% ../nbs/06_ledger.ipynb #dd3cfe8e
 @dataclass
@@ -237,15 +233,14 @@ class Advice:
     now:float; session_h:float|None; streak_h:float; used_24h:float; busy_24h:float; items:list
     runtimes:int=0; t4_runtimes:int=0; allocation:str=''
     def __post_init__(self):
-        E = LedgerError
-        self.now = check_num('now', self.now, 0, eq=True, err=E)
-        self.session_h = check_num('session_h', self.session_h, 0, none=True, eq=True, err=E)
+        self.now = check_num('now', self.now, 0, eq=True)
+        self.session_h = check_num('session_h', self.session_h, 0, none=True, eq=True)
         for k in ('streak_h', 'used_24h', 'busy_24h'):
-            setattr(self, k, check_num(k, getattr(self, k), 0, eq=True, err=E))
-        self.items = check_seq('items', self.items, item=_advice_item, lo=0, err=E)
-        self.runtimes = check_int('runtimes', self.runtimes, err=E)
-        self.t4_runtimes = check_int('t4_runtimes', self.t4_runtimes, hi=self.runtimes, err=E)
-        check_str('allocation', self.allocation, empty=True, err=E)
+            setattr(self, k, check_num(k, getattr(self, k), 0, eq=True))
+        self.items = check_seq('items', self.items, item=_advice_item, lo=0)
+        self.runtimes = check_int('runtimes', self.runtimes)
+        self.t4_runtimes = check_int('t4_runtimes', self.t4_runtimes, hi=self.runtimes)
+        check_str('allocation', self.allocation, empty=True)
     @property
     def t4_share(self)->float|None:
         return self.t4_runtimes / self.runtimes if self.runtimes else None
@@ -268,12 +263,11 @@ def _in_window(start, end, lo, hi)->list:
 # %% ../nbs/06_ledger.ipynb #7324c27c
 def _limits(limits:dict|None)->dict:
     "`OBSERVED` with the user's own figures in place of the ones given."
-    E = LedgerError
-    check_type('limits', limits, dict, 'a dict such as {"streak_h": 30}', none=True, err=E)
+    check_type('limits', limits, dict, 'a dict such as {"streak_h": 30}', none=True)
     if limits is None: return dict(OBSERVED)
-    for k in limits: check_choice('limits key', k, list(OBSERVED), err=E)
+    for k in limits: check_choice('limits key', k, list(OBSERVED))
     for k, v in limits.items():  # a week at most, in minutes or hours
-        check_num(f'limits[{k!r}]', v, 0, 7 * 24 * (60 if k.endswith('_min') else 1), err=E)
+        check_num(f'limits[{k!r}]', v, 0, 7 * 24 * (60 if k.endswith('_min') else 1))
     return {**OBSERVED, **limits}
 
 # %% ../nbs/06_ledger.ipynb #26dac2ec
@@ -344,13 +338,13 @@ def advice(ledger:UsageLedger|pd.DataFrame, # a ledger, or its `sessions()`
            limits:dict|None=None, # your own figures for any of `OBSERVED`'s keys, e.g. {'streak_h': 30}
           )->Advice:
     "Guidance on the GPU sessions so far against the limits users report (`OBSERVED`), and your own allocation record."
-    o, H, E = _limits(limits), 3600, LedgerError
+    o, H = _limits(limits), 3600
     table = 'a UsageLedger or its sessions() table'
-    check_type('ledger', ledger, (UsageLedger, pd.DataFrame), table, err=E)
-    open_min = check_num('open_min', open_min, 0, 24 * 60, eq=True, err=E)
+    check_type('ledger', ledger, (UsageLedger, pd.DataFrame), table)
+    open_min = check_num('open_min', open_min, 0, 24 * 60, eq=True)
     s = ledger.sessions() if isinstance(ledger, UsageLedger) else ledger
     if missing := {'start', 'end', 'hours', 'busy_h'} - set(s.columns):
-        raise E(f'ledger must be {table}, got a table without {sorted(missing)}.')
+        raise ArgumentError(f'ledger must be {table}, got a table without {sorted(missing)}.')
     now = ledger._clock() if isinstance(ledger, UsageLedger) else time.time()
     start = [t.timestamp() for t in s.start]; end = [t.timestamp() for t in s.end]
     chains = _chains(start, end, o['pause_h'] * H)

@@ -16,49 +16,28 @@ from fastcore.basics import patch, store_attr
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from .allocation import as_card, NoGPUError, UnknownGPUError, nvml_gpus, spec_for
-from .core import (ColabT4Error, cuda_sync, oom_kind, require, ArgumentTypeError,
+from .allocation import as_card, NoGPUError, nvml_gpus, spec_for
+from .core import (ColabT4Error, cuda_sync, oom_kind, require, ArgumentError,
                               check_callable, check_choice, check_flag, check_int, check_num,
                               check_seq, check_str, check_type)
 from .timing import benchmark
 
 # %% auto #0
-__all__ = ['BatchSizeError', 'NothingFits', 'free_memory', 'BatchSizeResult', 'find_batch_size', 'find_max_size',
-           'auto_batch_size', 'Accumulation', 'accumulation', 'usable_memory', 'cap_memory', 'peak_memory',
-           'memory_report', 'checkpoint_every', 'checkpoint_report', 'split_model', 'launch_ddp', 'allreduce_check',
-           'tf_memory_growth', 'synthetic_step']
-
-# %% ../nbs/02_memory.ipynb #6f86d026
-class BatchSizeError(ColabT4Error, ValueError):
-    "Bad arguments to a size search (`find_batch_size`, `find_max_size`) or the helpers around it."
+__all__ = ['NothingFits', 'free_memory', 'BatchSizeResult', 'find_batch_size', 'find_max_size', 'auto_batch_size', 'Accumulation',
+           'accumulation', 'usable_memory', 'cap_memory', 'peak_memory', 'memory_report', 'checkpoint_every',
+           'checkpoint_report', 'split_model', 'launch_ddp', 'allreduce_check', 'tf_memory_growth', 'synthetic_step']
 
 # %% ../nbs/02_memory.ipynb #815435b5
 class NothingFits(ColabT4Error, RuntimeError):
     "Even the smallest batch size tried ran out of memory."
-
-# %% ../nbs/02_memory.ipynb #f79acfac
-class SplitError(ColabT4Error, TypeError):
-    "A model `split_model` cannot split, or devices it cannot split over."
-
-# %% ../nbs/02_memory.ipynb #8a5d2ca5
-class MemoryGrowthError(ColabT4Error, RuntimeError):
-    "TensorFlow's memory growth was switched after TensorFlow had started on the GPU."
-
-# %% ../nbs/02_memory.ipynb #a906187a
-class DeviceError(ColabT4Error, ValueError):
-    "A device that is not one."
-
-# %% ../nbs/02_memory.ipynb #0b9cc863
-class StepError(ColabT4Error, ValueError):
-    "Arguments `synthetic_step` cannot build a training step from."
 
 # %% ../nbs/02_memory.ipynb #2942c069
 _MAX_SIZE, _MAX_STEPS = 2**24, 1000  # a size far above what any GPU fits; training steps per trial
 
 # %% ../nbs/02_memory.ipynb #a40f19ea
 def _int_arg(name:str, value, what:str='size', lo:int=1, hi:int|None=_MAX_SIZE)->int:
-    "`check_int` raising the page's `BatchSizeError`; `what` is kept for the callers' readability."
-    return check_int(name, value, lo=lo, hi=hi, err=BatchSizeError)
+    "`check_int` raising the page's `ArgumentError`; `what` is kept for the callers' readability."
+    return check_int(name, value, lo=lo, hi=hi)
 
 # %% ../nbs/02_memory.ipynb #3370df52
 def _clear_exception(e:BaseException|None, seen=None):
@@ -97,13 +76,11 @@ class Trial:
 def try_batch(fn:Callable, # `fn(batch_size)` runs one training step
               size:int, # the batch size to try
               steps:int=3, # steps to run
-              clock:Callable=time.perf_counter, # wall clock
              )->Trial:
     "Run `fn(size)` `steps` times: a `Trial`; out-of-memory is caught and freed, other errors propagate."
-    fn = check_callable('fn', fn, err=BatchSizeError)
-    clock = check_callable('clock', clock, err=BatchSizeError)
+    fn = check_callable('fn', fn)
     size, steps = _int_arg('size', size, 'batch size'), _int_arg('steps', steps, hi=_MAX_STEPS)
-    t0, err = clock(), None
+    t0, err = time.perf_counter(), None
     try:
         for _ in range(steps): fn(size)
         cuda_sync()
@@ -111,9 +88,9 @@ def try_batch(fn:Callable, # `fn(batch_size)` runs one training step
         kind = oom_kind(e)
         if kind is None: raise
         err = e
-    if err is None: return Trial(size, True, clock() - t0)
+    if err is None: return Trial(size, True, time.perf_counter() - t0)
     free_memory(err)
-    return Trial(size, False, clock() - t0, kind)
+    return Trial(size, False, time.perf_counter() - t0, kind)
 
 # %% ../nbs/02_memory.ipynb #6fe24747
 @dataclass
@@ -134,11 +111,11 @@ class SizeResult:
         self.size, self.largest_ok = i('size', self.size), i('largest_ok', self.largest_ok)
         self.steps = _int_arg('steps', self.steps, hi=_MAX_STEPS)
         if self.smallest_oom is not None: self.smallest_oom = i('smallest_oom', self.smallest_oom)
-        trial = lambda k, t: check_type(k, t, Trial, err=BatchSizeError)
-        self.trials = check_seq('trials', self.trials, trial, lo=0, err=BatchSizeError)
-        self.train_ooms = check_seq('train_ooms', self.train_ooms, i, lo=0, err=BatchSizeError)
-        self.mode = check_choice('mode', self.mode, ('grow', 'halve'), err=BatchSizeError)
-        self.margin = check_num('margin', self.margin, 0, 1, eq=True, err=BatchSizeError)
+        trial = lambda k, t: check_type(k, t, Trial)
+        self.trials = check_seq('trials', self.trials, trial, lo=0)
+        self.train_ooms = check_seq('train_ooms', self.train_ooms, i, lo=0)
+        self.mode = check_choice('mode', self.mode, ('grow', 'halve'))
+        self.margin = check_num('margin', self.margin, 0, 1, eq=True)
 
     @property
     def sizes(self)->list: return [t.size for t in self.trials]
@@ -188,25 +165,25 @@ def find_batch_size(fn:Callable, # `fn(batch_size)` runs one training step
 
 # %% ../nbs/02_memory.ipynb #c375866a
 def _check_args(fn, mode, start, min_size, max_size, steps, margin, tol, what='size'):
-    "`BatchSizeError` naming the first argument of the search that cannot work (`start` is None when not given)."
+    "`ArgumentError` naming the first argument of the search that cannot work (`start` is None when not given)."
     if not callable(fn):
-        raise BatchSizeError(f'fn must be callable: fn({what.replace(" ", "_")}) runs one training step; got fn={fn!r}')
-    mode = check_choice('mode', mode, ('grow', 'halve'), err=BatchSizeError)
+        raise ArgumentError(f'fn must be callable: fn({what.replace(" ", "_")}) runs one training step; got fn={fn!r}')
+    mode = check_choice('mode', mode, ('grow', 'halve'))
     min_size, max_size = _int_arg('min_size', min_size, what), _int_arg('max_size', max_size, what)
     steps = _int_arg('steps', steps, hi=_MAX_STEPS)
     if start is not None: start = _int_arg('start', start, what)
     if max_size < min_size:
-        raise BatchSizeError(f'max_size={max_size} is below min_size={min_size}: '
-                             'raise max_size or lower min_size')
+        raise ArgumentError(f'max_size={max_size} is below min_size={min_size}: '
+                            'raise max_size or lower min_size')
     if start is not None and start < min_size:
-        raise BatchSizeError(f'start={start} is below min_size={min_size}: '
-                             'raise start or lower min_size')
+        raise ArgumentError(f'start={start} is below min_size={min_size}: '
+                            'raise start or lower min_size')
     if start is not None and start > max_size:
-        raise BatchSizeError(f'max_size={max_size} is below start={start}: '
-                             'raise max_size or lower start')
-    if check_num('margin', margin, 0, 1, eq=True, err=BatchSizeError) == 1:
-        raise BatchSizeError(f'margin is a fraction in [0, 1), got margin={margin!r}')
-    check_num('tol', tol, 0, 1, eq=True, err=BatchSizeError)
+        raise ArgumentError(f'max_size={max_size} is below start={start}: '
+                            'raise max_size or lower start')
+    if check_num('margin', margin, 0, 1, eq=True) == 1:
+        raise ArgumentError(f'margin is a fraction in [0, 1), got margin={margin!r}')
+    check_num('tol', tol, 0, 1, eq=True)
     return start, min_size, max_size, steps
 
 # %% ../nbs/02_memory.ipynb #2c95c04b
@@ -257,7 +234,7 @@ def _search(fn, mode, start, min_size, max_size, steps, margin, tol, verbose, cl
     "The search behind `find_max_size` and `find_batch_size`; a `cls` result."
     start, min_size, max_size, steps = _check_args(fn, mode, start, min_size, max_size, steps,
                                                    margin, tol, cls.what)
-    verbose = check_flag('verbose', verbose, err=BatchSizeError)
+    verbose = check_flag('verbose', verbose)
     if start is None: start = min(max(32, min_size), max_size) if mode == 'grow' else max_size
     trials = []
     def trial(size):
@@ -296,11 +273,11 @@ def auto_batch_size(probe:Callable, # `probe(batch_size, *args, **kwargs)` runs 
                     **kwargs, # passed to `find_batch_size`
                    ):
     "Decorator: call `train(batch_size, ...)` with the largest batch size `probe` survives."
-    probe = check_callable('probe', probe, err=BatchSizeError)
+    probe = check_callable('probe', probe)
     retries = _int_arg('retries', retries, lo=0, hi=100)
-    backoff = check_num('backoff', backoff, 0, 1, err=BatchSizeError)
+    backoff = check_num('backoff', backoff, 0, 1)
     def deco(train):
-        check_callable('train', train, err=BatchSizeError)
+        check_callable('train', train)
         @functools.wraps(train)
         def wrapper(*args, **kw):
             res = wrapper.result = find_batch_size(lambda bs: probe(bs, *args, **kw), **kwargs)
@@ -378,8 +355,8 @@ def usable_memory(device='T4', # a card's name ('T4', 'Tesla T4'), a GPU here, a
     "Bytes of GPU memory PyTorch sees on `device` (`total_memory`), or can `reserve` there."
     spec = as_card(device).spec
     if spec is None:
-        raise UnknownGPUError(f'device={device!r} is not a card of the spec table: pass a name '
-                              "such as 'T4' or 'Tesla T4'.")
+        raise ArgumentError(f'device={device!r} is not a card of the spec table: pass a name '
+                            "such as 'T4' or 'Tesla T4'.")
     check_flag('reserve', reserve)
     if spec.key == 'T4': return _t4_bytes('PyTorch can reserve' if reserve else 'total_memory')
     if spec.key in REPORTED_MIB: return REPORTED_MIB[spec.key] * 2**20
@@ -392,21 +369,19 @@ _CAPS, _CAPS_LOCK = {}, threading.Lock()  # (torch.cuda, device): [fraction foun
 
 class cap_memory:
     "Hold PyTorch's reserve on `device` to what the card `like` allows; the tightest cap holds."
-    _cuda = torch.cuda  # tests patch a stand-in here
-
     def __init__(self, like:str|int='T4', # the card to imitate (see `usable_memory`), or bytes
                  device:int|str|None=None, # CUDA device; default the current one
                 ):
+        self._cuda = torch.cuda  # the one this cap started with, for the restore
         if not self._cuda.is_available():
             raise NoGPUError(f'cap_memory(like={like!r}, device={device!r}) needs a CUDA GPU; '
                              'this runtime has none, so there is nothing to cap.')
         bytes_given = isinstance(like, numbers.Integral) and not isinstance(like, bool)
         if bytes_given: like = check_int('like', like, 1, 2**50)
         if isinstance(device, str) and not re.fullmatch(r'cuda(:\d+)?', device.strip()):
-            raise DeviceError(f"device is a CUDA device ('cuda:0', 0) or None, got {device=}")
+            raise ArgumentError(f"device is a CUDA device ('cuda:0', 0) or None, got {device=}")
         if isinstance(device, str): device = int(device.strip()[5:] or self._cuda.current_device())
         device = check_int('device', device, hi=1023, none=True)
-        self._cuda = self._cuda  # the same torch.cuda (or stand-in) for the restore
         self.device = self._cuda.current_device() if device is None else device
         real = inspect.unwrap(self._cuda.get_device_properties)  # the card, not a rehearsal's T4
         self.total = real(self.device).total_memory
@@ -443,25 +418,12 @@ class cap_memory:
         return (f'cap_memory({self.limit / 2**20:.0f} MiB of {self.total / 2**20:.0f} MiB '
                 f'on device {self.device}: fraction {self.fraction:.4f})')
 
-# %% ../nbs/02_memory.ipynb #78f537e6
-def _device(device=None, name:str='device')->torch.device:
-    "`device` (see `as_card`) as a torch device of this runtime; errors name it as `name`."
-    try: dev = as_card(device).device
-    except ColabT4Error as e:
-        if name == 'device': raise
-        raise DeviceError(f'{name}={device!r}: {e.args[0] if e.args else e}') from None
-    if dev is None:
-        raise DeviceError(f"{name}={device!r} names a card, not a device of this runtime: pass "
-                          "'cuda', 'cuda:1', 'cpu' or None")
-    return dev
-
-
 # %% ../nbs/02_memory.ipynb #237ca06d
 class peak_memory:
     "Context manager: peak bytes PyTorch allocated on `device` inside the block (NaN on the CPU)."
     def __init__(self, device:str|torch.device|None=None # default: the GPU if there is one, else the CPU
                 ):
-        self.device = _device(device)
+        self.device = as_card(device, here=True).device
         self.start, self.peak, self.end, self.seconds = math.nan, math.nan, math.nan, math.nan
 
     def __enter__(self):
@@ -486,12 +448,11 @@ class peak_memory:
                 f'{self.extra / 2**20:.1f} MiB above the start, {self.seconds:.3f} s)')
 
 # %% ../nbs/02_memory.ipynb #068665a6
-def _nvml_report(nvml=None)->dict:
-    if nvml is None:
-        try: import pynvml as nvml
-        except ImportError: return {}
-    try: gpus = nvml_gpus(nvml)
-    except nvml.NVMLError: return {}
+def _nvml_report()->dict:
+    try: import pynvml
+    except ImportError: return {}
+    try: gpus = nvml_gpus()
+    except pynvml.NVMLError: return {}
     return {g.index: {'name': g.name, 'nvml_used_mib': (g.mem_total - g.mem_free) / 2**20,
                       'nvml_total_mib': g.mem_total / 2**20}
             for g in gpus}
@@ -524,7 +485,7 @@ def memory_report()->pd.DataFrame:
 class Checkpointed(nn.Module):
     "Run `module` with activation checkpointing (non-reentrant) while training."
     def __init__(self, module:nn.Module):
-        check_type('module', module, nn.Module, 'a torch nn.Module', err=SplitError)
+        check_type('module', module, nn.Module, 'a torch nn.Module')
         super().__init__(); store_attr()
 
     def forward(self, *args, **kwargs):
@@ -538,9 +499,9 @@ def checkpoint_every(model:nn.Sequential, # the blocks, in order
                     )->nn.Sequential:
     "`model`'s blocks regrouped into checkpointed segments of `n` blocks (the blocks are shared, not copied)."
     if not isinstance(model, nn.Sequential):
-        raise SplitError(f'checkpoint_every takes an nn.Sequential, got {type(model).__name__} '
-                         f'(model={model!r:.40}); wrap a single module in Checkpointed(...).')
-    n = check_int('n', n, lo=1, err=SplitError)
+        raise ArgumentError(f'checkpoint_every takes an nn.Sequential, got {type(model).__name__} '
+                            f'(model={model!r:.40}); wrap a single module in Checkpointed(...).')
+    n = check_int('n', n, lo=1)
     blocks = list(model)
     return nn.Sequential(*[Checkpointed(nn.Sequential(*blocks[i:i + n]))
                            for i in range(0, len(blocks), n)])
@@ -553,9 +514,9 @@ def checkpoint_report(model:nn.Sequential, # the model, on its device
                       warmup:int=2, # untimed steps of each variant first
                      )->pd.DataFrame:
     "Step time and peak memory of `model` plain and checkpointed every `n` blocks, with ratios to the plain model."
-    check_type('model', model, nn.Sequential, 'an nn.Sequential', err=SplitError)
-    check_type('x', x, torch.Tensor, 'one input batch, a tensor', err=SplitError)
-    n = check_int('n', n, lo=1, err=SplitError)
+    check_type('model', model, nn.Sequential, 'an nn.Sequential')
+    check_type('x', x, torch.Tensor, 'one input batch, a tensor')
+    n = check_int('n', n, lo=1)
     repeats = _int_arg('repeats', repeats, hi=10**4)
     warmup = _int_arg('warmup', warmup, lo=0, hi=10**4)
     variants = {'plain': model, f'checkpoint every {n}': checkpoint_every(model, n)}
@@ -583,15 +544,15 @@ def balance(sizes:list, # size of each block, in order
            )->list[int]:
     "How many consecutive blocks go in each of `parts` groups, making the largest group's total as small as possible."
     if not isinstance(sizes, (list, tuple)):
-        raise SplitError(f'sizes must be a list of block sizes >= 0, got sizes={sizes!r}')
-    size = lambda k, s: check_num(k, s, 0, 2**63, eq=True, err=SplitError)  # finite: a byte count
-    sizes = check_seq('sizes', sizes, size, lo=1, hi=1024, err=SplitError)
+        raise ArgumentError(f'sizes must be a list of block sizes >= 0, got sizes={sizes!r}')
+    size = lambda k, s: check_num(k, s, 0, 2**63, eq=True)  # finite: a byte count
+    sizes = check_seq('sizes', sizes, size, lo=1, hi=1024)
     if isinstance(parts, bool) or not isinstance(parts, numbers.Integral):
-        raise SplitError(f'parts must be an integer (the number of devices), got parts={parts!r}')
+        raise ArgumentError(f'parts must be an integer (the number of devices), got parts={parts!r}')
     n = len(sizes)
     if not 1 <= parts <= n:
-        raise SplitError(f'Cannot split {n} blocks over {parts} devices (parts={parts}): '
-                         'need 1 <= devices <= blocks.')
+        raise ArgumentError(f'Cannot split {n} blocks over {parts} devices (parts={parts}): '
+                            'need 1 <= devices <= blocks.')
     pre = [0]
     for s in sizes: pre.append(pre[-1] + s)
     best = [[math.inf] * (n + 1) for _ in range(parts + 1)]
@@ -609,7 +570,7 @@ def balance(sizes:list, # size of each block, in order
 # %% ../nbs/02_memory.ipynb #2e8a7a20
 def param_bytes(m:nn.Module)->int:
     "Bytes of `m`'s parameters and buffers."
-    check_type('m', m, nn.Module, 'a torch nn.Module', err=SplitError)
+    check_type('m', m, nn.Module, 'a torch nn.Module')
     return sum(t.numel() * t.element_size() for t in [*m.parameters(), *m.buffers()])
 
 # %% ../nbs/02_memory.ipynb #04489c99
@@ -623,17 +584,17 @@ def _to(x, device):
 class SplitModel(nn.Module):
     "Consecutive parts of a sequential model, each on its own device; activations follow."
     def __init__(self, parts:list, devices:list):
-        module = lambda k, p: check_type(k, p, nn.Module, 'a torch nn.Module', err=SplitError)
-        parts = check_seq('parts', parts, module, err=SplitError)
+        module = lambda k, p: check_type(k, p, nn.Module, 'a torch nn.Module')
+        parts = check_seq('parts', parts, module)
         n = len(parts)  # one device per part
-        devices = check_seq('devices', devices, lambda k, d: _device(d, k), n, n, err=SplitError)
+        devices = check_seq('devices', devices, lambda k, d: as_card(d, here=True, name=k).device, n, n)
         super().__init__()
         self.parts, self.devices = nn.ModuleList(parts), devices
 
     def forward(self, x):
         if not (isinstance(x, torch.Tensor) or isinstance(x, (list, tuple, dict)) and x):
-            raise SplitError('x must be a tensor (or a list, tuple or dict of them), '
-                             f'got x={x!r:.40}')
+            raise ArgumentError('x must be a tensor (or a list, tuple or dict of them), '
+                                f'got x={x!r:.40}')
         for part, dev in zip(self.parts, self.devices): x = part(_to(x, dev))
         return x
 
@@ -651,14 +612,14 @@ def split_model(model:nn.Sequential, # the blocks, in order
                )->SplitModel:
     "`model`'s consecutive blocks spread over `devices`, balanced by parameter memory."
     if not isinstance(model, nn.Sequential):
-        raise SplitError(f'split_model splits an nn.Sequential (blocks run one after another), '
+        raise ArgumentError(f'split_model splits an nn.Sequential (blocks run one after another), '
                          f'got {type(model).__name__}. Rebuild the model as nn.Sequential(block1, block2, ...), '
                          'or train a copy on each GPU with launch_ddp.')
-    verbose = check_flag('verbose', verbose, err=SplitError)
+    verbose = check_flag('verbose', verbose)
     if devices is None: devices = [f'cuda:{i}' for i in range(torch.cuda.device_count())] or ['cpu']
     if not isinstance(devices, (list, tuple)) or not devices:
-        raise SplitError(f"devices is a list of devices, e.g. ['cuda:0', 'cuda:1'], got devices={devices!r}")
-    devices = [_device(d, f'devices[{i}]') for i, d in enumerate(devices)]
+        raise ArgumentError(f"devices is a list of devices, e.g. ['cuda:0', 'cuda:1'], got devices={devices!r}")
+    devices = [as_card(d, here=True, name=f'devices[{i}]').device for i, d in enumerate(devices)]
     blocks = list(model)
     lens = balance([param_bytes(b) for b in blocks], len(devices))
     parts, i = [], 0
@@ -789,7 +750,7 @@ def tf_memory_growth(enable:bool=True, # True: take GPU memory as needed; False:
         try: tf.config.experimental.set_memory_growth(g, enable)
         except RuntimeError as e:
             if 'cannot be modified after being initialized' not in str(e): raise
-            raise MemoryGrowthError(
+            raise ColabT4Error(
                 'TensorFlow has already started on the GPU in this process '
                 '(a tensor, model or device query created its context), '
                 'and memory growth can only be chosen before that. '
@@ -809,13 +770,13 @@ def synthetic_step(model:nn.Module, # on its device
                    amp:str|None='fp16', # autocast dtype: 'fp16', 'bf16' or None (fp32)
                   )->Callable:
     "`step(batch_size)`: one training step of `model` on random data."
-    amp = check_choice('amp', amp, ('fp16', 'bf16'), none=True, err=StepError)
-    check_type('opt', opt, torch.optim.Optimizer, 'a torch optimizer', err=StepError)
+    amp = check_choice('amp', amp, ('fp16', 'bf16'), none=True)
+    check_type('opt', opt, torch.optim.Optimizer, 'a torch optimizer')
     p = next(model.parameters(), None) if isinstance(model, nn.Module) else None
-    if p is None: raise StepError(f'model must be an nn.Module with parameters, got model={type(model).__name__}')
+    if p is None: raise ArgumentError(f'model must be an nn.Module with parameters, got model={type(model).__name__}')
     for k, v in dict(input_shape=input_shape, target_shape=target_shape).items():
         if not isinstance(v, tuple) or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in v):
-            raise StepError(f'{k} is a tuple of sizes >= 1, e.g. (3, 224, 224), got {k}={v!r}')
+            raise ArgumentError(f'{k} is a tuple of sizes >= 1, e.g. (3, 224, 224), got {k}={v!r}')
     num_classes = _int_arg('num_classes', num_classes)
     dev, dtype = p.device, _AMP[amp]
     new_scaler = lambda: torch.amp.GradScaler(dev.type, enabled=dtype is torch.float16)

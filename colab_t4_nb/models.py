@@ -10,11 +10,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .allocation import as_card, NoGPUError, UnknownGPUError
+from .allocation import as_card, NoGPUError
 from .core import (ColabT4Error, MissingPackage, require, ArgumentError,
-                              ArgumentTypeError, check_choice, check_flag, check_int, check_num, check_str,
+                              check_choice, check_flag, check_int, check_num, check_str,
                               check_type)
-
 
 # %% auto #0
 __all__ = ['UNet', 'seg_batch', 'hf_bert', 'cls_batch', 'Encoder', 'token_batch', 'resnet50', 'mlp']
@@ -75,19 +74,6 @@ class UNet(nn.Module):
         for up, conv in zip(self.ups, self.convs): x = conv(torch.cat([skips.pop(), up(x)], 1))
         return self.head(x)
 
-# %% ../nbs/00d_models.ipynb #8ee4a017
-def _device(device, name:str='device', err=None)->torch.device|None:
-    "`device` (see `as_card`) as a CPU, CUDA or meta device of this runtime, or None; errors name `name`."
-    if device is None: return None
-    try: dev = as_card(device).device  # `NoGPUError` for a GPU this runtime lacks
-    except (ArgumentError, UnknownGPUError) as e:
-        raise (err or ArgumentError)(f'{name}={device!r}: {e.args[0] if e.args else e}') from None
-    if dev is None or dev.type not in ('cpu', 'cuda', 'meta'):
-        raise (err or ArgumentError)(f"{name}={device!r}: pass 'cpu', 'cuda', 'cuda:1', 'meta' "
-                                     'or None.')
-    return dev
-
-
 # %% ../nbs/00d_models.ipynb #2aa10198
 def _seed(seed, err=None)->int: return check_int('seed', seed, hi=2**64 - 1, err=err)
 
@@ -112,7 +98,8 @@ def seg_batch(batch:int=4, # images
     in_ch = check_int('in_ch', in_ch, 1, _MAX_CH)
     n_classes = check_int('n_classes', n_classes, 1, _MAX_CLASSES)
     _numel('batch, in_ch and size', batch * in_ch * size * size)
-    device, seed = _device(device), _seed(seed)
+    device = as_card('cpu' if device is None else device, ('cpu', 'cuda', 'meta'), here=True).device
+    seed = _seed(seed)
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(batch, in_ch, size, size, generator=g)
     y = torch.randint(n_classes, (batch, size, size), generator=g)
@@ -150,7 +137,8 @@ def cls_batch(batch:int=8, # sequences
     vocab = check_int('vocab', vocab, 1, 2**24)
     num_labels = check_int('num_labels', num_labels, 1, _MAX_CLASSES)
     _numel('batch and seq', batch * seq)
-    device, seed = _device(device), _seed(seed)
+    device = as_card('cpu' if device is None else device, ('cpu', 'cuda', 'meta'), here=True).device
+    seed = _seed(seed)
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(vocab, (batch, seq), generator=g)
     labels = torch.randint(num_labels, (batch,), generator=g)
@@ -206,7 +194,8 @@ class Encoder(nn.Module):
 def token_batch(batch:int=16, seq:int=512, vocab:int=30522, device=None, seed:int=0)->tuple:
     "Random token ids and targets, `(batch, seq)` each."
     batch, seq = check_int('batch', batch, lo=1, hi=2**20), check_int('seq', seq, lo=1, hi=2**20)
-    vocab, device, seed = check_int('vocab', vocab, lo=1, hi=2**24), _device(device), _seed(seed)
+    vocab, seed = check_int('vocab', vocab, lo=1, hi=2**24), _seed(seed)
+    device = as_card('cpu' if device is None else device, ('cpu', 'cuda', 'meta'), here=True).device
     _numel('batch and seq', batch * seq)
     g = torch.Generator().manual_seed(seed)
     return tuple(torch.randint(vocab, (batch, seq), generator=g).to(device) for _ in range(2))
@@ -265,7 +254,7 @@ class Bottleneck(nn.Module):
         return F.relu(y + self.down(x), inplace=True)
 
 # %% ../nbs/00d_models.ipynb #96cce856
-def _resnet(blocks:tuple, width:int, groups:int, expansion:int, se:bool, num_classes:int):
+def resnet(blocks:tuple, width:int, groups:int, expansion:int, se:bool, num_classes:int):
     "Stem, four stages of `Bottleneck`s (widths doubling from `width`), pooled linear head."
     layers, cin = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(inplace=True),
                    nn.MaxPool2d(3, 2, 1)], 64
@@ -281,7 +270,7 @@ def resnet50(num_classes:int=1000 # outputs of the last layer
             )->nn.Sequential:
     "ResNet-50 v1.5 (torchvision's layout) with random weights, from plain torch."
     num_classes = check_int('num_classes', num_classes, lo=1, hi=_MAX_CLASSES)
-    return _resnet((3, 4, 6, 3), 64, 1, 4, False, num_classes)
+    return resnet((3, 4, 6, 3), 64, 1, 4, False, num_classes)
 
 # %% ../nbs/00d_models.ipynb #2a7fe898
 def resnext101_32x4d(se:bool=False, # squeeze-and-excitation in every block: SE-ResNeXt101-32x4d
@@ -289,7 +278,7 @@ def resnext101_32x4d(se:bool=False, # squeeze-and-excitation in every block: SE-
     "ResNeXt101-32x4d (32 groups of 4 channels in the first stage) with random weights, plain torch."
     check_flag('se', se)
     num_classes = check_int('num_classes', num_classes, lo=1, hi=_MAX_CLASSES)
-    return _resnet((3, 4, 23, 3), 128, 32, 2, se, num_classes)
+    return resnet((3, 4, 23, 3), 128, 32, 2, se, num_classes)
 
 # %% ../nbs/00d_models.ipynb #66999e58
 class _MBConv(nn.Module):

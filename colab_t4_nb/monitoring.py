@@ -19,19 +19,15 @@ import pynvml
 from fastcore.basics import patch
 
 from .allocation import NoGPUError, parse_smi_csv
-from .core import (ColabT4Error, state_dir, stop_on_signals, check_callable,
+from .core import (ColabT4Error, ArgumentError, state_dir, stop_on_signals, check_callable,
                               check_choice, check_flag,
                               check_int, check_num, check_path, check_seq, check_type,
                               open_regular)
-from .ledger import LedgerError, UsageLedger
+from .ledger import UsageLedger
 from .timing import benchmark
 
 # %% auto #0
-__all__ = ['MonitorError', 'GPUMonitor', 'read_csv', 'summarize', 'throttle_shares', 'plot_samples', 'LiveView', 'run_monitor']
-
-# %% ../nbs/06a_monitoring.ipynb #776fa96d
-class MonitorError(ColabT4Error):
-    "Bad settings for `GPUMonitor` or the usage ledger: an interval, a file, a GPU index."
+__all__ = ['GPUMonitor', 'read_csv', 'summarize', 'throttle_shares', 'plot_samples', 'LiveView', 'run_monitor']
 
 # %% ../nbs/06a_monitoring.ipynb #56ee9a54
 FIELDS = ['util_gpu', 'util_mem', 'mem_used_mib', 'mem_total_mib', 'temp_c', 'power_w',
@@ -66,13 +62,13 @@ def decode_reasons(mask:int|str|float|None # NVML's mask, or `nvidia-smi`'s '0x0
                   )->list[str]:
     "Names of the reasons set in `mask`; unknown bits as hex; [] for none or a missing value."
     if mask is None or mask is pd.NA: return []
-    check_type('mask', mask, (numbers.Real, str), 'an int, a hex string or NaN', err=MonitorError)
+    check_type('mask', mask, (numbers.Real, str), 'an int, a hex string or NaN')
     if not isinstance(mask, str) and math.isnan(mask): return []
     try: mask = int(mask, 0) if isinstance(mask, str) else int(mask)
     except (ValueError, TypeError, OverflowError) as e:
-        raise MonitorError(f'mask={mask!r} is not a clocks-event reasons mask: {e}') from None
+        raise ArgumentError(f'mask={mask!r} is not a clocks-event reasons mask: {e}') from None
     if mask < 0:
-        raise MonitorError(f'mask={mask!r} is not a clocks-event reasons mask: it is negative.')
+        raise ArgumentError(f'mask={mask!r} is not a clocks-event reasons mask: it is negative.')
     rest = mask & ~sum(REASONS)
     return [n for b, n in REASONS.items() if mask & b] + ([hex(rest)] if rest else [])
 
@@ -134,29 +130,26 @@ def _nvml_fast(nvml, h, reasons:tuple)->Callable:
 # %% ../nbs/06a_monitoring.ipynb #1e6e4734
 def _check_gpus(gpus)->list|None:
     "`gpus` as a list of GPU indices, or None for all."
-    gpu = lambda n, i: check_int(n, i, 0, 1023, err=MonitorError)
-    return check_seq('gpus', gpus, gpu, none=True, err=MonitorError)
+    gpu = lambda n, i: check_int(n, i, 0, 1023)
+    return check_seq('gpus', gpus, gpu, none=True)
 
 # %% ../nbs/06a_monitoring.ipynb #a990c63f
 class NVMLSource:
     "Reads samples through NVML: `nvmlInit` and the handles once, then eight calls per GPU per reading."
     kind = 'nvml'
-    def __init__(self, nvml, # the `pynvml` module (or a stand-in with the same functions)
-                 gpus:list|None=None, # GPU indices to read; default all
+    def __init__(self, gpus:list|None=None, # GPU indices to read; default all
                  torch_memory:bool=False, # also read the torch allocator, once this process has started CUDA
                 ):
-        if not callable(getattr(nvml, 'nvmlInit', None)):
-            raise MonitorError(f'nvml must be the pynvml module or a stand-in with its functions, '
-                               f'got nvml={nvml!r}.')
         gpus = _check_gpus(gpus)
-        torch_memory = check_flag('torch_memory', torch_memory, err=MonitorError)
+        torch_memory = check_flag('torch_memory', torch_memory)
+        import pynvml as nvml  # at the call: a stand-in put in `sys.modules` is honoured
         nvml.nvmlInit()
         try:
             count = nvml.nvmlDeviceGetCount()
             self.gpus = list(range(count)) if gpus is None else gpus
             if bad := [i for i in self.gpus if not 0 <= i < count]:
-                raise MonitorError(f'GPU {bad[0]} is not here: NVML lists {count} GPU(s), indices '
-                                   f'0..{count - 1}.')
+                raise ArgumentError(f'GPU {bad[0]} is not here: NVML lists {count} GPU(s), indices '
+                                    f'0..{count - 1}.')
             self.handles = {i: nvml.nvmlDeviceGetHandleByIndex(i) for i in self.gpus}
             self.names = {i: _str(nvml.nvmlDeviceGetName(h)) for i, h in self.handles.items()}
             self.uuids = ({i: _str(nvml.nvmlDeviceGetUUID(h)) for i, h in self.handles.items()}
@@ -166,7 +159,7 @@ class NVMLSource:
             self.fast = {i: _nvml_fast(nvml, h, self.reasons[i]) for i, h in self.handles.items()}
         except BaseException:
             nvml.nvmlShutdown(); raise
-        self.nvml, self.torch_memory, self.torch_module = nvml, torch_memory, None
+        self.nvml, self.torch_memory = nvml, torch_memory
         self.errors, self.unsupported, self._torch_index = (deque(maxlen=100),
                                                             {i: set() for i in self.gpus}, None)
 
@@ -186,7 +179,7 @@ class NVMLSource:
         return tuple(vals)
 
     def _torch_mem(self, i:int)->tuple:
-        torch = self.torch_module or sys.modules.get('torch')
+        torch = sys.modules.get('torch')  # only a torch this process has already imported
         if torch is None or not torch.cuda.is_initialized(): return (_NAN, _NAN)
         if self._torch_index is None:
             ids = {str(torch.cuda.get_device_properties(j).uuid): j
@@ -202,7 +195,7 @@ class NVMLSource:
 @patch
 def read_gpu(self:NVMLSource, i:int)->tuple:
     "The `FIELDS` values of GPU `i`; NaN for a call that failed twice or is not supported."
-    check_choice('i', i, self.gpus, err=MonitorError)
+    check_choice('i', i, self.gpus)
     if not self.unsupported[i]:
         try: return self.fast[i]() + (self._torch_mem(i) if self.torch_memory else (_NAN, _NAN))
         except self.nvml.NVMLError: pass
@@ -238,16 +231,11 @@ def _by_index(text:str)->dict:
 def smi_values(row:dict # one row of `parse_smi_csv`
               )->tuple:
     "The `FIELDS` values in one row of `nvidia-smi --query-gpu` CSV."
-    check_type('row', row, dict, 'a dict (a row of parse_smi_csv)', err=MonitorError)
+    check_type('row', row, dict, 'a dict (a row of parse_smi_csv)')
     num = lambda k: _number(row.get(k))
     r = next((row[k] for k in SMI_REASONS if k in row), '')
     mask = int(r, 16) if re.fullmatch(r'0x[0-9a-fA-F]+', r.strip()) else _NAN
     return tuple(num(k) for k in SMI_QUERY[2:]) + (mask, _NAN, _NAN)
-
-# %% ../nbs/06a_monitoring.ipynb #32284562
-class NoSmi(NoGPUError, FileNotFoundError):
-    "`nvidia-smi` is not on the PATH, or cannot be run."
-    def __str__(self): return self.strerror or super().__str__()
 
 # %% ../nbs/06a_monitoring.ipynb #fa4d69ea
 class SmiSource:
@@ -257,22 +245,22 @@ class SmiSource:
                  gpus:list|None=None, # GPU indices to read; default all
                  timeout:float=10, # seconds one call may take
                 ):
-        exe, gpus = check_path('exe', exe, none=True, err=MonitorError), _check_gpus(gpus)
-        timeout = check_num('timeout', timeout, 0, 600, err=MonitorError)
+        exe, gpus = check_path('exe', exe, none=True), _check_gpus(gpus)
+        timeout = check_num('timeout', timeout, 0, 600)
         self.exe = str(exe) if exe is not None else shutil.which('nvidia-smi')
         self.timeout, self.errors = timeout, deque(maxlen=100)
-        if self.exe is None: raise NoSmi(errno.ENOENT, 'not on the PATH')
+        if self.exe is None: raise NoGPUError('not on the PATH')
         for extra in ([SMI_REASONS[0]], [SMI_REASONS[1]], []):
             self.args = [self.exe, f"--query-gpu={','.join(SMI_QUERY + extra)}", '--format=csv']
             try: r = subprocess.run(self.args, capture_output=True, text=True, timeout=timeout)
             except OSError as e:
-                raise NoSmi(e.errno, f'exe={self.exe!r} cannot be run ({e.strerror})') from e
+                raise NoGPUError(f'exe={self.exe!r} cannot be run ({e.strerror})') from e
             if r.returncode == 0: break
         else: raise OSError(f'nvidia-smi --query-gpu failed: {(r.stdout + r.stderr).strip()[:200]}')
         rows = _by_index(r.stdout)
         self.gpus = sorted(rows) if gpus is None else gpus
         if bad := [i for i in self.gpus if i not in rows]:
-            raise MonitorError(f'GPU {bad[0]} is not here: nvidia-smi lists {sorted(rows)}.')
+            raise ArgumentError(f'GPU {bad[0]} is not here: nvidia-smi lists {sorted(rows)}.')
         self.names = {i: rows[i]['name'] for i in self.gpus}
 
     def close(self): pass
@@ -295,8 +283,8 @@ _SOURCES = ('nvml', 'nvidia-smi')
 
 def _check_sources(sources)->list:
     "`sources` as a list of source names."
-    source = lambda n, s: check_choice(n, s, _SOURCES, err=MonitorError)
-    return check_seq('sources', sources, source, err=MonitorError)
+    source = lambda n, s: check_choice(n, s, _SOURCES)
+    return check_seq('sources', sources, source)
 
 # %% ../nbs/06a_monitoring.ipynb #f6faa8bb
 def open_source(sources:tuple=('nvml', 'nvidia-smi'), # in the order to try
@@ -305,16 +293,13 @@ def open_source(sources:tuple=('nvml', 'nvidia-smi'), # in the order to try
                )->tuple:
     "(the first source that lists a GPU or None, {source: why it was passed over})."
     sources, gpus = _check_sources(sources), _check_gpus(gpus)
-    torch_memory = check_flag('torch_memory', torch_memory, err=MonitorError)
+    torch_memory = check_flag('torch_memory', torch_memory)
     why = {}
     for s in sources:
         try:
-            if s == 'nvml':
-                # inside the function: a stand-in put in `sys.modules` is honoured
-                import pynvml as nvml
-                src = NVMLSource(nvml, gpus, torch_memory)
+            if s == 'nvml': src = NVMLSource(gpus, torch_memory)
             elif s == 'nvidia-smi': src = SmiSource(gpus=gpus)
-        except (ImportError, OSError, subprocess.SubprocessError, pynvml.NVMLError) as e:
+        except (ImportError, OSError, NoGPUError, subprocess.SubprocessError, pynvml.NVMLError) as e:
             why[s] = str(e) or type(e).__name__
             continue
         if src.gpus: return src, why
@@ -329,10 +314,10 @@ def _check_rows(rows, names=None)->tuple:
     "(`rows` as a list of `ROW`-layout tuples, `names` as a dict)."
     def row(n, r):
         if isinstance(r, (tuple, list)) and len(r) == len(ROW): return r
-        raise MonitorError(f'{n} must be a sample row of {len(ROW)} values ({", ".join(ROW)}), '
-                           f'got {n}={r!r}.')
-    rows = check_seq('rows', rows, row, lo=0, err=MonitorError)
-    return rows, check_type('names', names, dict, _NAMES, none=True, err=MonitorError)
+        raise ArgumentError(f'{n} must be a sample row of {len(ROW)} values ({", ".join(ROW)}), '
+                            f'got {n}={r!r}.')
+    rows = check_seq('rows', rows, row, lo=0)
+    return rows, check_type('names', names, dict, _NAMES, none=True)
 
 # %% ../nbs/06a_monitoring.ipynb #7598f388
 def samples_df(rows:list[tuple], # rows in `ROW` layout
@@ -357,20 +342,20 @@ MIN_INTERVAL = 0.01  # seconds
 
 # %% ../nbs/06a_monitoring.ipynb #4584a0ea
 def _check_interval(interval)->float:
-    interval = check_num('interval', interval, 0, 24 * 3600, err=MonitorError)  # a day at most
+    interval = check_num('interval', interval, 0, 24 * 3600)  # a day at most
     if interval < MIN_INTERVAL:
-        raise MonitorError(f'interval={interval} s is too short: the driver averages utilization '
-                           f'over 1/6 s to 1 s, so use at least {MIN_INTERVAL} s (0.1 s is plenty '
-                           f'beside training).')
+        raise ArgumentError(f'interval={interval} s is too short: the driver averages utilization '
+                            f'over 1/6 s to 1 s, so use at least {MIN_INTERVAL} s (0.1 s is plenty '
+                            f'beside training).')
     return float(interval)
 
 # %% ../nbs/06a_monitoring.ipynb #87954aee
 def _check_periods(every)->dict:
     "`GPUMonitor`'s `every`: seconds between CSV flushes, live updates and ledger updates."
-    check_type('every', every, dict, "a dict such as {'flush': 5}", none=True, err=MonitorError)
+    check_type('every', every, dict, "a dict such as {'flush': 5}", none=True)
     for k, v in (every or {}).items():
-        check_choice('every key', k, ('flush', 'live', 'ledger'), err=MonitorError)
-        check_num(f'every[{k!r}]', v, 0, 24 * 3600, eq=True, err=MonitorError)
+        check_choice('every key', k, ('flush', 'live', 'ledger'))
+        check_num(f'every[{k!r}]', v, 0, 24 * 3600, eq=True)
     return dict(every or {})
 
 # %% ../nbs/06a_monitoring.ipynb #148d105a
@@ -388,23 +373,20 @@ class GPUMonitor:
                  max_rows:int=100_000, # samples kept in memory (the CSV keeps all)
                  every:dict|None=None, # seconds between CSV flushes, live updates, ledger updates
                  busy_util:float=5.0, # a sample counts as busy when a GPU's utilization is at least this, %
-                 display:Callable|None=None, # IPython's `display` for the live view; default: found in a notebook
                 ):
         self.interval = _check_interval(interval)
-        E = MonitorError
-        max_rows = check_int('max_rows', max_rows, 1, 10**8, err=E)
+        max_rows = check_int('max_rows', max_rows, 1, 10**8)
         # a named pipe would block the CSV's first read, or the ledger's
-        csv, gpus = check_path('csv', csv, none=True, err=E, kind='file'), _check_gpus(gpus)
+        csv, gpus = check_path('csv', csv, none=True, kind='file'), _check_gpus(gpus)
         if isinstance(ledger, (str, os.PathLike)):
-            ledger = check_path('ledger', ledger, err=E, kind='file')
-        torch_memory = check_flag('torch_memory', torch_memory, err=E)
-        live = check_flag('live', live, err=E)
-        busy_util = check_num('busy_util', busy_util, 0, 100, eq=True, err=E)
-        display = check_callable('display', display, none=True, err=E)
+            ledger = check_path('ledger', ledger, kind='file')
+        torch_memory = check_flag('torch_memory', torch_memory)
+        live = check_flag('live', live)
+        busy_util = check_num('busy_util', busy_util, 0, 100, eq=True)
         self.csv, self.gpus, self.torch_memory, self.live, self.ledger = (csv, gpus, torch_memory,
                                                                           live, ledger)
         sources = tuple(_check_sources(sources))
-        self.sources, self.busy_util, self.display = sources, busy_util, display
+        self.sources, self.busy_util = sources, busy_util
         self.every = {'flush': 5.0, 'live': 1.0, 'ledger': 60.0, **_check_periods(every)}
         self._rows, self._lock, self._stop = (deque(maxlen=max_rows), threading.Lock(),
                                               threading.Event())
@@ -432,7 +414,7 @@ class GPUMonitor:
 
     def _reopen_csv(self):
         "Create the removed CSV again, with its header and the samples written to it that are still in memory."
-        f = _open_csv(Path(self.csv))  # a MonitorError keeps the rows pending: `unwritten` counts them
+        f = _open_csv(Path(self.csv))  # a ArgumentError keeps the rows pending: `unwritten` counts them
         try: self._csvf.close()
         except OSError: pass
         self._csvf, n = f, len(self._flushed)
@@ -449,13 +431,13 @@ class GPUMonitor:
             self._csvf.flush()
             if sync: os.fsync(self._csvf.fileno())
             self._flushed.extend(self._pending); self._pending.clear()
-        except (OSError, MonitorError) as e:
+        except (OSError, ColabT4Error) as e:
             self._warn_once('writing the CSV', e)
             del self._pending[:-self._rows.maxlen]
 
     def _ledger_update(self, now:float):
         try: self._session.update(self.busy_s / 3600, now)
-        except (OSError, MonitorError, LedgerError) as e: self._warn_once('updating the usage ledger', e)
+        except (OSError, ColabT4Error) as e: self._warn_once('updating the usage ledger', e)
 
     def _run(self):
         nxt = time.monotonic()
@@ -503,9 +485,9 @@ def open(self:GPUMonitor)->GPUMonitor:
                 led = UsageLedger(None if self.ledger is True else self.ledger)
             try: self._session = led.begin(_gpu_label(self.names.values()))
             except OSError as e:
-                raise MonitorError(f'Cannot write the usage ledger {led.path}: '
+                raise ColabT4Error(f'Cannot write the usage ledger {led.path}: '
                                    f'{e.strerror or e}.') from e
-        if self.live: self._view = LiveView(self.display)
+        if self.live: self._view = LiveView()
     except BaseException:
         self.source.close(); self.source = None
         if self._csvf: self._csvf.close(); self._csvf = None
@@ -568,11 +550,11 @@ def _open_csv(path:Path):
             if size: b.seek(size - 1); last = b.read(1)
         f = open(path, 'a', newline='', encoding='utf-8')
     except OSError as e:
-        raise MonitorError(f'Cannot write the monitor CSV {path}: {e.strerror or e}. '
+        raise ColabT4Error(f'Cannot write the monitor CSV {path}: {e.strerror or e}. '
                            'Pass a writable path, e.g. csv="gpu.csv".') from e
     if first and first != ','.join(CSV_COLUMNS):
         f.close()
-        raise MonitorError(f'{path} holds something other than monitor samples (its first line is '
+        raise ColabT4Error(f'{path} holds something other than monitor samples (its first line is '
                            f'not the header): '
                            'use a new file.')
     if not size: f.write(','.join(CSV_COLUMNS) + '\n')
@@ -607,13 +589,13 @@ def read_csv(path:str|Path # a CSV written by `GPUMonitor(csv=...)`
             )->pd.DataFrame:
     "Samples from a monitor CSV, in the layout of `GPUMonitor.df`."
     if isinstance(path, (str, os.PathLike)):  # a named pipe would block the read
-        path = check_path('path', path, err=MonitorError, kind='file')
+        path = check_path('path', path, kind='file')
     try: raw = pd.read_csv(path, dtype={'name': object, 'reasons': object}, keep_default_na=False,
                            na_values={c: [''] for c in FIELDS})
     except (OSError, ValueError) as e:
-        raise MonitorError(f'Cannot read the monitor CSV {path}: {e}') from e
+        raise ColabT4Error(f'Cannot read the monitor CSV {path}: {e}') from e
     if missing := [c for c in CSV_COLUMNS if c not in raw.columns]:
-        raise MonitorError(f'{path} is not a monitor CSV: it lacks the column(s) '
+        raise ColabT4Error(f'{path} is not a monitor CSV: it lacks the column(s) '
                            f'{", ".join(missing)}. A CSV written by GPUMonitor(csv=...) has the '
                            f'columns {", ".join(CSV_COLUMNS)}.')
     try:
@@ -622,7 +604,7 @@ def read_csv(path:str|Path # a CSV written by `GPUMonitor(csv=...)`
         names = {g: n for g, n in zip(raw.gpu, raw.name) if n}
         return samples_df(list(raw[ROW].itertuples(index=False, name=None)), names)
     except (ValueError, TypeError) as e:
-        raise MonitorError(f'{path} has a value a monitor CSV cannot hold: {e}') from e
+        raise ColabT4Error(f'{path} has a value a monitor CSV cannot hold: {e}') from e
 
 # %% ../nbs/06a_monitoring.ipynb #4f55aa04
 _RUNNING = weakref.WeakSet()
@@ -656,7 +638,7 @@ def stop(self:GPUMonitor, timeout:float=10.0)->GPUMonitor:
     self.close()
     if (e := self._crash) is not None:
         self._crash = None
-        raise MonitorError(f'The sampling thread stopped on an error: '
+        raise ColabT4Error(f'The sampling thread stopped on an error: '
                            f'{type(e).__name__}: {e}') from e
     return self
 
@@ -675,9 +657,9 @@ METRICS = ['util_gpu', 'util_mem', 'mem_used_mib', 'temp_c', 'power_w', 'clock_s
 def _check_df(df, cols:tuple)->pd.DataFrame:
     "`df` if it is a samples table (samples_df, `GPUMonitor.df`, `read_csv`) with columns `cols`."
     table = 'a samples table (GPUMonitor.df or read_csv)'
-    check_type('df', df, pd.DataFrame, table, err=MonitorError)
+    check_type('df', df, pd.DataFrame, table)
     if missing := [c for c in cols if c not in df.columns]:
-        raise MonitorError(f'df must be {table}, got one without {missing}.')
+        raise ArgumentError(f'df must be {table}, got one without {missing}.')
     return df
 
 # %% ../nbs/06a_monitoring.ipynb #a672a67f
@@ -724,7 +706,7 @@ def plot_samples(df:pd.DataFrame, # samples, as `GPUMonitor.df` or `read_csv`
                 ):
     "Utilization, memory and temperature/power over time, one line per GPU: a matplotlib `Figure`."
     df = _check_df(df, ('gpu', 'name', *FIELDS))
-    title = check_type('title', title, str, none=True, err=MonitorError)
+    title = check_type('title', title, str, none=True)
     from matplotlib.figure import Figure
     fig = Figure(figsize=(9, 7), layout='constrained')
     ax = fig.subplots(3, 1, sharex=True)
@@ -792,10 +774,8 @@ def _notebook_display()->Callable|None:
 # %% ../nbs/06a_monitoring.ipynb #c80d83b0
 class LiveView:
     "The latest sample, shown once and then updated in place; outside a notebook, one line saying so."
-    def __init__(self,
-                 display:Callable|None=None, # `IPython.display.display` or a stand-in; default: found in a notebook
-                ):
-        self.display, self.handle = display or _notebook_display(), None
+    def __init__(self):
+        self.display, self.handle = _notebook_display(), None
         if self.display is None:
             print('GPUMonitor: the live view needs a notebook; sampling goes on without it.')
 
@@ -821,9 +801,9 @@ def latest(self:GPUMonitor)->list[tuple]:
 
 # %% ../nbs/06a_monitoring.ipynb #875a6b6e
 def _writable(path:Path, what:str, name:str):
-    "Raise `MonitorError` unless `path` can be written: an existing file opened to append, else a probe file beside it."
+    "Raise `ArgumentError` unless `path` can be written: an existing file opened to append, else a probe file beside it."
     fix = f'Pass as {name} a {what} path in a folder you can write.'
-    if path.is_dir(): raise MonitorError(f'Cannot write the {what} {path}: it is a folder. {fix}')
+    if path.is_dir(): raise ColabT4Error(f'Cannot write the {what} {path}: it is a folder. {fix}')
     try:
         if path.exists():
             with open_regular(path, 'ab'): pass  # a named pipe is refused, not waited on
@@ -835,7 +815,7 @@ def _writable(path:Path, what:str, name:str):
         os.close(fd)
         os.unlink(probe)
     except (OSError, ValueError) as e:
-        raise MonitorError(f'Cannot write the {what} {path}: {getattr(e, "strerror", None) or e}. '
+        raise ColabT4Error(f'Cannot write the {what} {path}: {getattr(e, "strerror", None) or e}. '
                            f'{fix}') from e
 
 # %% ../nbs/06a_monitoring.ipynb #0f696582
@@ -849,36 +829,35 @@ def check_outputs(csv:str|Path|None=None, # the monitor CSV
                   ledger:str|Path|None=None, # the usage ledger ('' for the default file)
                   force:bool=False, # replace an existing plot file
                  ):
-    "Raise `MonitorError` naming the first output that cannot be written (or a plot format matplotlib cannot save)."
-    E = MonitorError
-    csv = check_path('csv', csv, none=True, err=E)
-    plot_path = check_path('plot_path', plot_path, none=True, err=E)
-    if ledger != '': ledger = check_path('ledger', ledger, none=True, err=E)  # '': the default file
+    "Raise `ArgumentError` naming the first output that cannot be written (or a plot format matplotlib cannot save)."
+    csv = check_path('csv', csv, none=True)
+    plot_path = check_path('plot_path', plot_path, none=True)
+    if ledger != '': ledger = check_path('ledger', ledger, none=True)  # '': the default file
     if csv is not None:
         p = csv; _writable(p, 'monitor CSV', 'csv')
         first = ''
         if p.is_file():
             with open(p, 'rb') as f: first = f.readline().decode('utf-8', 'replace').rstrip('\r\n')
         if first and first != ','.join(CSV_COLUMNS):
-            raise MonitorError(f'{p} holds something other than monitor samples (its first line '
+            raise ColabT4Error(f'{p} holds something other than monitor samples (its first line '
                                f'is not the header): '
                                'pass a new file as csv.')
     if plot_path is not None:
         p, fmts = Path(plot_path), _plot_formats()
         if p.suffix.lower().lstrip('.') not in fmts:
-            raise MonitorError(f'Cannot save the plot as {p}: name a file ending in one of '
-                               f'.{", .".join(fmts)} '
-                               "(e.g. plot_path='gpu.png').")
+            raise ArgumentError(f'Cannot save the plot as {p}: name a file ending in one of '
+                                f'.{", .".join(fmts)} '
+                                "(e.g. plot_path='gpu.png').")
         if not p.parent.is_dir():
-            raise MonitorError(f'Cannot save the plot to {p}: its folder does not exist.')
+            raise ArgumentError(f'Cannot save the plot to {p}: its folder does not exist.')
         _writable(p, 'plot', 'plot_path')
         for what, q in (('CSV', csv), ('usage ledger', ledger or None)):
             if q is not None and Path(q).resolve() == p.resolve():
-                raise MonitorError(f'The plot {p} would overwrite the {what}: name another file '
-                                   'for the plot.')
-        if p.exists() and not check_flag('force', force, err=E):
-            raise MonitorError(f'{p} exists, and the plot would replace it: name another file, or '
-                               'replace it with --force (force=True).')
+                raise ArgumentError(f'The plot {p} would overwrite the {what}: name another file '
+                                    'for the plot.')
+        if p.exists() and not check_flag('force', force):
+            raise ArgumentError(f'{p} exists, and the plot would replace it: name another file, or '
+                                'replace it with --force (force=True).')
     if ledger is not None:
         ledger = state_dir()/'usage_ledger.jsonl' if ledger == '' else ledger
         _writable(ledger, 'usage ledger', 'ledger')
@@ -888,12 +867,12 @@ def check_outputs(csv:str|Path|None=None, # the monitor CSV
         try: ours = not first or isinstance(json.loads(first), dict)
         except ValueError: ours = False
         if not ours:
-            raise MonitorError(f'{ledger} holds something other than usage-ledger records (its '
+            raise ColabT4Error(f'{ledger} holds something other than usage-ledger records (its '
                                'first line is not one): pass a new file as ledger.')
 
 # %% ../nbs/06a_monitoring.ipynb #1e9e9405
 def _check_every(every, interval:float)->float:
-    every = check_num('every', every, 0, 24 * 3600, eq=True, err=MonitorError)  # seconds; 0: never
+    every = check_num('every', every, 0, 24 * 3600, eq=True)  # seconds; 0: never
     return every and max(float(every), interval)
 
 # %% ../nbs/06a_monitoring.ipynb #e9126aee
@@ -908,9 +887,9 @@ def save_samples(rows:list[tuple], # samples in `ROW` layout
                  folders:list|None=None, # where to try, in order; default: state folder, current folder, temp folder
                 )->Path:
     "Write `rows` to a new monitor CSV in the first folder that takes it; returns its path."
-    rows, names = _check_rows(rows, check_type('names', names, dict, _NAMES, err=MonitorError))
-    folder = lambda n, d: check_path(n, d, err=MonitorError)
-    folders = check_seq('folders', folders, folder, none=True, err=MonitorError)
+    rows, names = _check_rows(rows, check_type('names', names, dict, _NAMES))
+    folder = lambda n, d: check_path(n, d)
+    folders = check_seq('folders', folders, folder, none=True)
     stamp = datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S')
     errors = []
     for d in folders or [lambda: state_dir()/'monitor', Path.cwd,
@@ -919,8 +898,8 @@ def save_samples(rows:list[tuple], # samples in `ROW` layout
             p = Path(d() if callable(d) else d)/f'gpu-monitor-{stamp}-{uuid.uuid4().hex[:4]}.csv'
             with _open_csv(p) as f: csv.writer(f).writerows(_csv_row(r, names) for r in rows)
             return p
-        except (OSError, MonitorError) as e: errors.append(str(e))
-    raise MonitorError(f'Could not save the samples anywhere: {"; ".join(errors)}')
+        except (OSError, ColabT4Error) as e: errors.append(str(e))
+    raise ColabT4Error(f'Could not save the samples anywhere: {"; ".join(errors)}')
 
 # %% ../nbs/06a_monitoring.ipynb #16294294
 def _wait(mon:GPUMonitor, duration, every):
@@ -962,12 +941,11 @@ def run_monitor(interval:float=1.0, # seconds between samples
                 force:bool=False, # replace an existing plot file
                )->int:
     "Monitor, print status lines and a summary, save CSV and plot; the exit status. No GPU: `NoGPUError`."
-    E = MonitorError
-    duration = check_num('duration', duration, 0, 366 * 24 * 3600, none=True, err=E)
+    duration = check_num('duration', duration, 0, 366 * 24 * 3600, none=True)
     # `~` expanded once, here: the checks, the writes and the messages all use these paths
-    csv = check_path('csv', csv, none=True, err=E)
-    plot_path = check_path('plot_path', plot_path, none=True, err=E)
-    if ledger != '': ledger = check_path('ledger', ledger, none=True, err=E)  # '': the default
+    csv = check_path('csv', csv, none=True)
+    plot_path = check_path('plot_path', plot_path, none=True)
+    if ledger != '': ledger = check_path('ledger', ledger, none=True)  # '': the default
     mon = GPUMonitor(interval, csv=csv, ledger=None if ledger is None else (ledger or True),
                      sources=sources)
     every = _check_every(every, mon.interval)

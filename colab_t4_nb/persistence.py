@@ -18,7 +18,7 @@ import torch
 from fastcore.basics import patch, store_attr
 from fastcore.meta import delegates
 
-from .core import (COLAB_DRIVE, ColabT4Error, ArgumentError, ArgumentTypeError, stop_on_signals,
+from .core import (COLAB_DRIVE, ColabT4Error, ArgumentError, stop_on_signals,
                               atomic_write, oom_kind, runtime,
                               state_dir, check_callable, check_choice, check_flag, check_int,
                               check_name, check_num, check_path, check_seq, check_stateful,
@@ -29,9 +29,9 @@ from .checkpoint_format import (CHECKSUMS, Checkpoint, CheckpointCorrupt, Checkp
                                            write_error)
 
 # %% auto #0
-__all__ = ['DEFAULT_EVERY_MINUTES', 'rng_state', 'set_rng_state', 'CheckpointDir', 'FolderInUse', 'CheckpointManager', 'Resumed',
-           'drive_checkpoints', 'flush_drive', 'SessionEnding', 'SessionClock', 'CudaContextLost', 'RunReport',
-           'run_resumable', 'ResumableLoader', 'RestartLimit', 'run_with_restarts']
+__all__ = ['DEFAULT_EVERY_MINUTES', 'rng_state', 'set_rng_state', 'CheckpointDir', 'CheckpointManager', 'Resumed',
+           'drive_checkpoints', 'flush_drive', 'SessionEnding', 'SessionClock', 'RunReport', 'run_resumable',
+           'ResumableLoader', 'run_with_restarts']
 
 # %% ../nbs/05a_persistence.ipynb #8fbdefe5
 def rng_state()->dict:
@@ -48,10 +48,10 @@ def set_rng_state(st:dict # from `rng_state`
                  ):
     "Restore the generators `rng_state` captured; CUDA's where there is a GPU, with a warning where there is none."
     if not isinstance(st, Mapping) or not {'python', 'numpy', 'torch'} <= st.keys():
-        raise ArgumentTypeError('st must be the dict rng_state() returns (keys python, numpy, torch), '
-                                f'got {type(st).__name__}'
-                        + (' with keys '
-                           f'{sorted(map(str, st))}' if isinstance(st, Mapping) else '') + '.')
+        raise ArgumentError('st must be the dict rng_state() returns (keys python, numpy, torch), '
+                            f'got {type(st).__name__}'
+                            + (' with keys '
+                            f'{sorted(map(str, st))}' if isinstance(st, Mapping) else '') + '.')
     before = rng_state()
     try:
         random.setstate(st['python'])
@@ -124,7 +124,7 @@ class CheckpointDir:
                  checksum:str='crc32', # 'crc32' or a `hashlib` algorithm
                  take_over:bool=False, # take the folder from another run that may still hold it
                 ):
-        keep = check_int('keep', keep, 1, 10**6)
+        keep = check_int('keep', keep, 1)
         checksum = check_choice('checksum', checksum, sorted(CHECKSUMS), err=CheckpointError)
         # absolute: a later os.chdir (or %cd) does not move the folder
         self.path, self.keep, self.checksum = check_path('path', path).absolute(), keep, checksum
@@ -322,10 +322,10 @@ class CheckpointDir:
             self._owned = False
             what = (f'was taken over by {_who(rec)}' if rec else
                     "lost its owner record (removed by hand or by a tool, or the folder was moved)")
-            raise FolderInUse(f'{self.path} {what} while {c.path.name} was written; the file is left '
-                              'there, and nothing was deleted. '
-                              + ('Save this run to another folder.' if rec else
-                                 'The next save claims the folder again.'))
+            raise CheckpointError(f'{self.path} {what} while {c.path.name} was written; the file is left '
+                                  'there, and nothing was deleted. '
+                                  + ('Save this run to another folder.' if rec else
+                                  'The next save claims the folder again.'))
         kept = [c]
         for o in old:
             if len(kept) == self.keep: break
@@ -354,10 +354,6 @@ class CheckpointDir:
                                               name='checkpoint-rotation', daemon=True)
             self._retiring = doomed, kept  # `wait` clears the manifest's note once they are gone
             self._deleting.start()
-
-# %% ../nbs/05a_persistence.ipynb #6d8b2a48
-class FolderInUse(CheckpointError):
-    "The checkpoint folder belongs to another run that may still be going."
 
 # %% ../nbs/05a_persistence.ipynb #d2103838
 # an owner record of another host not refreshed for this long belongs to a run that ended
@@ -414,7 +410,7 @@ _OWNERS, _OWNERS_LOCK = {}, threading.RLock()
 # %% ../nbs/05a_persistence.ipynb #d3cfd590
 @patch
 def own(self:CheckpointDir):
-    "Make this run the folder's owner (kept until `release`), or raise `FolderInUse` naming the run that is."
+    "Make this run the folder's owner (kept until `release`), or raise `CheckpointError` naming the run that is."
     with _OWNERS_LOCK:
         if self.mount is not None and not self.mount.is_dir():  # never a local stand-in for Drive
             raise CheckpointWriteError(errno.ENOTCONN, f'Could not write to {self.path}: Google '
@@ -430,11 +426,11 @@ def own(self:CheckpointDir):
                                            'since this run saved there; nothing was written. The '
                                            'next save makes the folder again.')
             if rec is None:
-                raise FolderInUse(f"{self.path}'s owner record is gone (removed by hand or by a "
-                                  'tool); this manager stops writing there in case another run '
-                                  'does. The next save claims the folder again.')
-            raise FolderInUse(f'{self.path} was taken over by {_who(rec)}; this manager no '
-                              'longer writes there. Save this run to another folder.')
+                raise CheckpointError(f"{self.path}'s owner record is gone (removed by hand or by a "
+                                      'tool); this manager stops writing there in case another run '
+                                      'does. The next save claims the folder again.')
+            raise CheckpointError(f'{self.path} was taken over by {_who(rec)}; this manager no '
+                                  'longer writes there. Save this run to another folder.')
         self._mkdir()
         while True:
             rec, age = self._owner()
@@ -448,10 +444,10 @@ def own(self:CheckpointDir):
                                                             '(release() it)') \
                     if here else (rec and _alive(rec, age))
             if alive and not self.take_over:
-                raise FolderInUse(f'{self.path} belongs to another run: {_who(rec)}; {alive}. '
-                                  'Give this run its own folder (another path or name), or, if '
-                                  'that run has ended, take the folder over: '
-                                  'CheckpointManager(..., take_over=True).')
+                raise CheckpointError(f'{self.path} belongs to another run: {_who(rec)}; {alive}. '
+                                      'Give this run its own folder (another path or name), or, if '
+                                      'that run has ended, take the folder over: '
+                                      'CheckpointManager(..., take_over=True).')
             if other is not None: other._owned = False
             if self._claim(rec):
                 # what that run left half-written
@@ -1117,10 +1113,6 @@ def is_context_lost(e:BaseException)->bool:
     "True for a CUDA error after which the process's CUDA context is unusable (device-side assert, illegal access)."
     return isinstance(e, RuntimeError) and oom_kind(e) is None and any(m in str(e) for m in _LOST)
 
-# %% ../nbs/05a_persistence.ipynb #7d6fbbe6
-class CudaContextLost(ColabT4Error):
-    "CUDA failed in a way that leaves this process unable to use the GPU again."
-
 # %% ../nbs/05a_persistence.ipynb #4a06712b
 @dataclass
 class RunReport:
@@ -1145,7 +1137,7 @@ def _check_run(step_fn, ckpt, steps, every_steps, steps_per_epoch, every_minutes
     check_int('every_steps', every_steps, 1, _MAX_STEPS, none=True)
     check_int('steps_per_epoch', steps_per_epoch, 1, _MAX_STEPS, none=True)
     check_num('every_minutes', every_minutes, none=True)  # inf: no saves by time
-    check_int('max_oom', max_oom, 0, 100)
+    check_int('max_oom', max_oom)
     check_flag('background', background)
 
 # %% ../nbs/05a_persistence.ipynb #d969ef1e
@@ -1182,8 +1174,8 @@ def run_resumable(step_fn:Callable, # step_fn(step), data from `step` alone; ste
         loader = ResumableLoader(loader)
     try: inspect.signature(step_fn).bind(*((0, None) if loader is not None else (0,)))
     except TypeError as e:
-        raise ArgumentTypeError(f'step_fn must take {"(step, batch)" if loader else "(step)"}, '
-                                f'got {step_fn!r} ({e}).') from None
+        raise ArgumentError(f'step_fn must take {"(step, batch)" if loader else "(step)"}, '
+                            f'got {step_fn!r} ({e}).') from None
     except ValueError: pass  # no signature to read (a builtin): it is called as it is
     def save(step, now=False):
         extras = {} if loader is None else {'loader': loader.state_dict()}
@@ -1217,10 +1209,10 @@ def run_resumable(step_fn:Callable, # step_fn(step), data from `step` alone; ste
         try: step_fn(step) if loader is None else step_fn(step, batch)
         except Exception as e:
             if is_context_lost(e):
-                raise CudaContextLost(f'CUDA failed at step {step} ({str(e).splitlines()[0]}); '
-                                      'this process cannot use the GPU any more. Run the script '
-                                      'with `run_with_restarts` to go on from the last '
-                                      'checkpoint.') from e
+                raise ColabT4Error(f'CUDA failed at step {step} ({str(e).splitlines()[0]}); '
+                                   'this process cannot use the GPU any more. Run the script '
+                                   'with `run_with_restarts` to go on from the last '
+                                   'checkpoint.') from e
             if oom_kind(e) is None: raise
             tries[step] = tries.get(step, 0) + 1
             if tries[step] > max_oom:
@@ -1320,8 +1312,8 @@ class ResumableLoader:
                  done:Callable|None=None, # `done()`: batches of the epoch trained; default: given
                 ):
         if not callable(getattr(loader, '__iter__', None)):
-            raise ArgumentTypeError(f'loader must be a DataLoader or another iterable, got '
-                                    f'{loader!r}.')
+            raise ArgumentError(f'loader must be a DataLoader or another iterable, got '
+                                f'{loader!r}.')
         check_callable('done', done, none=True)
         self.loader, self._done, self.epoch = loader, done, 0
         self._resume, self._begun, self._given, self._over = None, False, 0, False
@@ -1493,10 +1485,6 @@ def load_state_dict(self:ResumableLoader, state_dict:dict):
               'already trained: resume with the batch size the run was saved with.')
     self._resume = sd
 
-# %% ../nbs/05a_persistence.ipynb #dfe9e2cd
-class RestartLimit(ColabT4Error):
-    "A child process kept failing after the allowed number of restarts."
-
 # %% ../nbs/05a_persistence.ipynb #602eb671
 @dataclass
 class Attempt:
@@ -1509,8 +1497,8 @@ class Attempt:
 def _check_cmd(cmd)->list[str]:
     "`cmd` as a list of strings; an error naming `cmd` if it is not a non-empty list of strings and paths."
     if isinstance(cmd, (str, bytes)):
-        raise ArgumentTypeError('cmd must be a list such as [sys.executable, "train.py"], got the string '
-                                f'{cmd!r}: split it with shlex.split.')
+        raise ArgumentError('cmd must be a list such as [sys.executable, "train.py"], got the string '
+                            f'{cmd!r}: split it with shlex.split.')
     path = lambda n, c: os.fspath(check_type(n, c, (str, os.PathLike), 'a string or path'))
     arg = lambda n, c: check_str(n, path(n, c), empty=True)
     return check_seq('cmd', cmd, arg)
@@ -1533,8 +1521,8 @@ def run_with_restarts(cmd:list, # the command, e.g. [sys.executable, 'train.py']
                      )->list[Attempt]:
     "Run `cmd` until it exits with status 0, restarting it after a crash, at most `max_restarts` times."
     cmd = _check_cmd(cmd)
-    max_restarts = check_int('max_restarts', max_restarts, 0, 1000)
-    tail = check_int('tail', tail, 1, 10**6)
+    max_restarts = check_int('max_restarts', max_restarts)
+    tail = check_int('tail', tail, 1, sys.maxsize)  # a deque's maxlen is a C ssize_t
     echo = check_flag('echo', echo)
     cwd = check_path('cwd', cwd, none=True)
     if cwd is not None and not cwd.is_dir(): raise ArgumentError('cwd must be an existing folder, '
@@ -1561,7 +1549,7 @@ def run_with_restarts(cmd:list, # the command, e.g. [sys.executable, 'train.py']
         attempts.append(Attempt(rc, time.monotonic() - t0, list(lines)))
         if rc == 0: return attempts
         if len(attempts) > max_restarts:
-            raise RestartLimit(f'{Path(str(cmd[-1])).name} failed {len(attempts)} times (last '
+            raise ColabT4Error(f'{Path(str(cmd[-1])).name} failed {len(attempts)} times (last '
                                f'exit status {rc}); gave up after {max_restarts} restarts. Its '
                                'last output:\n' + ''.join(lines))
         if echo:

@@ -11,22 +11,14 @@ from typing import Callable
 
 import pandas as pd
 
-from .allocation import NoGPUError, native_bf16
-from .core import (ColabT4Error, check_callable, check_choice, check_int, check_num,
+from .allocation import NoGPUError, as_card, native_bf16
+from .core import (ColabT4Error, ArgumentError, check_callable, check_choice, check_int, check_num,
                               check_seq, check_flag)
 from .timing import benchmark
 
 # %% auto #0
-__all__ = ['SwitchError', 'LateSwitchWarning', 'env_switches', 'torch_flags', 'switch_benchmark', 'shape_change_cost',
-           'loader_settings', 'DataWait', 'data_wait', 'h2d_bandwidth']
-
-# %% ../nbs/03a_switches.ipynb #02ea7624
-class SwitchError(ColabT4Error, ValueError):
-    "A runtime switch that does not exist, or a value it cannot take."
-
-# %% ../nbs/03a_switches.ipynb #e29f0261
-class LateSwitchWarning(UserWarning):
-    "A switch set after the library that reads it has started: it has no effect in this process."
+__all__ = ['env_switches', 'torch_flags', 'switch_benchmark', 'shape_change_cost', 'loader_settings', 'DataWait', 'data_wait',
+           'h2d_bandwidth']
 
 # %% ../nbs/03a_switches.ipynb #f5ce47a5
 @dataclass(frozen=True)
@@ -100,16 +92,14 @@ def _late_message(s:Switch, value:str)->str|None:
 def _switch(name:str)->Switch:
     if name not in ENV_SWITCHES:
         near = difflib.get_close_matches(name, ENV_SWITCHES, n=1)
-        raise SwitchError(f'{name!r} is not a switch this library knows'
-                          + (f' (did you mean {near[0]}?)' if near else '')
-                          + f'. Known: {", ".join(ENV_SWITCHES)}.')
+        raise ArgumentError(f'{name!r} is not a switch this library knows'
+                            + (f' (did you mean {near[0]}?)' if near else '')
+                            + f'. Known: {", ".join(ENV_SWITCHES)}.')
     return ENV_SWITCHES[name]
 
 # %% ../nbs/03a_switches.ipynb #965ff728
 @contextmanager
-def env_switches(cuda_started:Callable=_cuda_started, # has CUDA started? (replaceable in tests)
-                 tf_started:Callable=_tf_started, # has TensorFlow been imported?
-                 **values, # switch name -> value (str, int or bool; None unsets it for the block)
+def env_switches(**values, # switch name -> value (str, int or bool; None unsets it for the block)
                 ):
     "Set environment switches for the block, restore them after, and warn about any set too late to act."
     sw = {k: _switch(k) for k in values}
@@ -117,10 +107,10 @@ def env_switches(cuda_started:Callable=_cuda_started, # has CUDA started? (repla
            for k, v in values.items()}
     for k, v in new.items():
         s = sw[k]
-        late = (s.read == 'build' or (s.read in ('cuda', 'first use') and cuda_started())
-                or (s.read == 'tensorflow' and tf_started()))
+        late = (s.read == 'build' or (s.read in ('cuda', 'first use') and _cuda_started())
+                or (s.read == 'tensorflow' and _tf_started()))
         if late and v is not None:
-            warnings.warn(_late_message(s, v), LateSwitchWarning, stacklevel=3)
+            warnings.warn(_late_message(s, v), UserWarning, stacklevel=3)
     old = {k: os.environ.get(k) for k in new}
     try:
         for k, v in new.items():
@@ -145,10 +135,10 @@ def torch_flags(cudnn_benchmark:bool|None=None, # torch.backends.cudnn.benchmark
     import torch
     for k, v in dict(cudnn_benchmark=cudnn_benchmark, tf32=tf32,
                      deterministic=deterministic).items():
-        check_flag(k, v, none=True, err=SwitchError)
+        check_flag(k, v, none=True)
     if matmul_precision is not None and matmul_precision not in _PRECISIONS:
-        raise SwitchError(f'matmul_precision={matmul_precision!r}: '
-                          f'use one of {", ".join(_PRECISIONS)}.')
+        raise ArgumentError(f'matmul_precision={matmul_precision!r}: '
+                            f'use one of {", ".join(_PRECISIONS)}.')
     cd, mm = torch.backends.cudnn, torch.backends.cuda.matmul
     old = (cd.benchmark, mm.allow_tf32, cd.allow_tf32, torch.get_float32_matmul_precision(),
            torch.are_deterministic_algorithms_enabled())
@@ -184,60 +174,49 @@ def _train_step(model_fn, batch, device, amp, tf32, bench, cl, dtype):
     fmt = torch.channels_last if cl else torch.contiguous_format
     model = model_fn().to(device, memory_format=fmt)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    scaler = torch.amp.GradScaler(device, enabled=amp and dtype == torch.float16)
+    scaler = torch.amp.GradScaler(device.type, enabled=amp and dtype == torch.float16)
     x = batch[0].to(device).contiguous(memory_format=fmt)
     y = batch[1].to(device)
     def step():
         with torch_flags(cudnn_benchmark=bench, tf32=tf32), \
-             torch.autocast(device, dtype=dtype, enabled=amp):
+             torch.autocast(device.type, dtype=dtype, enabled=amp):
             loss = torch.nn.functional.cross_entropy(model(x), y)
         opt.zero_grad(set_to_none=True)
         scaler.scale(loss).backward()
         scaler.step(opt); scaler.update()
     return step
 
-# %% ../nbs/03a_switches.ipynb #5b6faaf1
-def _device(device, gpu:bool=False):
-    "`device` as 'cuda' or 'cpu'; with `gpu`, `NoGPUError` for 'cuda' without a GPU."
-    import torch
-    check_choice('device', device, ('cuda', 'cpu'), err=SwitchError)
-    if gpu and device == 'cuda' and not torch.cuda.is_available():
-        raise NoGPUError("device='cuda', but there is no CUDA GPU here: pass device='cpu'.")
-    return device
-
 # %% ../nbs/03a_switches.ipynb #be62af69
 def _batch(batch)->tuple:
-    "`batch` as (inputs, labels): two tensors with the same first dimension; else a `SwitchError`."
+    "`batch` as (inputs, labels): two tensors with the same first dimension; else a `ArgumentError`."
     import torch
     pair = isinstance(batch, (tuple, list)) and len(batch) == 2
     ok = pair and all(isinstance(t, torch.Tensor) and t.dim() >= 1 for t in batch)
     if not (ok and len(batch[0]) == len(batch[1]) > 0):
-        raise SwitchError(f'batch must be (inputs, labels): two tensors with the same non-zero '
-                          f'first dimension, got batch={batch!r:.80}.')
+        raise ArgumentError(f'batch must be (inputs, labels): two tensors with the same non-zero '
+                            f'first dimension, got batch={batch!r:.80}.')
     return tuple(batch)
 
 # %% ../nbs/03a_switches.ipynb #beb71df5
 def switch_benchmark(model_fn:Callable, # builds the model, e.g. torchvision.models.resnet50
                      batch:tuple, # (inputs, class labels) on the CPU
-                     device:str='cuda', # 'cuda' or 'cpu'
+                     device='cuda', # a CUDA GPU here or 'cpu' (see `as_card`)
                      repeats:int=10, # interleaved timed rounds
                      warmup:int=3, # untimed steps of each variant first (cuDNN searches here)
                     )->pd.DataFrame:
     "Training-step time of each switch variant from one interleaved run, with the speed-up over its baseline."
     import torch
-    E = SwitchError
-    check_callable('model_fn', model_fn, err=E)
+    check_callable('model_fn', model_fn)
     batch = _batch(batch)
-    _device(device)
-    check_int('repeats', repeats, lo=1, hi=1000, err=E)
-    check_int('warmup', warmup, hi=100, err=E)
-    _device(device, gpu=True)
-    cc = torch.cuda.get_device_capability() if device == 'cuda' else None
-    dtype = ((torch.bfloat16 if native_bf16(cc) else torch.float16) if device == 'cuda'
+    check_int('repeats', repeats, lo=1, hi=1000)
+    check_int('warmup', warmup, hi=100)
+    dev = as_card(device, ('cuda', 'cpu'), here=True).device
+    cc = torch.cuda.get_device_capability(dev) if dev.type == 'cuda' else None
+    dtype = ((torch.bfloat16 if native_bf16(cc) else torch.float16) if dev.type == 'cuda'
              else torch.bfloat16)
-    vs = _variants(device, cc, images=batch[0].dim() == 4)
-    steps = {k: _train_step(model_fn, batch, device, *v[:4], dtype) for k, v in vs.items()}
-    t = benchmark(steps, repeats=repeats, warmup=warmup, device=device)
+    vs = _variants(dev.type, cc, images=batch[0].dim() == 4)
+    steps = {k: _train_step(model_fn, batch, dev, *v[:4], dtype) for k, v in vs.items()}
+    t = benchmark(steps, repeats=repeats, warmup=warmup, device=dev.type)
     df = t.df[['median_ms', 'p25_ms', 'p75_ms']].copy()
     df['baseline'] = [vs[k][4] for k in df.index]
     df['speed-up'] = [df.median_ms[b] / m for b, m in zip(df.baseline, df.median_ms)]
@@ -247,18 +226,16 @@ def switch_benchmark(model_fn:Callable, # builds the model, e.g. torchvision.mod
 def shape_change_cost(model_fn:Callable, # builds the model
                       make_batch:Callable, # batch size -> (inputs, labels) on the CPU
                       sizes:tuple=(33, 34, 35), # batch sizes not used before
-                      device:str='cuda',
+                      device='cuda', # a CUDA GPU here or 'cpu' (see `as_card`)
                      )->pd.DataFrame:
     "Median time of the first step at each new batch size, with `cudnn.benchmark` on and off."
     import torch
-    E = SwitchError
-    check_callable('model_fn', model_fn, err=E)
-    check_callable('make_batch', make_batch, err=E)
-    _device(device)
-    sizes = check_seq('sizes', sizes, lambda n, v: check_int(n, v, lo=1, hi=4096, err=E),
-                      hi=64, err=E)
-    _device(device, gpu=True)
-    sync = torch.cuda.synchronize if device == 'cuda' else (lambda: None)
+    check_callable('model_fn', model_fn)
+    check_callable('make_batch', make_batch)
+    sizes = check_seq('sizes', sizes, lambda n, v: check_int(n, v, lo=1, hi=4096),
+                      hi=64)
+    device = as_card(device, ('cuda', 'cpu'), here=True).device
+    sync = torch.cuda.synchronize if device.type == 'cuda' else (lambda: None)
     def step(model, n, bench):
         x, y = (t.to(device) for t in make_batch(n))
         with torch_flags(cudnn_benchmark=bench):
@@ -280,7 +257,7 @@ def loader_settings(cpus:int|None=None, # CPUs this process may use; default: wh
                     cuda:bool|None=None, # will the batches go to a GPU? default: is one here
                    )->dict:
     "Recommended `DataLoader` arguments for this machine."
-    check_int('cpus', cpus, lo=0, hi=4096, none=True, err=SwitchError)
+    check_int('cpus', cpus, lo=0, hi=4096, none=True)
     check_flag('cuda', cuda, none=True)
     if cpus is None:
         cpus = (len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity')
@@ -300,9 +277,9 @@ class DataWait:
     wait_ms:list
     step_ms:list
     def __post_init__(self):
-        ms = lambda n, v: check_num(n, v, eq=True, hi=1e9, err=SwitchError)
-        self.wait_ms = check_seq('wait_ms', self.wait_ms, ms, lo=0, err=SwitchError)
-        self.step_ms = check_seq('step_ms', self.step_ms, ms, lo=0, err=SwitchError)
+        ms = lambda n, v: check_num(n, v, eq=True)
+        self.wait_ms = check_seq('wait_ms', self.wait_ms, ms, lo=0)
+        self.step_ms = check_seq('step_ms', self.step_ms, ms, lo=0)
     @property
     def wait_share(self)->float:
         "Share of the loop's time spent waiting for data (0..1)."
@@ -326,13 +303,12 @@ def data_wait(loader, # an iterable of batches, e.g. a DataLoader
               sync:Callable|None=None, # waits for queued GPU work, e.g. `torch.cuda.synchronize`
              )->DataWait:
     "How much of a training loop waits for the next batch: wait and step times per step."
-    E = SwitchError
-    check_callable('step', step, err=E); check_callable('sync', sync, none=True, err=E)
-    steps, skip = (check_int('steps', steps, lo=1, hi=10**6, err=E),
-                   check_int('skip', skip, hi=10**6, err=E))
+    check_callable('step', step); check_callable('sync', sync, none=True)
+    steps, skip = (check_int('steps', steps, lo=1, hi=10**6),
+                   check_int('skip', skip, hi=10**6))
     try: iter(loader)
     except TypeError:
-        raise E(f'loader must be an iterable of batches, got loader={loader!r}.') from None
+        raise ArgumentError(f'loader must be an iterable of batches, got loader={loader!r}.') from None
     sync, it, wait, work = sync or (lambda: None), iter(loader), [], []
     clock = data_wait._clock
     for i in range(steps + skip):
@@ -347,8 +323,8 @@ def data_wait(loader, # an iterable of batches, e.g. a DataLoader
             wait.append((t1 - t0) * 1e3)
             work.append((t2 - t1) * 1e3)
     if not work:
-        raise SwitchError(f'The loader gave no batch after the first {skip}: '
-                          'give it more data or lower skip.')
+        raise ArgumentError(f'The loader gave no batch after the first {skip}: '
+                            'give it more data or lower skip.')
     return DataWait(wait, work)
 
 data_wait._clock = time.perf_counter  # tests patch it
@@ -359,8 +335,8 @@ def h2d_bandwidth(mib:int=256, # bytes per copy, MiB
                  )->pd.DataFrame:
     "Host-to-device copy bandwidth (GB/s) from pageable and from pinned memory, from one interleaved run."
     import torch
-    mib = check_int('mib', mib, lo=1, hi=4096, err=SwitchError)  # the host has only some GiB to pin
-    repeats = check_int('repeats', repeats, lo=1, hi=1000, err=SwitchError)
+    mib = check_int('mib', mib, lo=1, hi=4096)  # the host has only some GiB to pin
+    repeats = check_int('repeats', repeats, lo=1, hi=1000)
     if not torch.cuda.is_available():
         raise NoGPUError('h2d_bandwidth needs a CUDA GPU: there is none here.')
     n = mib * 2**20

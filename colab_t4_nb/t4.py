@@ -25,7 +25,7 @@ from torch.utils.flop_counter import flop_registry
 from .allocation import as_card, SPECS
 from .core import (ColabT4Error, ArgumentError, check_callable, check_choice,
                               check_flag, check_int, check_num, check_seq, check_str, check_type)
-from .amp import AmpError, EmulatedBF16Warning, decide_as, no_tf32, parse_dtype
+from .amp import EmulatedBF16Warning, decide_as, no_tf32, parse_dtype
 from .kernels import arch
 from .models import Encoder, resnet50, resnext101_32x4d
 from .memory import cap_memory, usable_memory
@@ -36,7 +36,7 @@ __all__ = ['T4_CONSTANTS', 'PUBLISHED', 't4_rehearsal', 'Rehearsal', 'T4Constant
            'estimate_t4', 'T4Measurement', 'validation_table']
 
 # %% ../nbs/03b_t4.ipynb #099229ea
-def _sdpa_t4():
+def sdpa_t4():
     "A context allowing only the attention kernels PyTorch runs on compute capability 7.5."
     try: from torch.nn.attention import SDPBackend, sdpa_kernel
     except ImportError:
@@ -86,7 +86,7 @@ def _t4_reads(refuse_bf16:bool):
                    f"products run at about {k['bf16']:.1f} TFLOP/s, against {k['fp32']:.1f} in fp32 "
                    f"and {k['fp16']:.0f} in fp16); use fp16 with a GradScaler, as amp_choice() does "
                    'for a T4.')
-            if refuse_bf16: raise AmpError(why)
+            if refuse_bf16: raise ArgumentError(why)
             if not said: said.append(why); warnings.warn(why, EmulatedBF16Warning, stacklevel=2)
         return enter(self)
     stack = ExitStack()
@@ -134,7 +134,7 @@ class Rehearsal:
                                 f'{self.bf16}s')
             stack.enter_context(no_tf32())
             self.applied.append('TF32 off for matrix products and cuDNN')
-            stack.enter_context(_sdpa_t4())
+            stack.enter_context(sdpa_t4())
             self.applied.append('attention kernels: memory-efficient and math (no flash)')
             if not cuda:
                 self.skipped += ['device reads (no CUDA GPU here)', 'memory cap (no CUDA GPU here)']
@@ -187,7 +187,7 @@ _TORCH_PERF = ('github.com/zzc0721/torch-performance-test-data, database.md: thr
 _TORCH_PERF_ROWS = {'fp16': (41.91, 42.71, 41.93), 'fp32': (4.17, 4.43, 4.35), 'bf16': (2.46, 2.27, 2.01)}
 
 # %% ../nbs/03b_t4.ipynb #0e3a94ba
-_FIT_FILES = resources.files('colab_t4_nb')/'files'/'t4_fit'  # written by tools/t4_fit/export.py
+_FIT_FILES = resources.files('colab_t4_nb')/'files'/'t4_fit'  # written by research/t4_fit/export.py
 
 def _load_fit()->dict:
     "The fitted model: parameters, their spread, and the refits behind it (fit.json)."
@@ -277,7 +277,7 @@ def _mm_dims(name:str, args:tuple)->tuple|None:
     return a.shape[-1], b.shape[-1]
 
 # %% ../nbs/03b_t4.ipynb #db5ece17
-def _conv_args(name:str, args:tuple)->tuple:
+def conv_args(name:str, args:tuple)->tuple:
     "(input, weight, transposed, groups) of a convolution or its backward, as dispatched."
     if name == 'convolution_backward': return args[1], args[2], args[7], args[9]
     return args[0], args[1], args[6], args[8]
@@ -291,7 +291,7 @@ def _aligned(name:str, kind:str, args:tuple)->bool:
             d = _mm_dims(name, args)
             return d is None or all(int(x) % 8 == 0 for x in d)
         if kind == 'conv':
-            _, w, transposed, groups = _conv_args(name, args)
+            _, w, transposed, groups = conv_args(name, args)
             cout, cin = (w.shape[1] * groups, w.shape[0] // groups) if transposed else (w.shape[0], w.shape[1])
             return cout % (8 * groups) == 0 and cin % 8 == 0 if groups > 1 else cout % 8 == 0 and cin % 8 == 0
         if kind == 'attention':
@@ -308,7 +308,7 @@ def _channels_last(t)->bool:
 def _conv_flags(name:str, args:tuple)->tuple:
     ("(grouped, channels-last) of a convolution or its backward: channels-last where its input or "
      "its weight is, as PyTorch picks the layout of a convolution (`suggest_memory_format`).")
-    try: x, w, _, groups = _conv_args(name, args)
+    try: x, w, _, groups = conv_args(name, args)
     except IndexError: return False, False
     return int(groups) > 1, _channels_last(x) or _channels_last(w)
 
@@ -364,7 +364,7 @@ class WorkCounter(TorchDispatchMode):
 
 # %% ../nbs/03b_t4.ipynb #082c2fa8
 @contextmanager
-def _fused_attention():
+def fused_attention():
     ("Unmasked attention on the CPU (and meta) goes to PyTorch's fused CPU kernel: "
      "one op, as on a GPU.")
     sdpa = F.scaled_dot_product_attention
@@ -404,7 +404,7 @@ def cuda_dropout(input:torch.Tensor, p:float=0.5, training:bool=True, inplace:bo
     return torch.native_dropout(input, p, True)[0]
 
 @contextmanager
-def _dropout_as_on_gpu():
+def dropout_as_on_gpu():
     "`F.dropout` (and so `nn.Dropout`) through `cuda_dropout` for the block."
     with mock.patch.object(F, 'dropout', cuda_dropout): yield
 
@@ -413,7 +413,7 @@ def count_work(fn:Callable, *args, **kwargs)->list:
     ("The ops one call of `fn(*args, **kwargs)` runs, as Op records, "
      "with attention and dropout counted as the fused kernels a T4 runs.")
     check_callable('fn', fn)
-    with _sdpa_t4(), _fused_attention(), _dropout_as_on_gpu(), _foreach_as_on_gpu(), WorkCounter() as wc:
+    with sdpa_t4(), fused_attention(), dropout_as_on_gpu(), _foreach_as_on_gpu(), WorkCounter() as wc:
         fn(*args, **kwargs)
     return wc.ops
 
@@ -829,7 +829,7 @@ class T4Measurement:
     def __post_init__(self):
         check_str('workload', self.workload)
         check_str('run', self.run)
-        check_num('ms', self.ms, hi=1e7)
+        check_num('ms', self.ms)
         check_num('busy', self.busy, hi=1)
         check_callable('build', self.build)
         check_str('source', self.source)
@@ -860,16 +860,6 @@ def _published()->list:
 # %% ../nbs/03b_t4.ipynb #59772579
 PUBLISHED = _published()
 
-# %% ../nbs/03b_t4.ipynb #72e6bc24
-def _device(device)->torch.device:
-    "`device` (see `as_card`): the meta tensors, the CPU or a CUDA GPU this runtime has."
-    try: dev = as_card(device).device
-    except ColabT4Error: dev = None
-    if dev is None or dev.type not in ('meta', 'cpu', 'cuda'):
-        raise ArgumentError(f"device must be 'meta', 'cpu' or a CUDA device this runtime has "
-                            f"(pass device=None to count only), got device={device!r}.")
-    return dev
-
 # %% ../nbs/03b_t4.ipynb #0b37e3cb
 def validation_table(measurements:list|None=None, # `T4Measurement`s; None: `PUBLISHED`
                      device:str|None=None, # where to rebuild the workloads; None: 'meta' (counted)
@@ -878,7 +868,7 @@ def validation_table(measurements:list|None=None, # `T4Measurement`s; None: `PUB
      "and the error; measurements that share a `build` are counted once.")
     item = lambda n, m: check_type(n, m, T4Measurement)
     ms = PUBLISHED if measurements is None else check_seq('measurements', measurements, item)
-    dev = _device('meta' if device is None else device)
+    dev = as_card('meta' if device is None else device, ('meta', 'cpu', 'cuda'), here=True).device
     rows, done = [], {}
     for m in ms:
         if m.build not in done:

@@ -32,12 +32,12 @@ def test_keras_parts_without_tensorflow(tmp_path, cpu_env):
     r = python('''
         from importlib.util import find_spec
         assert find_spec('tensorflow') is None
-        from colab_t4_nb.amp import keras_amp, AmpError
+        from colab_t4_nb.amp import keras_amp, MissingPackage
         from colab_t4_nb.core import needs
         assert needs('a Keras fit', package='tensorflow') is False
         try:
             with keras_amp(): pass
-        except AmpError as e: print('error:', e)''', _no_tf_env(tmp_path, cpu_env), cwd=tmp_path)
+        except MissingPackage as e: print('error:', e)''', _no_tf_env(tmp_path, cpu_env), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == ['Skipped on this runtime (tensorflow is not installed: pip install tensorflow): a Keras fit.',
                                      'error: TensorFlow is not installed: `pip install tensorflow` (Colab has it).'], r.stdout

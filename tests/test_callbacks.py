@@ -136,7 +136,7 @@ def test_a_checkpoint_of_another_framework_is_refused(tmp_path):
     hf_run(tmp_path, tmp_path/'run')
     cb = C.KerasCallback(tmp_path/'run') if C.find_spec('tensorflow') else None
     if cb is not None:
-        with pytest.raises(C.CallbackError, match='was not saved by KerasCallback'): cb.fit_kwargs()
+        with pytest.raises(C.CheckpointMismatch, match='was not saved by KerasCallback'): cb.fit_kwargs()
 
 def test_card_settings():
     assert C.hf_precision('T4') == {'fp16': True, 'bf16': False}
@@ -236,7 +236,7 @@ def test_lightning_fit_run_again_follows_its_loader(tmp_path, workers):
 
 def test_hf_persistent_workers_are_refused(tmp_path):
     "A resumed Trainer starts new workers: persistent ones are refused before the first step."
-    with pytest.raises(C.CallbackError, match='Leave dataloader_persistent_workers=False'):
+    with pytest.raises(C.ArgumentError, match='Leave dataloader_persistent_workers=False'):
         hf_run(tmp_path, tmp_path/'run', dataloader_num_workers=2, dataloader_persistent_workers=True)
 
 def session(now):
@@ -387,7 +387,7 @@ def test_a_second_callback_while_the_first_trains_is_refused(tmp_path):
     t.start()
     try:
         assert started.wait(60)
-        with pytest.raises(C.FolderInUse, match='training is still running'):
+        with pytest.raises(C.CheckpointError, match='training is still running'):
             C.LightningCallback(tmp_path/'run')
     finally:
         go_on.set()
@@ -483,7 +483,7 @@ def test_keras_resume_with_another_optimizer_changes_nothing(tmp_path):
     before = [w.copy() for w in model.get_weights()]
     cb = C.KerasCallback(tmp_path/'run')
     x, y = np.zeros((8, 8), 'float32'), np.zeros((8, 1), 'float32')
-    with pytest.raises(C.CallbackError, match='Nothing was changed'):
+    with pytest.raises(C.CheckpointMismatch, match='Nothing was changed'):
         model.fit(x, y, epochs=5, verbose=0, callbacks=[cb], **cb.fit_kwargs())
     assert all(np.array_equal(a, b) for a, b in zip(model.get_weights(), before))
 

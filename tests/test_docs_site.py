@@ -109,10 +109,10 @@ def test_every_page_in_a_browser(site, server, browser):
 def test_search_finds_a_page_and_goes_there(site, server, browser):
     "A word only the persistence page holds (in the index built with the site) is found from the home page."
     idx = json.loads((site/'search.json').read_text())
-    holders = {e['href'].split('#')[0] for e in idx if 'RestartLimit' in e['title'] + e['text']}
+    holders = {e['href'].split('#')[0] for e in idx if 'OWNER_STALE_S' in e['title'] + e['text']}
     assert holders == {'persistence.html'}, holders
     page = browser.new_page()
-    for word, want in [('RestartLimit', {'persistence.html'}), ('CheckpointManager', None)]:
+    for word, want in [('OWNER_STALE_S', {'persistence.html'}), ('CheckpointManager', None)]:
         page.goto(server + 'index.html')
         page.fill('#quarto-search input', word)
         page.wait_for_selector('#quarto-search .search-result', timeout=10_000)

@@ -69,7 +69,7 @@ def test_tries_used_up_leaves_the_runtime_alone(tmp_path, colab_env):
     print(json.dumps(colab.calls))
     ''', colab_env)
     last, calls = json.loads(out[-2]), json.loads(out[-1])
-    assert last['raised'] == 'BudgetExhausted' and 'All 2 runtime re-assignments' in last['message'], last
+    assert last['raised'] == 'WrongGPUError' and 'All 2 runtime re-assignments' in last['message'], last
     assert calls.count(['runtime.unassign']) == 2, calls
     state = tmp_path/'drive'/'MyDrive'/'colab_t4_nb'
     actions = [r['action'] for r in ledger_lines(state/'usage_ledger.jsonl')]

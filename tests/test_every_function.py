@@ -76,6 +76,7 @@ def _examples(tmp:Path)->dict:
     # -- core, allocation, timing, testing: examples
     from colab_t4_nb import testing as T
     ex.update(nvml=lambda: T.fake_nvml([T.t4_reading()]), readings=lambda: [T.t4_reading()],
+              ticks=lambda: [0.0, 1.0], fraction=lambda: 0.5,
               a=Alt((lambda: 'T4', lambda: 'a')), b=Alt((lambda: 'L4', lambda: 'b')),
               o=Alt((lambda: None, lambda: T.small_run())))
 

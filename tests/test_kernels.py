@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from conftest import python
 
-from colab_t4_nb.kernels import ARCHS, KernelError, best_block_size, candidates, launch_config, occupancy
+from colab_t4_nb.kernels import ARCHS, ArgumentError, best_block_size, candidates, launch_config, occupancy
 
 def test_import_starts_nothing(cpu_env):
     "Importing the modules (as `colab-t4 info` does) imports neither torch nor Triton."
@@ -79,7 +79,7 @@ def test_launch_config_covers_n(n, card, regs):
 
 def test_bad_input_is_refused():
     for bad in [dict(block=33), dict(block=0), dict(block=1056), dict(block=128, regs=256), dict(block=128, smem=-1)]:
-        with pytest.raises(KernelError): occupancy(device='T4', **bad)
+        with pytest.raises(ArgumentError): occupancy(device='T4', **bad)
 
 def test_bias_gelu_under_the_triton_interpreter(tmp_path, cpu_env):
     "The Triton kernel computes the tanh GELU of x + bias on every element (Triton's CPU interpreter)."

@@ -20,7 +20,7 @@ def test_compaction_keeps_unreadable_lines_in_a_copy(tmp_path):
 
 def test_a_named_pipe_is_refused_not_waited_on(tmp_path):
     "Every entry point refuses a pipe at once: a wait for the other end would hang the run."
-    from colab_t4_nb.ledger import LedgerError
+    from colab_t4_nb.core import ArgumentError
     led = UsageLedger(tmp_path/'ledger.jsonl')
     os.mkfifo(led.path)  # the file becomes a pipe after the ledger was made
     calls = {'UsageLedger': lambda: UsageLedger(led.path), 'records': led.records,
@@ -31,7 +31,7 @@ def test_a_named_pipe_is_refused_not_waited_on(tmp_path):
     def run():
         for k, f in calls.items():
             try: got[k] = f()
-            except LedgerError as e: got[k] = e
+            except ArgumentError as e: got[k] = e
     t = threading.Thread(target=run, daemon=True)
     t.start(); t.join(30)
     assert not t.is_alive(), f'waited on the named pipe past 30 s in {list(calls)[len(got)]}'

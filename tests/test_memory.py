@@ -106,13 +106,13 @@ def test_tensorflow_growth_after_start_is_explained(cpu_env):
     pytest.importorskip('tensorflow')
     out = run_tf('''
         import tensorflow as tf
-        from colab_t4_nb.memory import tf_memory_growth, MemoryGrowthError
+        from colab_t4_nb.memory import tf_memory_growth, ColabT4Error
         from tensorflow.python.eager import context
         tf.constant(1.0) + 1  # TensorFlow starts
         gpu = tf.config.PhysicalDevice(name='/physical_device:GPU:0', device_type='GPU')
         context.context()._physical_devices.append(gpu)
         try: tf_memory_growth()
-        except MemoryGrowthError as e:
+        except ColabT4Error as e:
             assert 'already started on the GPU' in str(e) and 'TF_FORCE_GPU_ALLOW_GROWTH' in str(e), e
             assert 'Physical devices cannot be modified after being initialized' in str(e.__cause__), e.__cause__
             print('ok')

@@ -110,14 +110,14 @@ def test_a_pipe_to_read_is_refused_not_waited_on(cpu_env, tmp_path):
     r = python(f'''
         import os
         from pathlib import Path
-        from colab_t4_nb.monitoring import GPUMonitor, MonitorError, read_csv
+        from colab_t4_nb.monitoring import GPUMonitor, ArgumentError, read_csv
         from colab_t4_nb.testing import fake_nvml, h200_reading
         pipe = Path({str(tmp_path)!r})/'pipe'
         os.mkfifo(pipe)
         with fake_nvml([h200_reading()]):
             for call in (lambda: read_csv(pipe), lambda: GPUMonitor(csv=pipe).start().stop()):
                 try: call(); print('accepted')
-                except MonitorError as e: print(e)
+                except ArgumentError as e: print(e)
         ''', cpu_env, timeout=60)
     said = f"'{tmp_path/'pipe'}' is a named pipe, not a regular file: pass the path of a regular file instead."
     assert r.returncode == 0 and r.stdout.splitlines() == [f'path={said}', f'csv={said}'], r.stdout + r.stderr

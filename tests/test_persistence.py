@@ -314,7 +314,7 @@ def test_runner_restarts_a_crashing_script_until_done(tmp_path, cpu_env):
     attempts = P.run_with_restarts([sys.executable, tmp_path/'train.py', tmp_path/'ck', tmp_path/'final.pt'], max_restarts=3,
                                    env={**cpu_env, 'PYTHONPATH': str(ROOT)}, echo=False)
     assert [a.returncode for a in attempts] == [9, -signal.SIGKILL, 1, 0]
-    assert any('CudaContextLost: CUDA failed at step 10' in l for l in attempts[2].tail), attempts[2].tail
+    assert any('ColabT4Error: CUDA failed at step 10' in l for l in attempts[2].tail), attempts[2].tail
     assert attempts[3].tail[-1] == 'attempt 4: steps 10 to 12\n'
     ns = {'__name__': 'ref'}; exec(SCRIPT, ns)
     ns['train'](tmp_path/'ref', tmp_path/'ref.pt', crash=False)
@@ -322,7 +322,7 @@ def test_runner_restarts_a_crashing_script_until_done(tmp_path, cpu_env):
 
 def test_runner_gives_up_after_the_restart_limit(tmp_path, cpu_env):
     (tmp_path/'bad.py').write_text('import os\nprint("attempt", os.environ["COLAB_T4_ATTEMPT"])\nraise SystemExit(4)\n')
-    with pytest.raises(P.RestartLimit, match=r'bad.py failed 3 times \(last exit status 4\); gave up after 2 restarts. Its last output:\nattempt 3'):
+    with pytest.raises(P.ColabT4Error, match=r'bad.py failed 3 times \(last exit status 4\); gave up after 2 restarts. Its last output:\nattempt 3'):
         P.run_with_restarts([sys.executable, tmp_path/'bad.py'], max_restarts=2, env=cpu_env, echo=False)
 
 # ---------------------------------------------------------------- Google Drive (stand-in)

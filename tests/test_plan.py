@@ -82,7 +82,7 @@ LLAMA = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_att
 
 def test_task_from_the_model_type():
     "A config saved without `architectures` is planned with its model's own head, not as a causal LM."
-    from colab_t4_nb.plan import _task
+    from colab_t4_nb.memory_model import _task
     got = {c: _task(tiny(c)) for c in ('DistilBertConfig', 'AlbertConfig', 'DebertaV2Config', 'ResNetConfig',
                                        'SegformerConfig', 'WhisperConfig', 'CLIPConfig', 'Wav2Vec2Config',
                                        'GPT2Config', 'T5Config')}
@@ -160,7 +160,7 @@ def test_lora_defaults_follow_the_layer_names():
 ])
 def test_the_heads_people_train(cls, kw, task):
     "Token classification, CTC, speech seq2seq, contrastive and semantic segmentation: one step of each traces."
-    from colab_t4_nb.plan import _prepare, _trace
+    from colab_t4_nb.memory_model import _prepare, _trace
     config = tiny(cls, **kw)
     s, what = _prepare(config, 16000 if task == 'ctc' else None, 64 if task == 'semantic-seg' else None, task,
                        None, None, 'adamw', torch.float16, True, None)

@@ -46,3 +46,39 @@ def test_record_covers_the_corpus():
 def test_whole_corpus(name):
     "Every setup, planned now: minutes in all (pytest --slow)."
     check(plan_corpus.answer(name, hang=300))
+
+def test_many_ops_traced_as_copies(monkeypatch):
+    ("A step past OPS_LIMIT ops (Mamba's reference scan loops per token) is planned from copies of 2 and 3 layers: "
+     "the weights, the T4 time and the peak as the whole model's trace gives them.")
+    from transformers import GPT2Config
+    from colab_t4_nb import memory_model, plan
+    config = GPT2Config(n_layer=6, n_embd=64, n_head=4, n_positions=128, vocab_size=512)
+    whole = plan.plan_run(config, batch=4, seq=64)
+    monkeypatch.setattr(memory_model, 'OPS_LIMIT', 500)
+    copies = plan.plan_run(config, batch=4, seq=64)
+    assert 'traced as copies of 2 and 3 layers' in copies.setup and 'copies' not in whole.setup
+    assert copies.parts['weights'] == whole.parts['weights'] and copies.checkpoint_bytes == whole.checkpoint_bytes
+    assert math.isclose(copies.step_ms, whole.step_ms, rel_tol=1e-6)
+    held = lambda p: p.peak - p.parts['context']
+    assert math.isclose(held(copies), held(whole), rel_tol=0.1), (copies.parts, whole.parts)
+
+def test_a_plan_does_not_depend_on_the_random_state():
+    ("LayerDrop and SpecAugment draw on the CPU's generators: the plan traces the step that drops no layer, with the "
+     "same draws each time, and leaves the caller's generators as they were.")
+    import random
+    import numpy as np, torch
+    from transformers import Wav2Vec2Config
+    from colab_t4_nb.plan import plan_run
+    config = Wav2Vec2Config(hidden_size=32, num_hidden_layers=4, num_attention_heads=2, intermediate_size=64,
+                            conv_dim=(32, 32), conv_kernel=(10, 3), conv_stride=(5, 2), num_feat_extract_layers=2,
+                            vocab_size=16, layerdrop=0.5, mask_time_prob=0.5)
+    plans = []
+    draws = lambda: (torch.rand(1).item(), np.random.rand(), random.random())
+    def seed(n): torch.manual_seed(n); np.random.seed(n); random.seed(n)
+    for n in (0, 1, 2):
+        seed(n)
+        plans.append(plan_run(config, batch=4, seq=16000, task='ctc').parts)
+        after = draws()
+        seed(n)
+        assert after == draws()  # the generators as the caller left them
+    assert plans[0] == plans[1] == plans[2], plans

@@ -57,8 +57,10 @@ import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-import colab_t4_nb.plan as plan  # noqa: E402
-from colab_t4_nb.plan import model_config, plan_run  # noqa: E402
+from colab_t4_nb import memory_model as mm  # noqa: E402
+from colab_t4_nb.allocation import as_card  # noqa: E402
+from colab_t4_nb.memory import usable_memory  # noqa: E402
+from colab_t4_nb.plan import corpus, corpus_setup, model_config  # noqa: E402
 
 GiB = 2**30
 
@@ -98,14 +100,21 @@ CORPUS = ('whisper-tiny-128', 'whisper-small-128-ckpt', 'wav2vec2-base-ctc-5s', 
           'distilbert-cls-512', 'albert-base-v2-cls-256', 'bart-base-512', 'mt5-small-512', 'swin-tiny-224',
           'segformer-b0-seg-512', 'resnet50-torchvision-224', 'efficientnet-b0-224', 'qwen2.5-0.5b-lora-4096',
           'mixtral-tiny-moe-full-512', 'smollm2-135m-full-2048', 'tinyllama-lora-2048', 'vit-gpt2-image-captioning',
-          'gpt2-medium-full-1024', 'phi-2-lora-512')
+          'gpt2-medium-full-1024', 'phi-2-lora-512', 'mamba-130m-full-512@2')
 
-def _corpus_entry(name:str)->dict: return {e['name']: e for e in plan.corpus()}[name]
+def _corpus_entry(name:str)->dict: return {e['name']: e for e in corpus()}[name.partition('@')[0]]
+
+def _corpus_setup(name:str)->tuple:
+    "`corpus_setup` of 'NAME' or 'NAME@BATCH' (the setup at another batch: one that fits, to measure it)."
+    base, _, b = name.partition('@')
+    model, kw = corpus_setup(base)
+    if b: kw['batch'] = int(b)
+    return model, kw
 
 def corpus_row(name:str)->tuple:
     "(model, task, batch, size, optimizer, checkpointing, lora rank) of a corpus setup, as SETUPS gives them."
-    e, (model, kw) = _corpus_entry(name), plan.corpus_setup(name)
-    task = None if 'module' in e else kw.get('task') or plan._task(model)
+    e, (model, kw) = _corpus_entry(name), _corpus_setup(name)
+    task = None if 'module' in e else mm.setup_inputs(model, kw.get('task'))[0]
     size = e.get('image') or kw.get('image_size') or kw.get('seq')
     lora = kw.get('lora')
     return (name, task, kw.get('batch', 8), size, kw.get('optimizer', 'adamw'), kw.get('checkpointing', False),
@@ -117,11 +126,11 @@ def _peft_config(lora):
     return LoraConfig(r=lora.r, lora_alpha=getattr(lora, 'lora_alpha', 2 * lora.r), lora_dropout=0.0,
                       target_modules=getattr(lora, 'target_modules', None))
 
-def corpus_plan(name:str):
-    "The plan of a corpus setup, its LoRA given as peft's LoraConfig where peft is installed."
-    model, kw = plan.corpus_setup(name)
+def corpus_plan(name:str, grid=None):
+    "The plan of a corpus setup (see `planned`), its LoRA given as peft's LoraConfig where peft is installed."
+    model, kw = _corpus_setup(name)
     if kw.get('lora') is not None and find_spec('peft'): kw['lora'] = _peft_config(kw['lora'])
-    return plan_run(model, **kw)
+    return planned(model, grid, **kw)
 
 def _real(t:torch.Tensor, hi:int, device)->torch.Tensor:
     "A real tensor shaped as the meta `t`: token ids and labels below `hi`, values from a normal distribution."
@@ -132,24 +141,22 @@ def corpus_model(name:str, device):
     ("(model, example(batch), loss_fn) of a corpus setup on `device`, built as users build it: the transformers "
      "class of the plan's task from the same config (peft's LoRA on an fp16 base), a module of `models`.")
     import transformers
-    e, (config, kw) = _corpus_entry(name), plan.corpus_setup(name)
+    e, (config, kw) = _corpus_entry(name), _corpus_setup(name)
     if 'module' in e:
         from colab_t4_nb import models
         with torch.device(device): m = getattr(models, e['module'])()
         n = e['image']
         return m, lambda b: torch.randn(b, 3, n, n, device=device), lambda out, x: out.float().mean()
-    task = kw.get('task') or plan._task(config)
-    built = plan._build(config, task)  # the plan's own tweaks of the config (no cache, pad token)
-    with torch.device(device): m = getattr(transformers, plan.TASKS[task]).from_config(built.config)
+    # the plan's own config (no cache, a pad token) and batch, on meta tensors
+    task, built, meta, vocab = mm.setup_inputs(config, kw.get('task'), kw.get('seq'), kw.get('image_size'))
+    with torch.device(device): m = getattr(transformers, mm.TASKS[task]).from_config(built)
+    m = m.to(device)  # a weight made by a legacy constructor (Wav2Vec2's masked_spec_embed) ignores the device
     if kw.get('lora') is not None:
         from peft import get_peft_model
         m = get_peft_model(m.half(), _peft_config(kw['lora']))
-    seq, image = kw.get('seq') or plan._seq_default(config, task), kw.get('image_size') or plan._image_default(config, task)
-    meta = plan._example(config, task, seq, image)
-    vocab = getattr(plan._texts(config, task)[0], 'vocab_size', None) or getattr(config, 'vocab_size', 2)
-    classes = getattr(config, 'num_labels', 2)
+    vocab, classes = vocab or 2, getattr(config, 'num_labels', 2)
     if task == 'ctc':  # the model's own CTC loss from labels: one per 3 frames, as the plan counts it
-        frames = seq
+        seq = frames = kw.get('seq') or 160_000
         for k, s in zip(config.conv_kernel, config.conv_stride): frames = (frames - k) // s + 1
         def example(b):
             return dict(input_values=torch.randn(b, seq, device=device),
@@ -168,31 +175,36 @@ def _lora_config(r:int):
         return LoraConfig(r=r, lora_alpha=2 * r, lora_dropout=0.0)
     return types.SimpleNamespace(r=r, target_modules=None, lora_alpha=2 * r)
 
-def plan_for(name, model, task, batch, size, optimizer, ckpt, rank, grid=None, planner=None):
-    """The plan of one setup (on meta tensors, any machine), made without the CUDA context: the rehearsal's
-    cap holds PyTorch's reserve to what it can reserve on a T4 (`usable_memory('T4', reserve=True)`) and
-    the context sits outside it, so the plan's largest batch for a card of that much memory, without its
-    context, is the one to compare with find_batch_size's under the cap.
-    `grid`: (SMs, threads per SM) of the card that measured: CUDA's reductions size their staging buffers
-    from the real card's, which the rehearsal cannot change (None: a T4's, the plan's own)."""
-    before, grid_of, usable = plan.CONTEXT_MIB, plan._grid, plan.usable_memory
-    plan.CONTEXT_MIB, plan.usable_memory = 0, lambda device: usable(device, reserve=True)
-    if grid is not None: plan._grid = lambda card: tuple(grid)
-    try: return planner() if planner is not None else _plan_for(model, task, batch, size, optimizer, ckpt, rank)
-    finally: plan.CONTEXT_MIB, plan._grid, plan.usable_memory = before, grid_of, usable
+def planned(model, grid=None, batch=8, seq=None, image_size=None, task=None, example=None, loss_fn=None,
+            optimizer='adamw', checkpointing=False, lora=None)->types.SimpleNamespace:
+    """The plan of one setup for a T4 in fp16 with a GradScaler (on meta tensors, any machine), made without the CUDA
+    context: the rehearsal's cap holds PyTorch's reserve to what it can reserve on a T4
+    (`usable_memory('T4', reserve=True)`) and the context sits outside it, so the largest batch that leaves that much
+    for the step is the one to compare with find_batch_size's under the cap. The peak and its parts leave the
+    context out. `grid`: (SMs, threads per SM) of the card that measured: CUDA's reductions size their staging
+    buffers from the real card's, which the rehearsal cannot change (None: a T4's, the plan's own)."""
+    context = mm.CONTEXT_MIB * 2**20
+    c = mm.count_run(model, batch, seq, image_size, task, example, loss_fn, optimizer, torch.float16, True, lora,
+                     checkpointing, as_card('T4'), usable_memory('T4', reserve=True) + context, 600,
+                     grid=None if grid is None else tuple(grid))
+    parts = {k: v for k, v in c.parts.items() if k != 'context'}
+    return types.SimpleNamespace(parts=parts, peak=sum(parts.values()), step_ms=c.t4.ms if c.t4 else None,
+                                 largest_plain=c.largest_plain, largest_checkpointed=c.largest_checkpointed)
 
-def _plan_for(model, task, batch, size, optimizer, ckpt, rank):
+def plan_for(name, model, task, batch, size, optimizer, ckpt, rank, grid=None):
+    "The plan of a setup of SETUPS or of the corpus (`model` 'corpus'), as `planned` makes it."
+    if model == 'corpus': return corpus_plan(name, grid)
     kw = dict(batch=batch, optimizer=optimizer, checkpointing=ckpt)
     if model == 'unet':
         if not find_spec('diffusers'): raise ModuleNotFoundError('diffusers is not installed')
-        return plan_run(_unet('meta'), example=lambda b: _unet_batch(b, 'meta'), loss_fn=_unet_loss, **kw)
+        return planned(_unet('meta'), grid, example=lambda b: _unet_batch(b, 'meta'), loss_fn=_unet_loss, **kw)
     config, _ = model_config(model)
     kw.update(image_size=size) if task == 'image-cls' else kw.update(seq=size)
-    return plan_run(config, task=task, lora=None if rank is None else _lora_config(rank), **kw)
+    return planned(config, grid, task=task, lora=None if rank is None else _lora_config(rank), **kw)
 
 def _hf_model(model, task, rank, device):
     import transformers
-    from colab_t4_nb.plan import TASKS
+    TASKS = mm.TASKS
     config, _ = model_config(model)
     if task == 'seq-cls' and config.pad_token_id is None: config.pad_token_id = 0
     if hasattr(config, 'use_cache'): config.use_cache = False
@@ -246,7 +258,7 @@ def measure(name, model, task, batch, size, optimizer, ckpt, rank, bound, plan):
         try:
             x = example(b)
             with torch.autocast('cuda', dtype=torch.float16):
-                out = m(**x)
+                out = m(**x) if isinstance(x, dict) else m(x)
                 loss = loss_fn(out, x)
             scaler[0].scale(loss).backward()  # `out` stays referenced through backward, as in the plan
             scaler[0].step(opt)
@@ -281,11 +293,14 @@ def _accelerate(name, model, task, rank):
     "accelerate estimate-memory's training figure (GiB) for the same model, built on meta tensors."
     from accelerate.commands.estimate import calculate_maximum_sizes, estimate_training_usage
     if model == 'corpus':
-        e, (config, kw) = _corpus_entry(name), plan.corpus_setup(name)
+        e, (config, kw) = _corpus_entry(name), _corpus_setup(name)
         if 'module' in e:
             from colab_t4_nb import models
             with torch.device('meta'): m = getattr(models, e['module'])()
-        else: m = plan._build(config, kw.get('task') or plan._task(config))
+        else:
+            import transformers
+            task, built, _, _ = mm.setup_inputs(config, kw.get('task'), kw.get('seq'), kw.get('image_size'))
+            with torch.device('meta'): m = getattr(transformers, mm.TASKS[task]).from_config(built)
     elif model == 'unet': m = _unet('meta')
     else: m, _ = _hf_model(model, task, None, 'meta')
     total, _ = calculate_maximum_sizes(m)
@@ -332,11 +347,10 @@ def run(out:Path, dry:bool, only:list|None, measured:dict|None=None, grid:list|N
             t = time.perf_counter()
             try:
                 g = measured[name].get('grid') or grid if measured is not None else grid
-                p = plan_for(name, model, task, batch, size, optimizer, ckpt, rank, g,
-                             planner=(lambda: corpus_plan(name)) if model == 'corpus' else None)
+                p = plan_for(name, model, task, batch, size, optimizer, ckpt, rank, g)
                 row['grid'] = g
                 alloc = sum(v for k, v in p.parts.items() if k not in ('slack', 'context'))
-                row.update(plan_gib=p.peak / GiB + plan.CONTEXT_MIB / 1024, plan_alloc_gib=alloc / GiB,
+                row.update(plan_gib=p.peak / GiB + mm.CONTEXT_MIB / 1024, plan_alloc_gib=alloc / GiB,
                            plan_reserved_gib=p.peak / GiB,
                            plan_parts_gib={k: v / GiB for k, v in p.parts.items()},
                            step_ms_t4=p.step_ms, plan_s=time.perf_counter() - t,
@@ -384,8 +398,8 @@ def main(argv=None)->int:
     ap.add_argument('--dry-run', action='store_true', help='no CUDA: build and plan each setup only')
     ap.add_argument('--only', nargs='+', help='setup names to run (default: all)')
     ap.add_argument('--corpus', nargs='*', metavar='NAME',
-                    help="setups of the plan's corpus (colab_t4_nb/files/plan/corpus.json) instead of SETUPS; "
-                         'no name: those of CORPUS')
+                    help="setups of the plan's corpus (colab_t4_nb/files/plan/corpus.json) instead of SETUPS, "
+                         "NAME@B at batch B; no name: those of CORPUS")
     ap.add_argument('--replan', metavar='MEASURED.jsonl', type=Path,
                     help="no CUDA: plan again the setups measured in an earlier run's file, and write its "
                          'measurements beside the new plans (after the plan changed, without a GPU)')
@@ -397,7 +411,7 @@ def main(argv=None)->int:
     if a.measured_on is not None:
         from colab_t4_nb.allocation import as_card
         from colab_t4_nb.core import ColabT4Error
-        try: grid = list(plan._grid(as_card(a.measured_on)))
+        try: grid = list(mm.card_grid(as_card(a.measured_on)))
         except ColabT4Error as e:
             print(f'plan_check: --measured-on {a.measured_on!r}: {e}', file=sys.stderr)
             return 2
@@ -416,7 +430,7 @@ def main(argv=None)->int:
         return 2
     if a.corpus is not None:
         a.corpus = a.corpus or list(CORPUS)
-        bad = sorted(set(a.corpus) - {e['name'] for e in plan.corpus()})
+        bad = sorted({n for n in a.corpus if n.partition('@')[0] not in {e['name'] for e in corpus()}})
         if bad:
             print(f'plan_check: --corpus {bad}: not in the corpus (colab_t4_nb/files/plan/corpus.json)', file=sys.stderr)
             return 2

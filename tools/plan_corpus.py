@@ -8,13 +8,13 @@ An answer is a plan (its verdict and figures) or a refusal (the package's error,
 Anything else, a traceback of another class or a setup past --hang seconds, is recorded as such and
 makes the script exit 1. Each setup is timed from an empty shape cache, as in a fresh process.
 """
-import argparse, json, signal, statistics, sys, time, warnings
+import argparse, json, os, platform, signal, statistics, sys, time, warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from colab_t4_nb.core import ColabT4Error, atomic_write  # noqa: E402
-from colab_t4_nb import plan  # noqa: E402
+from colab_t4_nb import memory_model, plan  # noqa: E402
 
 RECORD = ROOT/'colab_t4_nb'/'files'/'plan'/'answers.jsonl'
 
@@ -30,7 +30,7 @@ REASONS = {'passed its time limit': 'a step too long to trace in the time limit'
 def answer(name:str, hang:float=300)->dict:
     "One setup's answer: a plan's figures, or a refusal's class and message; timed from an empty shape cache."
     def stop(*_): raise Hang(f'no answer in {hang:g} s')
-    plan._SHAPES.clear()
+    memory_model.forget_shapes()
     before = signal.signal(signal.SIGALRM, stop)
     signal.alarm(int(hang))
     t = time.perf_counter()
@@ -50,7 +50,13 @@ def answer(name:str, hang:float=300)->dict:
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, before)
-    return dict(name=name, **row, seconds=round(time.perf_counter() - t, 1))
+    return dict(name=name, **row, seconds=round(time.perf_counter() - t, 1), made=_made())
+
+def _made()->str:
+    "Where and when an answer was made: the date, the CPUs and the versions that time it."
+    import torch, transformers
+    return (f'{time.strftime("%Y-%m-%d")}, {os.cpu_count()} CPUs ({platform.machine()}), '
+            f'torch {torch.__version__}, transformers {transformers.__version__}')
 
 def main(argv=None)->int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -3,7 +3,7 @@ timed by two sources on a T4. Any model that predicts one time for that workload
 off, on one of the two rows, by at least (b - a) / (a + b), a and b the two times: the floor printed
 here. Reads `rows.pkl` from `rebuild.py` (T4_FIT_CACHE).
 
-    python tools/t4_fit/conflicts.py
+    python research/t4_fit/conflicts.py
 """
 import itertools, os, sys
 from pathlib import Path

@@ -1,9 +1,9 @@
 """Write CACHE/report.md from the outputs of `rebuild.py` and `model.py` runs.
 
-Usage: python tools/t4_fit/report.py [TAG ...]   (TAG as model.py writes it, e.g. sum_final sum_robust)
+Usage: python research/t4_fit/report.py [TAG ...]   (TAG as model.py writes it, e.g. sum_final sum_robust)
 The first TAG is the headline fit; the others are shown as alternatives.
-       python tools/t4_fit/report.py --colab TAG   (the Colab-style section, e.g. sum_colab)
-       python tools/t4_fit/report.py --summary TAG ...   (one line per fit)
+       python research/t4_fit/report.py --colab TAG   (the Colab-style section, e.g. sum_colab)
+       python research/t4_fit/report.py --summary TAG ...   (one line per fit)
 """
 from __future__ import annotations
 import json, math, os, sys
@@ -144,4 +144,5 @@ def main(tags):
 
 
 if __name__ == '__main__':
+    if sys.argv[1:2] in (['-h'], ['--help']): print(__doc__); sys.exit()
     main(sys.argv[1:] or ['sum_final'])

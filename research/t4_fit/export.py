@@ -1,7 +1,7 @@
 """Copy one fit of `model.py` into the package, where `colab_t4_nb.t4` reads it.
 
-    python tools/t4_fit/export.py sum_final "<what produced it: machine, versions, date, command>"
-    python tools/t4_fit/export.py --host "<what produced it>" oracle_all onerow_all population_all
+    python research/t4_fit/export.py sum_final "<what produced it: machine, versions, date, command>"
+    python research/t4_fit/export.py --host "<what produced it>" oracle_all onerow_all population_all
 
 Writes colab_t4_nb/files/t4_fit/fit.json (the fitted parameters with their spread, and every
 bootstrap refit, for prediction ranges) and rows.csv (each published row with its in-sample and

@@ -24,9 +24,9 @@ Run with `--mode oracle`, it asks how well the card's shared physics can fit the
 that is a property of the source is free: an in-sample floor for any model of this family.
 
 Usage:
-    python tools/t4_fit/host.py --mode oracle --tag _all
-    python tools/t4_fit/host.py --mode one-row --exclude <the five DLE sources> --tag _colab1
-    python tools/t4_fit/host.py --mode oracle --gpu-factor --tag _gf_all
+    python research/t4_fit/host.py --mode oracle --tag _all
+    python research/t4_fit/host.py --mode one-row --exclude <the five DLE sources> --tag _colab1
+    python research/t4_fit/host.py --mode oracle --gpu-factor --tag _gf_all
 Writes CACHE/host_<mode><tag>.csv (per source: host time, rows, median |error|),
 CACHE/host_<mode><tag>_rows.csv (per row: its error; empty where the row set its source's host time)
 and CACHE/host_<mode><tag>.json (overall).

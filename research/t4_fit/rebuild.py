@@ -10,7 +10,8 @@ Op summaries are cached per part in `CACHE` (pickled DataFrames, one row per dis
 `count`), so a re-run only counts parts it has not seen.  Rows that cannot be rebuilt faithfully are
 listed with the reason in the `skipped` table.
 
-Usage: `python tools/t4_fit/rebuild.py` (writes `CACHE/rows.pkl`, `CACHE/skipped.csv`).
+Usage: `python research/t4_fit/rebuild.py` (writes `CACHE/rows.pkl`, `CACHE/skipped.csv`);
+`python research/t4_fit/rebuild.py dle|inference|training` rebuilds one part (`rows_<part>.pkl`).
 """
 from __future__ import annotations
 import math, os, pickle, sys, time, warnings
@@ -43,7 +44,7 @@ F16, F32 = torch.float16, torch.float32
 def _k1(name, kind, args)->bool:
     "Whether a convolution's kernel is 1x1 (every spatial dimension of the weight is 1)."
     if kind != 'conv': return False
-    try: return all(int(x) == 1 for x in t4._conv_args(name, args)[1].shape[2:])
+    try: return all(int(x) == 1 for x in t4.conv_args(name, args)[1].shape[2:])
     except Exception: return False
 
 
@@ -51,7 +52,7 @@ def _k3(name, kind, args)->bool:
     "Whether a convolution is dense 3x3, stride 1, dilation 1 and not transposed: the shapes Winograd takes."
     if kind != 'conv': return False
     try:
-        _, w, transposed, groups = t4._conv_args(name, args)
+        _, w, transposed, groups = t4.conv_args(name, args)
         stride, dilation = (args[4], args[6]) if name == 'convolution_backward' else (args[3], args[5])
         return (tuple(int(x) for x in w.shape[2:]) == (3, 3) and int(groups) == 1 and not transposed
                 and all(int(x) == 1 for x in (*stride, *dilation)))
@@ -62,7 +63,7 @@ def _gw(name, kind, args)->int:
     "A grouped convolution's output channels per group (the width of each group's product); 0 otherwise."
     if kind != 'conv': return 0
     try:
-        _, w, transposed, groups = t4._conv_args(name, args)
+        _, w, transposed, groups = t4.conv_args(name, args)
         if int(groups) == 1: return 0
         return int(w.shape[1]) if transposed else int(w.shape[0]) // int(groups)
     except Exception: return 0
@@ -85,7 +86,7 @@ class ShapeCounter(t4.WorkCounter):
 def count_ops(fn, *args)->pd.DataFrame:
     """Ops of one call of `fn(*args)` (as `t4.count_work` counts them), grouped: one row per
     distinct (name, kind, dtype, flops, nbytes, aligned, grouped) with its `count`."""
-    with t4._sdpa_t4(), t4._fused_attention(), t4._dropout_as_on_gpu(), ShapeCounter() as wc: fn(*args)
+    with t4.sdpa_t4(), t4.fused_attention(), t4.dropout_as_on_gpu(), ShapeCounter() as wc: fn(*args)
     d = pd.DataFrame([(o.name, o.kind, o.dtype, o.flops, o.nbytes, o.aligned, o.grouped, k, k3, gw)
                       for o, k, k3, gw in zip(wc.ops, wc.k1, wc.k3, wc.gw)], columns=COLS)
     g = d.groupby(COLS, as_index=False).size().rename(columns={'size': 'count'})
@@ -530,7 +531,7 @@ def inference_rows(d:pd.DataFrame):
                 b = int(r.batch)
                 key = f'resnext50_fp32_b{b}'
                 def mk(b=b):
-                    with torch.device(META): net = models._resnet((3, 4, 6, 3), 128, 32, 2, False, 1000).eval()
+                    with torch.device(META): net = models.resnet((3, 4, 6, 3), 128, 32, 2, False, 1000).eval()
                     x = torch.zeros(b, 3, 224, 224, device=META)
                     def fwd():
                         with torch.no_grad(): net(x)
@@ -602,4 +603,8 @@ def main(only:str|None=None):
 
 
 if __name__ == '__main__':
-    main(sys.argv[1] if len(sys.argv) > 1 else None)
+    arg = sys.argv[1] if len(sys.argv) > 1 else None
+    if arg in ('-h', '--help'): print(__doc__); sys.exit()
+    if arg not in (None, 'dle', 'inference', 'training'):
+        sys.exit(f'unknown part {arg!r}: give none (every row), dle, inference or training')
+    main(arg)

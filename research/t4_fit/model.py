@@ -35,14 +35,14 @@ layer/group norm at their own bandwidth), --throttle (a duty-dependent fp16 cloc
 --ngc (a GPU-time factor for NGC-container rows), --k1-gemm (1x1 convs at the matmul rate, no new
 parameter), --combine mix (ov), --t-mm (the size curve as a fixed time per product, t_mm, instead of
 the fixed size f_half), --combine pnorm (kp), --wino (wino32), --grp-tf (grp_tf), --grp-width (gw_half: grouped convs by
-their width per group, in place of grp). Their LOSO results are in tools/t4_fit/README.md.
+their width per group, in place of grp). Their LOSO results are in research/t4_fit/LOG.md.
 
 Fit: least squares on log(predicted / published), each source weighted equally (rows of a source
 share a weight of 1/n), plus a weak log-normal prior that keeps a parameter near its datasheet value
 only where the data are silent (a leave-one-source-out fold can remove all rows that move it).
 
-Usage (the headline fit of tools/t4_fit/README.md):
-    python tools/t4_fit/model.py --combine sum --fix u16=8 --size-curve matmul --boot 30 --tag _final
+Usage (the headline fit of research/t4_fit/README.md):
+    python research/t4_fit/model.py --combine sum --fix u16=8 --size-curve matmul --boot 30 --tag _final
 Writes CACHE/rows_<tag>.csv, loso_<tag>.csv, params_<tag>.csv and overall_<tag>.json.
 """
 from __future__ import annotations

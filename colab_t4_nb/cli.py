@@ -94,6 +94,8 @@ def _plan_parser(sub):
     pl.add_argument('--samples', type=int, help='samples in one epoch (default: no run time)')
     pl.add_argument('--epochs', type=float, help='passes over them (default: 1)')
     pl.add_argument('--device', help="the card to plan for (default: T4, or the setup's)")
+    pl.add_argument('--step-ms', type=float, help="one training step timed on the run's card at the batch, in ms: "
+                    'the hours, sessions and checkpoint cadence from it instead of the T4 prediction')
     pl.add_argument('--json', action='store_true', help='print one JSON object')
 
 # %% ../nbs/07_cli.ipynb #e84da674
@@ -128,6 +130,7 @@ def _plan(args:argparse.Namespace)->int:
     if args.lora_rank is not None:
         kw['lora'] = types.SimpleNamespace(r=args.lora_rank, target_modules=None)
     p = plan_run(config, **kw)
+    if args.step_ms is not None: p = p.measured(args.step_ms)
     if args.json: print(json.dumps(p.as_dict(), indent=1))
     else: print('\n'.join([p.verdict, p.setup] + [f"  {k.strip('*'):<14} {v.replace('**', '')}"
                                                  for k, v in p.as_rows()]))

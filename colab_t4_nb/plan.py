@@ -5,7 +5,7 @@
 # %% ../nbs/05b_plan.ipynb #e61ef647
 from __future__ import annotations
 import functools, inspect, json, math, types
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from typing import Callable
 
@@ -20,7 +20,6 @@ from .memory import usable_memory
 from .t4 import T4Estimate
 from .persistence import DEFAULT_EVERY_MINUTES, SessionClock
 from .memory_model import MODELS, OPTIMIZERS, TASKS, count_run, model_config
-
 
 # %% auto #0
 __all__ = ['RunPlan', 'plan_run']
@@ -128,6 +127,8 @@ def as_rows(self:RunPlan)->list:
     rows += [('**peak**', f'**{self.peak / GiB:.2f} GiB** of {self.usable / GiB:.2f} usable'),
              ('largest batch', f'{most(self.largest_plain)} plain, {ck}')]
     if self.step_ms is None: rows.append((f'{self.card} step', "not predicted: the time model is a T4's"))
+    elif self.bound == 'measured':
+        rows.append((f'{self.card} step', f'{self.step_ms:,.0f} ms, measured; {self.samples_per_s:,.1f} samples/s'))
     else: rows.append((f'{self.card} step', f'{self.step_ms:,.0f} ms ({self.step_low_ms:,.0f}-'
                                             f'{self.step_high_ms:,.0f}), {self.bound}-bound; '
                                             f'{self.samples_per_s:,.1f} samples/s'))
@@ -139,6 +140,14 @@ def as_rows(self:RunPlan)->list:
     rows.append(('checkpoint', f'{self.checkpoint_bytes / 1e9:.2f} GB: {self.drive_checkpoints} fit '
                                f'in 15 GB of Drive; save every {every}'))
     return rows
+
+# %% ../nbs/05b_plan.ipynb #2d0e7eb6
+@patch
+def measured(self:RunPlan, step_ms:float, # one training step at the plan's batch, timed on the run's card (ms)
+            )->RunPlan:
+    "The plan with a measured step time in place of the predicted one: hours, sessions and checkpoint cadence follow."
+    ms = check_num('step_ms', step_ms)
+    return replace(self, step_ms=ms, step_low_ms=ms, step_high_ms=ms, bound='measured', t4=None)
 
 # %% ../nbs/05b_plan.ipynb #c74b4db9
 def plan_run(model, # a transformers config, or an nn.Module built on meta tensors

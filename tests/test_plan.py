@@ -18,6 +18,15 @@ def test_plan_gpt2_json_from_a_fresh_interpreter(cpu_env):
     assert abs(d['peak_gib'] - sum(d['parts_gib'].values())) < 0.01, d
     assert wall < 30, f'colab-t4 plan --model gpt2 took {wall:.1f} s'
 
+def test_plan_with_a_measured_step(cpu_env):
+    "--step-ms puts a step timed on the run's card in place of the T4 prediction: the hours follow from it."
+    r = colab_t4(['plan', '--model', 'gpt2', '--samples', '1000', '--step-ms', '412', '--json'], cpu_env)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d['step_ms'] == 412 and d['run_hours'] == round(-(-1000 // d['batch']) * 412 / 3.6e6, 3), d
+    r = colab_t4(['plan', '--model', 'gpt2', '--step-ms', '-1'], cpu_env)
+    assert r.returncode == 1 and 'step_ms must be a number > 0' in r.stderr, r.stderr
+
 def test_plan_table_and_errors(cpu_env, tmp_path):
     "The table starts with the verdict; a bad value is one line on stderr and status 1, a missing file too."
     r = colab_t4(['plan', '--model', 't5-small', '--seq', '128', '--batch', '4', '--optimizer', 'sgd'], cpu_env)

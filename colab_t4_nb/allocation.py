@@ -70,9 +70,9 @@ def native_bf16(cc:tuple|None # compute capability, e.g. (7, 5)
 
 # %% ../nbs/00a_allocation.ipynb #c83d9d7c
 _DS = "NVIDIA {} datasheet"
-_ROWS = [
-  # key, family, arch, cc, sms, cores, mem_gb, mem_type,
-  # bw, fp32, tf32, fp16, bf16, int8, tc, tdp, pattern, source
+# key, family, arch, cc, sms, cores, mem_gb, mem_type,
+# bw, fp32, tf32, fp16, bf16, int8, tc, tdp, pattern, source
+_KEPLER_PASCAL = [
   ('K80', 'K80', 'Kepler', (3,7), 13, 2496, 12, 'GDDR5',
    240, 4.37, None, None, None, None, False, 150,
    r'\bK80\b', 'NVIDIA Tesla K80 board specification (one of the two dies)'),
@@ -82,6 +82,10 @@ _ROWS = [
   ('P100', 'P100', 'Pascal', (6,0), 56, 3584, 16, 'HBM2',
    732, 9.3, None, 18.7, None, None, False, 250,
    r'\bP100\b', _DS.format('Tesla P100 PCIe')),
+]
+
+# %% ../nbs/00a_allocation.ipynb #a60e0257
+_TURING_VOLTA = [
   ('T4', 'T4', 'Turing', (7,5), 40, 2560, 16, 'GDDR6',
    320, 8.1, None, 65, None, 130, True, 70,
    r'\bT4\b', _DS.format('T4 Tensor Core GPU')),
@@ -91,6 +95,10 @@ _ROWS = [
   ('V100-SXM2', 'V100', 'Volta', (7,0), 80, 5120, 16, 'HBM2',
    900, 15.7, None, 125, None, None, True, 300,
    r'\bV100\b(?!.*PCIE)', _DS.format('V100 Tensor Core GPU')),
+]
+
+# %% ../nbs/00a_allocation.ipynb #ced40aa0
+_AMPERE_ADA = [
   ('A100-PCIE-40GB', 'A100', 'Ampere', (8,0), 108, 6912, 40, 'HBM2',
    1555, 19.5, 156, 312, 312, 624, True, 250,
    r'\bA100\b(?!.*80GB)(?=.*PCIE)', _DS.format('A100 Tensor Core GPU')),
@@ -122,6 +130,10 @@ _ROWS = [
   ('RTX 4090', 'RTX 4090', 'Ada Lovelace', (8,9), 128, 16384, 24, 'GDDR6X',
    1008, 82.6, 82.6, 165.2, 165.2, 660.6,
    True, 450, r'RTX 4090(?!\s*(D\b|LAPTOP))', 'NVIDIA Ada GPU Architecture whitepaper'),
+]
+
+# %% ../nbs/00a_allocation.ipynb #b4243125
+_HOPPER = [
   ('H100-PCIE', 'H100', 'Hopper', (9,0), 114, 14592, 80, 'HBM2e',
    2000, 51, 378, 756, 756, 1513, True, 350,
    r'\bH100\b(?=.*PCIE)', _DS.format('H100 Tensor Core GPU')),
@@ -132,7 +144,9 @@ _ROWS = [
    4800, 67, 494.7, 989.4, 989.4, 1979, True, 700,
    r'\bH200\b(?!.*NVL)', _DS.format('H200 Tensor Core GPU')),
 ]
-SPECS = {r[0]: GPUSpec(*r) for r in _ROWS}
+
+# %% ../nbs/00a_allocation.ipynb #86c18f18
+SPECS = {r[0]: GPUSpec(*r) for r in _KEPLER_PASCAL + _TURING_VOLTA + _AMPERE_ADA + _HOPPER}
 
 # %% ../nbs/00a_allocation.ipynb #31bab0d7
 def spec_table()->pd.DataFrame:

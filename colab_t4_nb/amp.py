@@ -208,6 +208,62 @@ def _check_step_args(opt, loss_fn, clip, scaler):
     check_type('scaler', scaler, (bool, torch.amp.GradScaler),
                'True, False or a torch.amp.GradScaler', none=True)
 
+# %% ../nbs/01_amp.ipynb #a46ff371
+def _scaler_for(dev:torch.device, choice:AmpChoice, scaler)->torch.amp.GradScaler|None:
+    "The step's GradScaler: the one given, or a new one exactly for fp16; None when disabled."
+    if scaler not in (None, False) and choice.dtype == torch.bfloat16:
+        raise ArgumentError('bf16 has the range of fp32 and needs no GradScaler: '
+                            'leave `scaler` out, or train in fp16.')
+    if scaler is None or scaler is True:
+        scaler = torch.amp.GradScaler(dev.type, enabled=bool(scaler or choice.scaler))
+    return scaler if scaler and scaler.is_enabled() else None
+
+# %% ../nbs/01_amp.ipynb #d8c77413
+def _found_inf(scaler:torch.amp.GradScaler, opt:torch.optim.Optimizer)->torch.Tensor|None:
+    "The overflow flag `scaler.step` left for `opt`, still on the device; None before any step."
+    st = getattr(scaler, '_per_optimizer_states', {}).get(id(opt))
+    infs = list(st['found_inf_per_device'].values()) if st else []
+    return infs[0] if infs else None
+
+# %% ../nbs/01_amp.ipynb #c8e5b39d
+def _next_scale(scaler:torch.amp.GradScaler, scale:float, tracker:int, bad:bool)->tuple:
+    "(loss scale, clean steps counted) after a step, by `scaler`'s rule, computed on the host."
+    if bad: return scale * scaler.get_backoff_factor(), 0
+    if tracker + 1 != scaler.get_growth_interval(): return scale, tracker + 1
+    grown = scale * scaler.get_growth_factor()
+    return (grown if math.isfinite(grown) else scale), 0
+
+# %% ../nbs/01_amp.ipynb #d48081d6
+def _fetch(pending:list, scaler:torch.amp.GradScaler|None)->tuple:
+    "(losses, bad or not, the scaler's scale) of the `pending` (loss, flag) pairs, in one transfer."
+    losses = [l.float().reshape(()) for l, _ in pending]
+    flags = [(~torch.isfinite(l) if f is None else f.to(l.device)).float().reshape(())
+             for l, (_, f) in zip(losses, pending)]
+    extra = ([scaler._get_scale_async().float().reshape(()).to(losses[0].device)]
+             if scaler else [])
+    vals, n = torch.stack(losses + flags + extra).tolist(), len(losses)
+    return vals[:n], [v > 0 for v in vals[n:2*n]], (vals[-1] if scaler else None)
+
+# %% ../nbs/01_amp.ipynb #1e3c1dfa
+def _skipped_steps_error(log:list, bad:int, scaled:bool)->SkippedStepsError:
+    "The error after `bad` bad steps in a row of `log`: what happened and what to do about it."
+    h = pd.DataFrame(log).set_index('step')
+    last = h.iloc[-bad:]
+    if scaled:
+        what = ('were skipped by the loss scaler (inf/NaN gradients); the loss scale fell '
+                f'{last.scale.iloc[0]:g} -> {last.scale.iloc[-1]:g}')
+    else: what = 'had a non-finite loss (without a loss scaler nothing skips them)'
+    if math.isfinite(last.loss.iloc[-1]):
+        way = ('The loss is finite but its gradients overflow fp16 at every scale tried: '
+               'train in bf16 where the card has it '
+               'natively, or find the layer that overflows.')
+    else:
+        way = ('The loss itself is not finite: '
+               'check the batch for inf/NaN and lower the learning rate.')
+    return SkippedStepsError(f'{bad} training steps in a row {what}; '
+                             f'last loss {last.loss.iloc[-1]}. {way} '
+                             "The record is in this error's `.history`.", h)
+
 # %% ../nbs/01_amp.ipynb #d764029e
 class AmpStep:
     ("One training step: autocast, loss scaling where the precision needs it, clipping, "
@@ -230,12 +286,7 @@ class AmpStep:
         if check_every is not None: check_every = _check_int('check_every', check_every)
         store_attr('model,opt,loss_fn,clip,max_skips')
         self.choice = amp_choice(dev, dtype)
-        if scaler not in (None, False) and self.choice.dtype == torch.bfloat16:
-            raise ArgumentError('bf16 has the range of fp32 and needs no GradScaler: '
-                                'leave `scaler` out, or train in fp16.')
-        if scaler is None or scaler is True:
-            scaler = torch.amp.GradScaler(dev.type, enabled=bool(scaler or self.choice.scaler))
-        self.scaler = scaler if scaler and scaler.is_enabled() else None
+        self.scaler = _scaler_for(dev, self.choice, scaler)
         self.check_every = check_every or (1 if dev.type == 'cpu' else 16)
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.log, self._pending, self._bad, self.reads = [], [], 0, 0
@@ -243,59 +294,23 @@ class AmpStep:
             sd = self.scaler.state_dict()
             self._scale, self._tracker = sd['scale'], sd['_growth_tracker']
 
-    def _found_inf(self):
-        st = getattr(self.scaler, '_per_optimizer_states', {}).get(id(self.opt))
-        infs = list(st['found_inf_per_device'].values()) if st else []
-        return infs[0] if infs else None
-
-    def _next_scale(self, bad:bool):
-        s = self.scaler
-        if bad: self._scale, self._tracker = self._scale * s.get_backoff_factor(), 0
-        else:
-            self._tracker += 1
-            if self._tracker == s.get_growth_interval():
-                grown = self._scale * s.get_growth_factor()
-                self._scale, self._tracker = (grown if math.isfinite(grown) else self._scale), 0
-
     def _read(self, check:bool=True):
         ("Fetch the pending record in one transfer; "
          "raise `SkippedStepsError` after `max_skips` bad steps in a row.")
         if not self._pending: return
-        losses = [l.float().reshape(()) for l, _ in self._pending]
-        flags = [(~torch.isfinite(l) if f is None else f.to(l.device)).float().reshape(())
-                 for l, (_, f) in zip(losses, self._pending)]
-        extra = ([self.scaler._get_scale_async().float().reshape(()).to(losses[0].device)]
-                 if self.scaler else [])
-        vals = torch.stack(losses + flags + extra).tolist()
-        n = len(losses)
-        for loss, flag in zip(vals[:n], vals[n:2*n]):
-            bad = flag > 0
+        losses, bads, scale = _fetch(self._pending, self.scaler)
+        for loss, bad in zip(losses, bads):
             self.log.append({'step': len(self.log), 'loss': loss,
                              'scale': self._scale if self.scaler else None,
                              'skipped': bad and self.scaler is not None, 'finite': math.isfinite(loss)})
-            if self.scaler: self._next_scale(bad)
+            if self.scaler:
+                self._scale, self._tracker = _next_scale(self.scaler, self._scale, self._tracker,
+                                                         bad)
             self._bad = self._bad + 1 if bad else 0
-        if self.scaler: self._scale = vals[-1]
+        if self.scaler: self._scale = scale  # anchored to the scaler's own value
         self._pending, self.reads = [], self.reads + 1
-        if check and self._bad >= self.max_skips: raise self._error()
-
-    def _error(self)->SkippedStepsError:
-        h = pd.DataFrame(self.log).set_index('step')
-        last = h.iloc[-self._bad:]
-        if self.scaler:
-            what = ('were skipped by the loss scaler (inf/NaN gradients); the loss scale fell '
-                    f'{last.scale.iloc[0]:g} -> {last.scale.iloc[-1]:g}')
-        else: what = 'had a non-finite loss (without a loss scaler nothing skips them)'
-        if math.isfinite(last.loss.iloc[-1]):
-            way = ('The loss is finite but its gradients overflow fp16 at every scale tried: '
-                   'train in bf16 where the card has it '
-                   'natively, or find the layer that overflows.')
-        else:
-            way = ('The loss itself is not finite: '
-                   'check the batch for inf/NaN and lower the learning rate.')
-        return SkippedStepsError(f'{self._bad} training steps in a row {what}; '
-                                 f'last loss {last.loss.iloc[-1]}. {way} '
-                                 "The record is in this error's `.history`.", h)
+        if check and self._bad >= self.max_skips:
+            raise _skipped_steps_error(self.log, self._bad, scaled=self.scaler is not None)
 
     def _repr_markdown_(self):
         h = self.history
@@ -312,7 +327,7 @@ class AmpStep:
             nn.utils.clip_grad_norm_(self.params, self.clip)
         if self.scaler:
             self.scaler.step(self.opt)
-            found = self._found_inf()
+            found = _found_inf(self.scaler, self.opt)
             self.scaler.update()
         else: self.opt.step(); found = None
         self.opt.zero_grad(set_to_none=True)

@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 from .allocation import as_card, GPUSpec, NoGPUError, SPECS, spec_for
 from .core import (LIMITS, ColabT4Error, ArgumentError, oom_kind, stop_on_signals, check_callable,
                               check_choice, check_flag, check_int, check_num, check_path,
-                              check_seq, check_str, check_type)
+                              check_seq, check_str, check_type, chart_figure)
 from .amp import AmpStep, amp_choice, no_tf32, parse_dtype, plain_amp_step
 from .models import (Encoder, token_batch, token_loss, UNet, cls_batch, hf_bert,
                                 resnet50, seg_batch, seq_cls_loss)
@@ -905,7 +905,7 @@ def _panel(ax, bars:list, title:str, unit:str):
                 transform=ax.transAxes)
         ax.set_yticks([])
     ax.bar(range(len(bars)), [b[1] for b in bars], color=[_COLORS[b[2]] for b in bars])
-    ax.set_xticks(range(len(bars)), [b[0] for b in bars], fontsize=6, rotation=35, ha='right')
+    ax.set_xticks(range(len(bars)), [b[0] for b in bars], fontsize=7, rotation=35, ha='right')
     ax.set_title(title, fontsize=9); ax.set_ylabel(unit, fontsize=8)
 
 # %% ../nbs/04_benchmarks.ipynb #c6f30262
@@ -914,10 +914,9 @@ def plot_suite(df:pd.DataFrame # `run_suite`'s table
     ("The guide's figures beside the measured ones and their T4 predictions; CPU rows on a row of "
      "their own.")
     df = _table('df', df)
-    from matplotlib.figure import Figure
     from matplotlib.patches import Patch
     cpu = bool(df.note.str.contains('CPU quick shapes').any()) if len(df) else False
-    fig = Figure(figsize=(15, 7.2 if cpu else 4.2), layout='constrained')
+    fig = chart_figure((15, 7.2 if cpu else 4.2))
     grid = fig.subplots(2 if cpu else 1, len(_PANELS), squeeze=False)
     drawn = set()
     for j, (w, m) in enumerate(_PANELS):

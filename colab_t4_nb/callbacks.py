@@ -4,7 +4,7 @@
 
 # %% ../nbs/06b_callbacks.ipynb #962ddce2
 from __future__ import annotations
-import importlib, os, shutil, tempfile, threading, time, warnings, weakref
+import importlib, json, os, shutil, tempfile, threading, time, warnings, weakref
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Callable
@@ -20,7 +20,8 @@ from .monitoring import FIELDS, GPUMonitor
 from .checkpoint_format import (CheckpointCorrupt, CheckpointError, CheckpointMismatch,
                                            CheckpointWarning)
 from .persistence import (DEFAULT_EVERY_MINUTES, CheckpointManager, ResumableLoader, SessionClock,
-                                     drive_checkpoints, rng_state, set_rng_state)
+                                     base_change, drive_checkpoints, model_state, rng_state,
+                                     set_rng_state)
 
 # %% auto #0
 __all__ = ['HFCallback', 'hf_precision', 'batch_plan', 'hf_settings', 'LightningCallback', 'lightning_precision', 'KerasCallback',
@@ -75,13 +76,13 @@ def _unpack(files, dest:Path)->Path:
 # %% ../nbs/06b_callbacks.ipynb #605abff5
 class _Schedule:
     "When to save: every N steps, every M minutes, the last step, and before a session cut."
-    def __init__(self, every_steps, every_minutes, session, clock):
+    def __init__(self, every_steps, every_minutes, session):
         self.every_steps = check_int('every_steps', every_steps, 1, none=True)
         self.every_minutes = check_num('every_minutes', every_minutes, none=True)
         if session is not None and not isinstance(session, SessionClock):
             raise ArgumentError('session must be a SessionClock, None or False, got '
                                 f'{type(session).__name__}.')
-        self.session, self.clock, self.last = session, clock, clock()
+        self.session, self.last = session, time.monotonic()
 
 # %% ../nbs/06b_callbacks.ipynb #cacd6a1c
 @patch
@@ -89,7 +90,7 @@ def decide(self:_Schedule, step:int, last:bool=False)->tuple:
     "(save now, stop now) after `step` steps."
     cut = self.session.due() if self.session is not None else None
     minutes = self.every_minutes is not None and \
-        self.clock() - self.last >= self.every_minutes * 60
+        time.monotonic() - self.last >= self.every_minutes * 60
     steps = self.every_steps is not None and step % self.every_steps == 0
     return bool(last or cut or steps or minutes), cut == 'session'
 
@@ -133,20 +134,9 @@ def _gpu_figures(mon)->dict:
     rows = mon.latest() or mon.sample_once()
     return {f'gpu{int(r[1])}_{k}': float(r[2 + FIELDS.index(k)]) for r in rows for k in _LOGGED}
 
-# %% ../nbs/06b_callbacks.ipynb #76484f75
-class _Saver:
-    "The manager, the schedule, the monitor and the report that the three callbacks share."
-    _clock = staticmethod(time.monotonic)  # seconds, for `every_minutes`; tests patch it
-
-    def _setup(self, run, every_steps, every_minutes, session, monitor):
-        self.ckpt, self._training = _manager(run), None
-        self._claim()
-        self.schedule = _Schedule(every_steps, every_minutes, _default_session(session),
-                                  self._clock)
-        self.monitor, self._own_monitor = _monitor(monitor)
-        self.saves, self.resumed_from, self.stopped, self._tmp = 0, None, None, None
-        self._resumed = None  # the state of the checkpoint resumed from
-
+# %% ../nbs/06b_callbacks.ipynb #21c31b61
+class _FolderClaim:
+    "One callback of this process saves to a folder; a cell run again takes it over."
     def _live(self)->bool:
         "True while this callback's training runs in another thread of this process."
         t = self._training
@@ -165,13 +155,25 @@ class _Saver:
             old.ckpt.release()  # a cell run again: the earlier callback's training is over
         _CKPTS[key] = self
 
+# %% ../nbs/06b_callbacks.ipynb #76484f75
+class _Saver(_FolderClaim):
+    "The manager, the schedule, the monitor and the report that the three callbacks share."
+
+    def _setup(self, run, every_steps, every_minutes, session, monitor):
+        self.ckpt, self._training = _manager(run), None
+        self._claim()
+        self.schedule = _Schedule(every_steps, every_minutes, _default_session(session))
+        self.monitor, self._own_monitor = _monitor(monitor)
+        self.saves, self.resumed_from, self.stopped, self._tmp = 0, None, None, None
+        self._resumed = None  # the state of the checkpoint resumed from
+
     __repr__ = basic_repr('ckpt,saves,resumed_from')
 
     def _start(self):
         "Training starts: minutes count from now; our monitor samples (one a crashed run left stops)."
         self._claim()
         self._training = threading.get_ident()
-        self.schedule.last = self.schedule.clock()
+        self.schedule.last = time.monotonic()
         if self._own_monitor and not self.monitor.running:
             for m in list(_SAMPLING): m.stop()
             self.monitor.start(); _SAMPLING.add(self.monitor)
@@ -185,7 +187,7 @@ class _Saver:
     def _store(self, step:int, framework:str, **state):
         "Save `state` (the framework's name with it) as the checkpoint of `step`."
         self.ckpt.save(step, framework=framework, **state)
-        self.saves += 1; self.schedule.last = self.schedule.clock()
+        self.saves += 1; self.schedule.last = time.monotonic()
 
     def _newest(self, framework:str)->dict|None:
         "The state of the newest good checkpoint (None if none); another framework's is refused."
@@ -224,13 +226,18 @@ class HFCallback(_Saver, _Lazy):
         super().__init__()
         self._setup(run, every_steps, every_minutes, session, monitor)
         self._epoch_rng = None  # the random state as the epoch began
+        self._model = None  # the Trainer's model, weakly: a resume checks its frozen base
 
 # %% ../nbs/06b_callbacks.ipynb #b5ae0e4b
 @patch
 def train_kwargs(self:HFCallback)->dict:
     "`trainer.train(**cb.train_kwargs())`: `resume_from_checkpoint` of the newest good checkpoint."
     folder = self._restore('transformers')
-    return {} if folder is None else {'resume_from_checkpoint': str(folder)}
+    if folder is None: return {}
+    try: _put_base_back(folder, self._resumed, self._model and self._model(),
+                        self.ckpt.last_loaded.path.name)
+    except BaseException: self._end(); raise  # the folder goes
+    return {'resume_from_checkpoint': str(folder)}
 
 # %% ../nbs/06b_callbacks.ipynb #8abeb33f
 def _hf_batch(args)->list:
@@ -248,6 +255,9 @@ def on_train_begin(self:HFCallback, args, state, control, **kwargs):
                             'their random streams from one epoch to the next, but a resumed run '
                             'starts new ones: it would train on other random draws than the '
                             'uninterrupted run. Leave dataloader_persistent_workers=False.')
+    if (r := self._resumed) is not None and self._model is None and 'model' in kwargs:
+        # a callback the Trainer got after it was made: the base is checked now
+        _check_base(r, kwargs['model'], self.ckpt.last_loaded.path.name)
     self._start()
     was, now = (self._resumed or {}).get('batch'), _hf_batch(args)
     if was is not None and list(was) != now:
@@ -258,8 +268,9 @@ def on_train_begin(self:HFCallback, args, state, control, **kwargs):
                       'with.', CheckpointWarning, stacklevel=2)
 
 @patch
-def on_init_end(self:HFCallback, args, state, control, **kwargs):
+def on_init_end(self:HFCallback, args, state, control, model=None, **kwargs):
     args.restore_callback_states_from_checkpoint = True  # early stopping's counters on resume
+    if model is not None: self._model = weakref.ref(model)
 
 # %% ../nbs/06b_callbacks.ipynb #df04d18a
 @patch
@@ -270,11 +281,62 @@ def on_step_end(self:HFCallback, args, state, control, **kwargs):
 
 # %% ../nbs/06b_callbacks.ipynb #8977596e
 @patch
-def on_save(self:HFCallback, args, state, control, **kwargs):
+def on_save(self:HFCallback, args, state, control, model=None, **kwargs):
     folder = Path(args.output_dir)/f'checkpoint-{state.global_step}'
     if args.should_save and folder.is_dir():
-        self._store(state.global_step, 'transformers', files=_pack(folder),
+        files, base, left = _pack(folder), None, {}
+        if model is not None: files, base, left = _without_base(files, model)
+        self._store(state.global_step, 'transformers', files=files, base=base, left_out=left,
                     epoch_rng=self._epoch_rng, batch=_hf_batch(args))
+
+# %% ../nbs/06b_callbacks.ipynb #07fb6ad3
+def _safetensors(data:bytes)->tuple:
+    "The tensors of a safetensors file's bytes, and its metadata."
+    n = int.from_bytes(data[:8], 'little')
+    tensors = require('safetensors', 'HFCallback', 'safetensors.torch').load(data)
+    return tensors, json.loads(data[8:8 + n]).get('__metadata__')
+
+def _without_base(files:dict, model)->tuple:
+    "A Trainer checkpoint's `files` less `model`'s frozen base; its fingerprint; what was left out."
+    keep, base = model_state(model)
+    if base is None: return files, None, {}
+    frozen = set(getattr(model, '_orig_mod', model).state_dict()) - set(keep)
+    out, left = dict(files), {}
+    for name, t in files.items():  # the model's weights (a PEFT model's adapter holds no base)
+        if not name.endswith('.safetensors') or Path(name).name.startswith('adapter_'): continue
+        tensors, meta = _safetensors(t.numpy().tobytes())
+        if not (drop := sorted(frozen & set(tensors))): continue
+        kept = {k: v for k, v in tensors.items() if k not in frozen}
+        out[name] = _bytes_tensor(require('safetensors', 'HFCallback', 'safetensors.torch')
+                                  .save(kept, metadata=meta))
+        left[name] = drop
+    return out, base, left
+
+# %% ../nbs/06b_callbacks.ipynb #5c91731d
+def _check_base(st:dict, model, name:str):
+    "Refuse to resume Trainer checkpoint `st` (file `name`) into a model on another frozen base."
+    if why := base_change(st.get('base'), model_state(model)[1]):
+        raise CheckpointMismatch(f'{name} was trained on another base: {why}. Load the base '
+                                 'the run was trained on (the same model, revision and '
+                                 'quantization) before trainer.train(), or give this run another '
+                                 'folder.')
+
+def _put_base_back(folder:Path, st:dict, model, name:str):
+    "Check `model`'s frozen base against checkpoint `st`; put its tensors back into `folder`'s files."
+    left = st.get('left_out') or {}
+    if model is None:
+        if left: raise CheckpointError(f'{name} holds the model without its frozen base, which '
+                                       "HFCallback takes from the Trainer's model: give the "
+                                       'callback to Trainer(..., callbacks=[cb]) before calling '
+                                       'cb.train_kwargs().')
+        return  # checked as training begins
+    _check_base(st, model, name)
+    live = getattr(model, '_orig_mod', model).state_dict()
+    files = require('safetensors', 'HFCallback', 'safetensors.torch')
+    for file, keys in left.items():
+        tensors, meta = _safetensors((folder/file).read_bytes())
+        tensors.update({k: live[k].detach().to('cpu', copy=True).contiguous() for k in keys})
+        files.save_file(tensors, folder/file, metadata=meta)
 
 # %% ../nbs/06b_callbacks.ipynb #c882df5c
 @patch
@@ -320,15 +382,20 @@ def batch_plan(effective:int, # the effective batch wanted: per-device batch x a
 
 # %% ../nbs/06b_callbacks.ipynb #42995052
 def _hf_probe(model, dataset, collate_fn, choice:AmpChoice)->Callable:
-    "`probe(batch_size)`: one forward and backward pass of `model` on samples of `dataset`."
+    "`probe(batch_size)`: a forward and backward pass of `model` in training mode, as the Trainer runs it."
     if collate_fn is None: collate_fn = require('transformers', 'hf_settings').default_data_collator
     dev = next(model.parameters()).device
     def probe(bs):
         batch = collate_fn([dataset[i % len(dataset)] for i in range(bs)])
         batch = {k: v.to(dev) if torch.is_tensor(v) else v for k, v in batch.items()}
-        with choice.autocast(): loss = model(**batch).loss
-        loss.backward()
-        model.zero_grad(set_to_none=True)
+        was = model.training  # `from_pretrained` gives eval mode: no dropout, no gradient checkpointing
+        try:
+            model.train()
+            with choice.autocast(): loss = model(**batch).loss
+            loss.backward()
+        finally:  # also after an out-of-memory error in the middle of the backward pass
+            model.zero_grad(set_to_none=True)
+            model.train(was)
     return probe
 
 # %% ../nbs/06b_callbacks.ipynb #81d2d7ce

@@ -62,7 +62,8 @@ def info_text(d:dict # an `info_dict`
 _PLAN_MODELS = ('gpt2', 'bert-base', 'vit-base', 't5-small', 'llama-1b')  # `MODELS` of the plan page
 _PLAN_TASKS = ('causal-lm', 'seq-cls', 'masked-lm', 'image-cls', 'seq2seq', 'token-cls', 'ctc',
                'speech-seq2seq', 'contrastive', 'semantic-seg', 'image-to-text')  # its `TASKS`
-_PLAN_OPTIMIZERS = ('adamw', 'sgd', 'adafactor', 'adamw8bit')  # its `OPTIMIZERS`
+_PLAN_OPTIMIZERS = ('adamw', 'sgd', 'adafactor', 'adamw8bit', 'paged_adamw8bit')  # its `OPTIMIZERS`
+_PLAN_QUANTS = ('nf4', 'fp4', 'int8')  # its `QUANTS`
 
 def _corpus_names()->tuple:
     "The setups of the plan page's corpus (`corpus()`), read from its file without PyTorch."
@@ -75,7 +76,8 @@ def _plan_parser(sub):
     pl = sub.add_parser('plan', help='will a training run fit a T4, at which batch, how long, how many '
                         'sessions (no GPU needed)')
     what = pl.add_mutually_exclusive_group(required=True)
-    what.add_argument('--config', help='a transformers config.json, as save_pretrained writes it')
+    what.add_argument('--config', help='a transformers config.json, as save_pretrained writes it, or a diffusers '
+                      "UNet's (unet/config.json of a Stable Diffusion pipeline; its vae/ and text_encoder/ beside it)")
     what.add_argument('--model', choices=_PLAN_MODELS + _corpus_names(), metavar='NAME',
                       help=f"a model built from its config class ({', '.join(_PLAN_MODELS)}), or a "
                       'setup of the plan corpus with its batch and sizes '
@@ -88,9 +90,15 @@ def _plan_parser(sub):
                     help="(default: adamw, or the setup's)")
     pl.add_argument('--precision', choices=('fp16', 'bf16', 'fp32'),
                     help="default: the card's choice (fp16 with loss scaling on a T4)")
-    pl.add_argument('--checkpointing', action='store_true', help='gradient checkpointing')
+    pl.add_argument('--checkpointing', action=argparse.BooleanOptionalAction,
+                    help="gradient checkpointing (default: on with --quant, as peft's "
+                    "prepare_model_for_kbit_training turns it on; else the setup's, or off)")
     pl.add_argument('--lora-rank', type=int, help='LoRA of this rank on the default target modules, '
-                    'over a frozen base held in fp16')
+                    'over a frozen base held in fp16 (or as --quant says)')
+    pl.add_argument('--quant', choices=_PLAN_QUANTS, help='the base as bitsandbytes holds it (QLoRA, with '
+                    '--lora-rank): nf4 or fp4 in 4 bits with fp16 products, or int8 (LLM.int8)')
+    pl.add_argument('--double-quant', action='store_true', help='with --quant nf4 or fp4: the 4-bit scales '
+                    'quantized too (bnb_4bit_use_double_quant)')
     pl.add_argument('--samples', type=int, help='samples in one epoch (default: no run time)')
     pl.add_argument('--epochs', type=float, help='passes over them (default: 1)')
     pl.add_argument('--device', help="the card to plan for (default: T4, or the setup's)")
@@ -100,18 +108,38 @@ def _plan_parser(sub):
 
 # %% ../nbs/07_cli.ipynb #e84da674
 def _read_config(path:str):
-    "The transformers config in the JSON file `path` (or the folder holding config.json)."
+    ("The config in the JSON file `path` (or the folder holding config.json; a pipeline's folder, its UNet's): "
+     "transformers', or a diffusers UNet's with the configs of the VAE and text encoder found beside its folder.")
     from colab_t4_nb.core import require
     p = check_path('--config', path)  # `~` expanded once, here
-    f = p/'config.json' if p.is_dir() else p
+    f = p/'unet'/'config.json' if (p/'model_index.json').is_file() else p/'config.json' if p.is_dir() else p
     if not f.exists():
         raise ArgumentError(f'--config {f}: no such file. Pass the config.json that '
                             'save_pretrained wrote, or --model NAME.')
     check_path('--config', f, kind='file')  # a named pipe would block the read
+    try: d = json.loads(f.read_text())
+    except (OSError, ValueError) as e: raise ArgumentError(f'--config {f} is not a JSON file ({e}).') from None
+    if isinstance(d, dict) and '_class_name' in d:  # diffusers': its pipeline's parts sit in folders beside it
+        found = {k: f.parent.parent/k/'config.json' for k in ('vae', 'text_encoder')}
+        parts = {k: json.loads(g.read_text()) for k, g in found.items() if g.is_file()}
+        return {'unet': d, **parts} if parts else d
     transformers = require('transformers', 'colab-t4 plan --config')
     try: return transformers.AutoConfig.from_pretrained(p, local_files_only=True)
     except (OSError, ValueError, KeyError) as e:
         raise ArgumentError(f'--config {p} is not a transformers config ({e}).') from None
+
+def _quantization(args:argparse.Namespace, lora:bool):
+    "The `BitsAndBytesConfig` of `--quant` and `--double-quant`, checked: a quantized base trains adapters alone."
+    if not lora:
+        raise ArgumentError(f'--quant {args.quant}: bitsandbytes cannot train {args.quant[-1]}-bit weights; pass '
+                            '--lora-rank R to train adapters on the quantized base (QLoRA).')
+    if args.double_quant and args.quant == 'int8':
+        raise ArgumentError('--double-quant quantizes the scales of a 4-bit base: pass --quant nf4 or fp4 with it.')
+    from colab_t4_nb.core import require
+    bnb = require('transformers', 'colab-t4 plan --quant').BitsAndBytesConfig
+    if args.quant == 'int8': return bnb(load_in_8bit=True)
+    return bnb(load_in_4bit=True, bnb_4bit_quant_type=args.quant, bnb_4bit_use_double_quant=args.double_quant,
+               bnb_4bit_compute_dtype='float16')
 
 def _plan(args:argparse.Namespace)->int:
     "Carry out `plan`: build the model (a config or a corpus setup), plan the run, print the plan."
@@ -126,9 +154,11 @@ def _plan(args:argparse.Namespace)->int:
                  optimizer=args.optimizer, precision=args.precision, device=args.device,
                  samples=args.samples, epochs=args.epochs)
     kw.update({k: v for k, v in given.items() if v is not None})
-    if args.checkpointing: kw['checkpointing'] = True
+    if args.checkpointing is not None: kw['checkpointing'] = args.checkpointing
     if args.lora_rank is not None:
         kw['lora'] = types.SimpleNamespace(r=args.lora_rank, target_modules=None)
+    if args.quant: kw['quantization'] = _quantization(args, 'lora' in kw)
+    elif args.double_quant: raise ArgumentError('--double-quant applies to a 4-bit base: pass --quant nf4 with it.')
     p = plan_run(config, **kw)
     if args.step_ms is not None: p = p.measured(args.step_ms)
     if args.json: print(json.dumps(p.as_dict(), indent=1))

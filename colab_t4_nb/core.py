@@ -4,16 +4,19 @@
 
 # %% ../nbs/00_core.ipynb #d248351b
 from __future__ import annotations
-import errno, importlib, inspect, json, math, numbers, os, re, signal, socket, stat, sys, tempfile, threading, time
+import atexit, errno, importlib, inspect, json, math, numbers, os, re, signal, socket, stat, sys, tempfile
+import functools, io, threading, time, weakref
 from collections.abc import Iterable, Mapping
 from contextlib import contextmanager
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Callable
 
+from fastcore.basics import patch
+
 # %% auto #0
-__all__ = ['COLAB_DRIVE', 'ColabT4Error', 'ArgumentError', 'runtime', 'state_dir', 'needs', 'MissingPackage', 'require',
-           'cuda_sync', 'oom_kind', 'atomic_write', 'stop_on_signals']
+__all__ = ['COLAB_DRIVE', 'background_work', 'ColabT4Error', 'ArgumentError', 'runtime', 'state_dir', 'needs', 'MissingPackage',
+           'require', 'cuda_sync', 'oom_kind', 'atomic_write', 'stop_on_signals']
 
 # %% ../nbs/00_core.ipynb #f8260cab
 class ColabT4Error(Exception):
@@ -354,6 +357,32 @@ def record(name:str, # what was measured, e.g. 'monitoring.sample_cost'
     with open(path, 'a') as f: f.write(json.dumps({'name': name, **figures}, default=str) + '\n')
     return path
 
+# %% ../nbs/00_core.ipynb #881d7920
+@functools.cache
+def _palette_canvas()->type:
+    "matplotlib's Agg canvas, writing an opaque PNG with a palette of at most 256 colours."
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from PIL import Image
+    class PaletteCanvas(FigureCanvasAgg):
+        def print_png(self, filename_or_obj, *, metadata=None, pil_kwargs=None, **_):
+            buf = io.BytesIO()
+            super().print_png(buf, metadata=metadata, pil_kwargs=pil_kwargs)
+            img = Image.open(buf)
+            dpi = img.info.get('dpi')
+            if img.mode == 'RGBA' and img.getextrema()[3][0] == 255:  # opaque: a chart's colours
+                img = img.convert('RGB').quantize(256, dither=Image.Dither.NONE)
+            img.save(filename_or_obj, format='png', optimize=True, dpi=dpi)
+    return PaletteCanvas
+
+# %% ../nbs/00_core.ipynb #9be5aa6d
+def chart_figure(figsize:tuple, # (width, height), inches
+                ):
+    "A constrained-layout matplotlib `Figure` at 80 dpi whose PNGs keep a palette of 256 colours."
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=figsize, dpi=80, layout='constrained')
+    _palette_canvas()(fig)
+    return fig
+
 # %% ../nbs/00_core.ipynb #2cf39c43
 _OOM_MESSAGES = {'CUDA out of memory': 'cuda', 'CUDA error: out of memory': 'cuda',
                  'cuDNN error: CUDNN_STATUS_NOT_SUPPORTED': 'cudnn',
@@ -530,3 +559,101 @@ def stop_on_signals(names:tuple=('SIGTERM', 'SIGHUP'), # the signals that stop t
     try: yield got
     finally:
         for s, h in old.items(): signal.signal(s, h)
+
+# %% ../nbs/00_core.ipynb #17ecc003
+class BackgroundWork:
+    "The threads the package starts, and the work that `close` (or the exit) ends, stage by stage."
+    stages = ('saves', 'folders', 'samplers')  # the order `close` ends them in
+
+    def __init__(self):
+        self._lock, self._hooked = threading.RLock(), False
+        self._threads = []  # (thread, stage, stop event or None)
+        self._work = {s: weakref.WeakKeyDictionary() for s in self.stages}  # object -> end function
+
+    def _hook(self):
+        "Register the exit hook: once for the whole process, when the first work arrives."
+        if not self._hooked: atexit.register(self._at_exit); self._hooked = True
+
+    def _end(self)->list:
+        "End each stage's work, then join its threads; return the errors met on the way."
+        errors = []
+        for stage in self.stages:
+            with self._lock: work = list(self._work[stage].items())
+            for obj, end in work:
+                try: end(obj)
+                except Exception as e: errors.append(e)
+            with self._lock: threads = [(t, stop) for t, s, stop in self._threads if s == stage]
+            for t, stop in threads:
+                if stop is not None: stop.set()
+                # a thread told to stop gets 2 s; a save is waited for to its end
+                if t is not threading.current_thread(): t.join(None if stop is None else 2)
+        return errors
+
+    def _at_exit(self):
+        for e in self._end(): print(f'colab_t4_nb at exit: {e}', file=sys.stderr)
+
+    def __enter__(self): return self
+    def __exit__(self, *exc): self.close()
+
+    def __repr__(self):
+        held = ', '.join(f'{s}={len(self._work[s])}' for s in self.stages)
+        return f'BackgroundWork({held}, threads={len(self.alive)})'
+
+# %% ../nbs/00_core.ipynb #633cc94b
+@patch
+def add(self:BackgroundWork, stage:str, # one of `BackgroundWork.stages`: when `close` ends it
+        obj, # what holds the work; held weakly
+        end:Callable, # `end(obj)` finishes the work; a second call does nothing
+       ):
+    "Have `close`, and the exit, call `end(obj)` in `stage`'s turn."
+    check_choice('stage', stage, self.stages)
+    check_callable('end', end)
+    with self._lock: self._hook(); self._work[stage][obj] = end
+
+# %% ../nbs/00_core.ipynb #86b7ea13
+@patch
+def discard(self:BackgroundWork, stage:str, # the stage `obj` was added to
+            obj, # an object whose work is over
+           ):
+    "Forget `obj`: `close` has nothing to end for it."
+    with self._lock: self._work[check_choice('stage', stage, self.stages)].pop(obj, None)
+
+# %% ../nbs/00_core.ipynb #2e6d6da4
+@patch
+def held(self:BackgroundWork, stage:str, # one of `BackgroundWork.stages`
+        )->list:
+    "The objects whose work `stage` holds now."
+    with self._lock: return list(self._work[check_choice('stage', stage, self.stages)])
+
+# %% ../nbs/00_core.ipynb #2499227c
+@patch
+def start(self:BackgroundWork, stage:str, # one of `BackgroundWork.stages`: `close` joins it then
+          name:str, # the thread's name
+          target:Callable, *args, # the thread runs `target(*args)`
+          daemon:bool=True, # False: Python waits for the thread before it exits (a save)
+          stop:threading.Event|None=None, # an event `target` watches; `close` sets it
+         )->threading.Thread:
+    "Start `target(*args)` on a thread that `close` joins; return the thread."
+    check_choice('stage', stage, self.stages)
+    check_type('stop', stop, threading.Event, 'a threading.Event', none=True)
+    t = threading.Thread(target=check_callable('target', target), args=args,
+                         name=check_str('name', name), daemon=check_flag('daemon', daemon))
+    with self._lock:
+        self._hook(); t.start()
+        self._threads = [r for r in self._threads if r[0].is_alive()] + [(t, stage, stop)]
+    return t
+
+# %% ../nbs/00_core.ipynb #3589148d
+@patch(as_prop=True)
+def alive(self:BackgroundWork)->list:
+    "The threads started here that are still running."
+    with self._lock: return [t for t, _, _ in self._threads if t.is_alive()]
+
+# %% ../nbs/00_core.ipynb #4cb1dcf9
+@patch
+def close(self:BackgroundWork):
+    "Finish the saves, give the folders up, stop the samplers; then raise the first error met, if any."
+    if errors := self._end(): raise errors[0]
+
+# %% ../nbs/00_core.ipynb #1063b80c
+background_work = BackgroundWork()  # the package's one owner of its threads

@@ -29,7 +29,6 @@ def _epoch(s:str)->float: return datetime.fromisoformat(s).timestamp()
 # %% ../nbs/06_ledger.ipynb #0c535eca
 class UsageLedger:
     "GPU sessions (start, end, GPU, busy hours) and allocation attempts in an append-only JSON-lines file."
-    _clock = staticmethod(time.time)  # wall clock; tests give a ledger a fake one
 
     def __init__(self,
                  path:str|Path|None=None, # the file; default `state_dir()/'usage_ledger.jsonl'`
@@ -44,25 +43,6 @@ class UsageLedger:
     def _read(self, n:int=-1)->str:
         "The file's first `n` bytes (all when -1) as text, never waiting on a named pipe."
         with open_regular(self._file()) as f: return f.read(n).decode('utf-8', 'replace')
-
-    def add(self, start:float, end:float, gpu:str, busy_h:float=0.0, session:str|None=None)->str:
-        "Append a record for `session` (a new id if None); returns the session id."
-        start = check_num('start', start, 0, 1e11, eq=True)
-        end = check_num('end', end, 0, 1e11, eq=True)
-        busy_h = check_num('busy_h', busy_h, 0, 1e5, eq=True)
-        if end < start: raise ArgumentError(f'end={end!r} is before start={start!r}.')
-        gpu = check_str('gpu', gpu)
-        session = check_str('session', session, none=True)
-        session = session if session is not None else uuid.uuid4().hex[:12]
-        rec = {'kind': 'session', 'session': session, 'start': _iso(start), 'end': _iso(end),
-               'gpu': gpu, 'busy_h': round(float(busy_h), 4), 'runtime': runtime()}
-        self._check_ours()
-        try: append_line(self.path, json.dumps(rec))
-        except OSError as e:
-            raise ColabT4Error(f'Cannot write the usage ledger {self.path}: {e.strerror or e}. '
-                               f'Pass a file in a writable folder, '
-                               f'e.g. UsageLedger("usage_ledger.jsonl").') from e
-        return session
 
     def _check_ours(self, text:str|None=None):
         "Refuse a file of other contents (`text`, default the file's first 64 KiB): nothing of the user's is written over."
@@ -97,6 +77,33 @@ class UsageLedger:
                           f'{aside.name}, and a new ledger was started with its {len(keep)} readable '
                           f'record(s).')
         return keep
+
+# %% ../nbs/06_ledger.ipynb #aefc33d1
+@patch
+def add(self:UsageLedger,
+        start:float, # the session's start, seconds since the epoch
+        end:float, # its latest end, seconds since the epoch
+        gpu:str, # the GPU's name, as the driver reports it
+        busy_h:float=0.0, # hours the GPU was busy in the session
+        session:str|None=None, # the session's id; None: a new one
+       )->str:
+    "Append a record for `session` (a new id if None); returns the session id."
+    start = check_num('start', start, 0, 1e11, eq=True)
+    end = check_num('end', end, 0, 1e11, eq=True)
+    busy_h = check_num('busy_h', busy_h, 0, 1e5, eq=True)
+    if end < start: raise ArgumentError(f'end={end!r} is before start={start!r}.')
+    gpu = check_str('gpu', gpu)
+    session = check_str('session', session, none=True)
+    session = session if session is not None else uuid.uuid4().hex[:12]
+    rec = {'kind': 'session', 'session': session, 'start': _iso(start), 'end': _iso(end),
+           'gpu': gpu, 'busy_h': round(float(busy_h), 4), 'runtime': runtime()}
+    self._check_ours()
+    try: append_line(self.path, json.dumps(rec))
+    except OSError as e:
+        raise ColabT4Error(f'Cannot write the usage ledger {self.path}: {e.strerror or e}. '
+                           f'Pass a file in a writable folder, '
+                           f'e.g. UsageLedger("usage_ledger.jsonl").') from e
+    return session
 
 # %% ../nbs/06_ledger.ipynb #587478bb
 def _readable(r)->bool:
@@ -184,7 +191,7 @@ class LedgerSession:
         self.start = check_num('start', self.start, 0, 1e11, eq=True)
     def update(self, busy_h:float, end:float|None=None):
         "Append the session's latest end (default: now) and busy hours."
-        self.ledger.add(self.start, self.ledger._clock() if end is None else end, self.gpu, busy_h,
+        self.ledger.add(self.start, time.time() if end is None else end, self.gpu, busy_h,
                         self.session)
 
 # %% ../nbs/06_ledger.ipynb #57a1564b
@@ -193,7 +200,7 @@ def begin(self:UsageLedger, gpu:str)->LedgerSession:
     "Start a session on `gpu` now (compacting a ledger over a megabyte first); `update` it as it goes."
     check_str('gpu', gpu)
     if self.path.exists() and self.path.stat().st_size > 2**20: self.compact()
-    t = self._clock()
+    t = time.time()
     return LedgerSession(self, self.add(t, t, gpu), t, gpu)
 
 # %% ../nbs/06_ledger.ipynb #dac072cc
@@ -345,7 +352,7 @@ def advice(ledger:UsageLedger|pd.DataFrame, # a ledger, or its `sessions()`
     s = ledger.sessions() if isinstance(ledger, UsageLedger) else ledger
     if missing := {'start', 'end', 'hours', 'busy_h'} - set(s.columns):
         raise ArgumentError(f'ledger must be {table}, got a table without {sorted(missing)}.')
-    now = ledger._clock() if isinstance(ledger, UsageLedger) else time.time()
+    now = time.time()
     start = [t.timestamp() for t in s.start]; end = [t.timestamp() for t in s.end]
     chains = _chains(start, end, o['pause_h'] * H)
     last = chains[-1] if chains else None

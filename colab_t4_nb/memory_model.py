@@ -4,11 +4,14 @@
 
 # %% ../nbs/05b_memory_model.ipynb #a4dba6fc
 from __future__ import annotations
-import bisect, contextlib, copy, functools, inspect, math, numbers, random, re, sys, time, weakref
+import bisect, contextlib, copy, functools, importlib, inspect, io, math, numbers, random, re, sys, time, weakref
+from collections.abc import Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from importlib.util import find_spec
 from typing import Callable
+
+from fastcore.basics import patch
 
 import numpy as np
 import pandas as pd
@@ -21,7 +24,9 @@ from .core import ColabT4Error, ArgumentError, LIMITS, require, check_choice
 from .allocation import SPECS, Card
 from .kernels import arch
 from .memory import NothingFits
-from .t4 import MetaAutocast, T4Estimate, cuda_dropout, estimate_t4, tensors_in
+from .persistence import rng_state
+from .t4_model import MetaAutocast, cuda_dropout, tensors_in
+from .t4 import T4Estimate, estimate_t4
 
 # %% auto #0
 __all__ = []
@@ -153,11 +158,11 @@ def _owners(st)->int:
 class _Late(Exception): "The plan's time ran out in the middle of a trace."
 class _TooLong(Exception): "A traced step passed its most ops (`MemoryTrace.max_ops`)."
 
-# the reductions CUDA runs through `gpu_reduce_kernel` that a training step meets with large inputs
-_REDUCTIONS = {getattr(getattr(torch.ops.aten, op), overload) for op, overload in (
-    ('sum', 'default'), ('sum', 'dim_IntList'), ('mean', 'default'), ('mean', 'dim'), ('nansum', 'default'),
-    ('amax', 'default'), ('amin', 'default'), ('linalg_vector_norm', 'default'), ('prod', 'dim_int'))}
+# ops CUDA runs otherwise than their meta form shows: `rule(trace, func, args, kwargs)` runs one as CUDA does,
+# counting what it allocates, or answers None to leave it to the meta kernel (see the rules below)
+_KERNELS = {}
 
+# %% ../nbs/05b_memory_model.ipynb #0f4976f7
 class MemoryTrace(TorchDispatchMode):
     "Follow each storage that ops create: its bytes, rounded as the CUDA allocator rounds them, until it is freed."
     def __init__(self, grid:tuple=(40, 1024), # the card's SMs and threads per SM (`card_grid`); a T4's
@@ -203,131 +208,150 @@ class MemoryTrace(TorchDispatchMode):
         for t in tensors_in(out): self._add(t)
         return out
 
-    def _safe_softmax(self, x, dim, dtype=None):
-        ("`_safe_softmax` as `attention.cpp` runs it, each part counted: the softmax, a mask of the `-inf` "
-         "inputs and the rows all masked; the zeros are written into the softmax's own storage.")
-        aten = torch.ops.aten
-        if dtype is not None and dtype != x.dtype: x = self._run(aten._to_copy.default, (x,), {'dtype': dtype})
-        out = self._run(aten._softmax.default, (x, dim, False), {})
-        masked = self._run(aten.isneginf.default, (x,), {})
-        rows = self._run(aten.all.dim, (masked, dim, True), {})
-        zero = self._run(aten.scalar_tensor.default, (0.0,), {'dtype': out.dtype, 'device': out.device})
-        del masked, rows, zero  # freed as the C++ function returns
-        return out
-
-    def _softmax_backward(self, grad, output, dim, input_dtype):
-        "`_softmax_backward_data` as CUDA runs it (`softmax_backward_cuda_out`): its result, then a temporary `grad * output`."
-        out = self._run(torch.ops.aten._softmax_backward_data.default, (grad, output, dim, input_dtype), {})
-        self._run(torch.ops.aten.mul.Tensor, (grad, output), {})  # freed as the kernel returns
-        return out
-
-    def _efficient_backward(self, func, args, kwargs):
-        ("The memory-efficient attention's backward as CUDA runs it: the gradients, each query row's fp32 `delta`, "
-         "then the kernel's fp32 accumulator for the query's gradient (`kNeedsAccumGradQ` in PyTorch's `mem_eff_attention/kernel_backward.h`, "
-         "on every card from compute capability 7.0), in tiles of 64 queries by 64 channels, each with 16 bytes of "
-         "lock and counter; the two freed as the kernel returns.")
-        out = self._run(func, args, kwargs)
-        b, h, m, k = args[1].shape  # the query, batch x heads x queries x channels
-        per = -(-m // 64) * -(-k // 64) * (4 + 64 * 64)  # floats per batch and head
-        delta = self._empty(b * h * m * 4, args[1].device)  # each query row's sum of grad * output, fp32
-        self._empty(b * h * -(-per // 4) * 4 * 4, args[1].device)
-        return out
-
     def _empty(self, nbytes:int, device)->torch.Tensor:
         "A temporary of `nbytes`, counted; freed when the caller drops it."
         return self._run(torch.ops.aten.empty.memory_format, ([nbytes],), {'dtype': torch.uint8, 'device': device})
-
-    def _reduction(self, func, args, kwargs):
-        ("A reduction as CUDA runs it: its result, and for an instant the staging buffer and semaphores of "
-         "`gpu_reduce_kernel` where the card's grid spreads each output over several blocks (`_reduce_staging`).")
-        out = self._run(func, args, kwargs)
-        x, name = args[0], func._schema.name
-        p = dict(zip([a.name for a in func._schema.arguments], args), **kwargs)
-        dims = p.get('dim')
-        dims = {dims} if isinstance(dims, int) else set(dims or ())
-        dims = {d % max(1, x.dim()) for d in dims} or set(range(x.dim()))
-        wide = x.dtype in (torch.float64, torch.complex128) or not x.dtype.is_floating_point
-        acc = x.element_size() if name in ('aten::amax', 'aten::amin') else 8 if wide else 4
-        temps = [self._empty(n, x.device) for n in _reduce_staging(x, dims, out.numel(), acc, self.grid)]
-        del temps  # freed as the kernel returns
-        return out
-
-    def _layer_norm_backward(self, func, args, kwargs):
-        ("`native_layer_norm_backward` as CUDA runs it: where rows are many and features few for the card "
-         "(`LaunchGammaBetaBackwardCUDAKernel` in PyTorch's `layer_norm_kernel.cu`), the weight's and bias's gradients "
-         "are partial sums over blocks of 32 rows, each then summed (`.sum(0)`) into new tensors.")
-        dx, dgamma, dbeta = self._run(func, args, kwargs)
-        x, normalized = args[1], args[2]
-        n = math.prod(normalized)
-        m = x.numel() // max(1, n)
-        if not (m > 64 * 1024 and n // 32 < self.grid[0] // 2) or (dgamma is None and dbeta is None):
-            return dx, dgamma, dbeta
-        rows = min((32 * 1024) // -(-n // 32), -(-m // 32))
-        parts = [None if g is None else self._run(torch.ops.aten.empty.memory_format, ([rows, n],),
-                                                  {'dtype': g.dtype, 'device': g.device}) for g in (dgamma, dbeta)]
-        sums = [None if p is None else self._reduction(torch.ops.aten.sum.dim_IntList, (p, [0]), {}).view(g.shape)
-                for p, g in zip(parts, (dgamma, dbeta))]
-        return dx, *sums
-
-    def _accumulated(self, func, args, kwargs)->torch.Tensor|None:
-        ("Autograd's sum of two gradients of one tensor as CUDA makes it: in place, in one that nothing else holds "
-         "(`InputBuffer::accumulate`). Meta tensors count as tensor subclasses there, so on them it is always a new "
-         "tensor; the sum is handed back in that one's storage instead. None: not such a sum.")
-        if (func is not torch.ops.aten.add.Tensor or self.phase != 'backward' or torch.is_grad_enabled()
-                or len(args) != 2 or kwargs or not all(isinstance(t, torch.Tensor) for t in args)
-                or args[0].shape != args[1].shape or args[0].dtype != args[1].dtype): return None
-        for t in args:
-            st = t.untyped_storage()  # held by `t` alone (the count includes `st`), and all of it `t`'s
-            if _owners(st) == 2 and st.nbytes() == t.numel() * t.element_size():
-                return torch.empty(0, dtype=t.dtype, device=t.device).set_(st, t.storage_offset(), t.shape, t.stride())
-        return None
-
-    def _masked_select(self, x, mask):
-        "`masked_select` with every element selected, as a mask of all ones asks: meta tensors have no values."
-        n = torch.broadcast_shapes(x.shape, mask.shape).numel()
-        return self._run(torch.ops.aten.empty.memory_format, ([n],), {'dtype': x.dtype, 'device': x.device})
-
-    def _ctc_backward(self, func, args, kwargs):
-        ("`_ctc_loss_backward` as CUDA runs it (`ctc_loss_backward_gpu_template`), which has no meta kernel: its "
-         "log-beta, shaped as the forward's log-alpha, freed as it returns; the gradient, shaped as the log-probabilities.")
-        beta = self._run(torch.ops.aten.empty_like.default, (args[6],), {})
-        out = self._run(torch.ops.aten.empty_like.default, (args[1],), {})
-        del beta
-        return out
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         self.ops += 1
         if self.deadline is not None and time.monotonic() > self.deadline: raise _Late(self.ops)
         if self.max_ops is not None and self.ops > self.max_ops: raise _TooLong(self.ops)
-        if not all(t.device.type == 'meta' for t in tensors_in(args)): return self._run(func, args, kwargs)
-        if func is torch.ops.aten._safe_softmax.default: return self._safe_softmax(*args, **kwargs)
-        if func is torch.ops.aten._softmax_backward_data.default: return self._softmax_backward(*args, **kwargs)
-        if func is torch.ops.aten._scaled_dot_product_efficient_attention_backward.default:
-            return self._efficient_backward(func, args, kwargs)
-        if func in _REDUCTIONS: return self._reduction(func, args, kwargs)
-        if func is torch.ops.aten.masked_select.default: return self._masked_select(*args)
-        if func is torch.ops.aten._ctc_loss_backward.default: return self._ctc_backward(func, args, kwargs)
-        if func is torch.ops.aten.native_layer_norm_backward.default:
-            return self._layer_norm_backward(func, args, kwargs)
-        if (same := self._accumulated(func, args, kwargs)) is not None: return same
+        rule = _KERNELS.get(func) if all(t.device.type == 'meta' for t in tensors_in(args)) else None
+        if rule is not None and (out := rule(self, func, args, kwargs)) is not None: return out
         return self._run(func, args, kwargs)
 
     def __exit__(self, *exc):
         self.refs.clear()  # frees after the trace are not its business
         return super().__exit__(*exc)
 
-    def at_peak(self)->set:
-        "The numbers of the storages live at the peak, replayed from the log."
-        live = set()
-        for n in self.log[:self.at]:
-            if n >= 0: live.add(n)
-            else: live.discard(~n)
-        return live
+# %% ../nbs/05b_memory_model.ipynb #4e90202c
+@patch
+def at_peak(self:MemoryTrace)->set:
+    "The numbers of the storages live at the peak, replayed from the log."
+    live = set()
+    for n in self.log[:self.at]:
+        if n >= 0: live.add(n)
+        else: live.discard(~n)
+    return live
 
-    def serial(self, t:torch.Tensor)->int|None:
-        "The number of `t`'s storage, if the trace made it and it is alive."
-        return self.live.get(id(t.untyped_storage()))
+@patch
+def serial(self:MemoryTrace, t:torch.Tensor)->int|None:
+    "The number of `t`'s storage, if the trace made it and it is alive."
+    return self.live.get(id(t.untyped_storage()))
+
+# %% ../nbs/05b_memory_model.ipynb #0191a07b
+def _accumulated(mt:MemoryTrace, func, args, kwargs)->torch.Tensor|None:
+    ("Autograd's sum of two gradients of one tensor as CUDA makes it: in place, in one that nothing else holds "
+     "(`InputBuffer::accumulate`). Meta tensors count as tensor subclasses there, so on them it is always a new "
+     "tensor; the sum is handed back in that one's storage instead. None: not such a sum.")
+    if (mt.phase != 'backward' or torch.is_grad_enabled() or len(args) != 2 or kwargs
+            or not all(isinstance(t, torch.Tensor) for t in args)
+            or args[0].shape != args[1].shape or args[0].dtype != args[1].dtype): return None
+    for t in args:
+        st = t.untyped_storage()  # held by `t` alone (the count includes `st`), and all of it `t`'s
+        if _owners(st) == 2 and st.nbytes() == t.numel() * t.element_size():
+            return torch.empty(0, dtype=t.dtype, device=t.device).set_(st, t.storage_offset(), t.shape, t.stride())
+    return None
+
+_KERNELS[torch.ops.aten.add.Tensor] = _accumulated
+
+# %% ../nbs/05b_memory_model.ipynb #8a0a5cfd
+def _softmax_backward(mt:MemoryTrace, func, args, kwargs):
+    "`_softmax_backward_data` as CUDA runs it (`softmax_backward_cuda_out`): its result, then a temporary `grad * output`."
+    out = mt._run(func, args, kwargs)
+    mt._run(torch.ops.aten.mul.Tensor, args[:2], {})  # grad * output, freed as the kernel returns
+    return out
+
+def _safe_softmax(mt:MemoryTrace, func, args, kwargs):
+    ("`_safe_softmax` as `attention.cpp` runs it, each part counted: the softmax, a mask of the `-inf` "
+     "inputs and the rows all masked; the zeros are written into the softmax's own storage.")
+    aten, (x, dim), dtype = torch.ops.aten, args[:2], (args[2:] or [kwargs.get('dtype')])[0]
+    if dtype is not None and dtype != x.dtype: x = mt._run(aten._to_copy.default, (x,), {'dtype': dtype})
+    out = mt._run(aten._softmax.default, (x, dim, False), {})
+    masked = mt._run(aten.isneginf.default, (x,), {})
+    rows = mt._run(aten.all.dim, (masked, dim, True), {})
+    zero = mt._run(aten.scalar_tensor.default, (0.0,), {'dtype': out.dtype, 'device': out.device})
+    del masked, rows, zero  # freed as the C++ function returns
+    return out
+
+_KERNELS.update({torch.ops.aten._softmax_backward_data.default: _softmax_backward,
+                 torch.ops.aten._safe_softmax.default: _safe_softmax})
+
+# %% ../nbs/05b_memory_model.ipynb #120f2fe8
+def _efficient_backward(mt:MemoryTrace, func, args, kwargs):
+    ("The memory-efficient attention's backward as CUDA runs it: the gradients, each query row's fp32 `delta`, "
+     "then the kernel's fp32 accumulator for the query's gradient (`kNeedsAccumGradQ` in PyTorch's "
+     "`mem_eff_attention/kernel_backward.h`, on every card from compute capability 7.0), in tiles of 64 queries "
+     "by 64 channels, each with 16 bytes of lock and counter; the two freed as the kernel returns.")
+    out = mt._run(func, args, kwargs)
+    b, h, m, k = args[1].shape  # the query, batch x heads x queries x channels
+    per = -(-m // 64) * -(-k // 64) * (4 + 64 * 64)  # floats per batch and head
+    delta = mt._empty(b * h * m * 4, args[1].device)  # each query row's sum of grad * output, fp32
+    mt._empty(b * h * -(-per // 4) * 4 * 4, args[1].device)
+    return out
+
+_KERNELS[torch.ops.aten._scaled_dot_product_efficient_attention_backward.default] = _efficient_backward
+
+# %% ../nbs/05b_memory_model.ipynb #6cd4a2f7
+def _reduction(mt:MemoryTrace, func, args, kwargs):
+    ("A reduction as CUDA runs it: its result, and for an instant the staging buffer and semaphores of "
+     "`gpu_reduce_kernel` where the card's grid spreads each output over several blocks (`_reduce_staging`).")
+    out = mt._run(func, args, kwargs)
+    x, name = args[0], func._schema.name
+    p = dict(zip([a.name for a in func._schema.arguments], args), **kwargs)
+    dims = p.get('dim')
+    dims = {dims} if isinstance(dims, int) else set(dims or ())
+    dims = {d % max(1, x.dim()) for d in dims} or set(range(x.dim()))
+    wide = x.dtype in (torch.float64, torch.complex128) or not x.dtype.is_floating_point
+    acc = x.element_size() if name in ('aten::amax', 'aten::amin') else 8 if wide else 4
+    temps = [mt._empty(n, x.device) for n in _reduce_staging(x, dims, out.numel(), acc, mt.grid)]
+    del temps  # freed as the kernel returns
+    return out
+
+# the reductions CUDA runs through `gpu_reduce_kernel` that a training step meets with large inputs
+_REDUCTIONS = {getattr(getattr(torch.ops.aten, op), overload) for op, overload in (
+    ('sum', 'default'), ('sum', 'dim_IntList'), ('mean', 'default'), ('mean', 'dim'), ('nansum', 'default'),
+    ('amax', 'default'), ('amin', 'default'), ('linalg_vector_norm', 'default'), ('prod', 'dim_int'))}
+_KERNELS.update(dict.fromkeys(_REDUCTIONS, _reduction))
+
+# %% ../nbs/05b_memory_model.ipynb #739ddb0f
+def _layer_norm_backward(mt:MemoryTrace, func, args, kwargs):
+    ("`native_layer_norm_backward` as CUDA runs it: where rows are many and features few for the card "
+     "(`LaunchGammaBetaBackwardCUDAKernel` in PyTorch's `layer_norm_kernel.cu`), the weight's and bias's gradients "
+     "are partial sums over blocks of 32 rows, each then summed (`.sum(0)`) into new tensors.")
+    dx, dgamma, dbeta = mt._run(func, args, kwargs)
+    x, normalized = args[1], args[2]
+    n = math.prod(normalized)
+    m = x.numel() // max(1, n)
+    if not (m > 64 * 1024 and n // 32 < mt.grid[0] // 2) or (dgamma is None and dbeta is None):
+        return dx, dgamma, dbeta
+    rows = min((32 * 1024) // -(-n // 32), -(-m // 32))
+    parts = [None if g is None else mt._run(torch.ops.aten.empty.memory_format, ([rows, n],),
+                                            {'dtype': g.dtype, 'device': g.device}) for g in (dgamma, dbeta)]
+    sums = [None if p is None else _reduction(mt, torch.ops.aten.sum.dim_IntList, (p, [0]), {}).view(g.shape)
+            for p, g in zip(parts, (dgamma, dbeta))]
+    return dx, *sums
+
+_KERNELS[torch.ops.aten.native_layer_norm_backward.default] = _layer_norm_backward
+
+# %% ../nbs/05b_memory_model.ipynb #1320d994
+def _masked_select(mt:MemoryTrace, func, args, kwargs):
+    "`masked_select` with every element selected, as a mask of all ones asks: meta tensors have no values."
+    x, mask = args
+    n = torch.broadcast_shapes(x.shape, mask.shape).numel()
+    return mt._run(torch.ops.aten.empty.memory_format, ([n],), {'dtype': x.dtype, 'device': x.device})
+
+def _ctc_backward(mt:MemoryTrace, func, args, kwargs):
+    ("`_ctc_loss_backward` as CUDA runs it (`ctc_loss_backward_gpu_template`), which has no meta kernel: its "
+     "log-beta, shaped as the forward's log-alpha, freed as it returns; the gradient, shaped as the log-probabilities.")
+    beta = mt._run(torch.ops.aten.empty_like.default, (args[6],), {})
+    out = mt._run(torch.ops.aten.empty_like.default, (args[1],), {})
+    del beta
+    return out
+
+_KERNELS.update({torch.ops.aten.masked_select.default: _masked_select,
+                 torch.ops.aten._ctc_loss_backward.default: _ctc_backward})
 
 # %% ../nbs/05b_memory_model.ipynb #0c614508
 _SDPA = F.scaled_dot_product_attention
@@ -359,6 +383,7 @@ def _t4_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale
     return torch.ops.aten._scaled_dot_product_efficient_attention(
         q, k, v, attn_mask, True, dropout_p, is_causal, scale=scale)[0]
 
+# %% ../nbs/05b_memory_model.ipynb #5bc2c655
 def _reduced_math_ok()->bool:
     "Whether the math path may compute fp16 and bf16 in their own dtype (PyTorch 2.5 on: only when allowed)."
     return getattr(torch.backends.cuda, 'fp16_bf16_reduction_math_sdp_allowed', lambda: True)()
@@ -392,6 +417,7 @@ def _math_body(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa):
     weights = attn.to(dtype)  # the weights are returned too, cast back first (`make_tuple`'s arguments, right to left)
     return torch.matmul(attn, value).to(dtype)
 
+# %% ../nbs/05b_memory_model.ipynb #ff37b5b7
 class _ExpertsMM(torch.autograd.Function):
     ("transformers' grouped matmul of MoE experts as a card below compute capability 8.0 runs it "
      "(`_grouped_mm_fallback`: a zeroed output filled by one matmul per expert, zeroed gradients in backward), "
@@ -413,6 +439,7 @@ class _ExpertsMM(torch.autograd.Function):
 
 def _experts_mm(input, weight, offs): return _ExpertsMM.apply(input.to(weight.dtype), weight)
 
+# %% ../nbs/05b_memory_model.ipynb #b73e198f
 @contextmanager
 def _t4_kernels():
     ("Attention through `_t4_attention`, dropout through `cuda_dropout` (the T4 page) and transformers' MoE experts "
@@ -473,65 +500,68 @@ class _Allocator:
         self.reserved += n
         self.peak_reserved = max(self.peak_reserved, self.reserved)
 
-    def malloc(self, handle, size:int):
-        "The smallest free block that holds `size` (in a new segment if none does), less the rest it splits off."
-        size = _block(size)
-        if size == 0:  # an empty tensor: no block
-            self.used[handle] = None
-            return
-        small = size <= self.SMALL
-        pool = self.pools[small]
+# %% ../nbs/05b_memory_model.ipynb #5ee00c0a
+@patch
+def malloc(self:_Allocator, handle, size:int):
+    "The smallest free block that holds `size` (in a new segment if none does), less the rest it splits off."
+    size = _block(size)
+    if size == 0:  # an empty tensor: no block
+        self.used[handle] = None
+        return
+    small = size <= self.SMALL
+    pool = self.pools[small]
+    i = bisect.bisect_left(pool, (size, -1, -1))
+    if i == len(pool):
+        self._grow(size, small)
         i = bisect.bisect_left(pool, (size, -1, -1))
-        if i == len(pool):
-            self._grow(size, small)
-            i = bisect.bisect_left(pool, (size, -1, -1))
-        n, seg, off = pool.pop(i)
-        blocks = self.segments[seg][1]
-        if n - size >= (BLOCK if small else self.SMALL + 1):  # a large block keeps a rest of up to 1 MiB
-            blocks[off + size] = [n - size, False]
-            bisect.insort(pool, (n - size, seg, off + size))
-            n = size
-        blocks[off] = [n, True]
-        self.used[handle] = seg, off
-        self.allocated += n
-        self.peak_allocated = max(self.peak_allocated, self.allocated)
+    n, seg, off = pool.pop(i)
+    blocks = self.segments[seg][1]
+    if n - size >= (BLOCK if small else self.SMALL + 1):  # a large block keeps a rest of up to 1 MiB
+        blocks[off + size] = [n - size, False]
+        bisect.insort(pool, (n - size, seg, off + size))
+        n = size
+    blocks[off] = [n, True]
+    self.used[handle] = seg, off
+    self.allocated += n
+    self.peak_allocated = max(self.peak_allocated, self.allocated)
 
-    def free(self, handle):
-        "The block back to its pool, merged with the free blocks beside it."
-        if (where := self.used.pop(handle)) is None: return
-        seg, off = where
-        small, blocks = self.segments[seg]
-        pool, n = self.pools[small], blocks[off][0]
-        self.allocated -= n
-        after = blocks.get(off + n)
-        if after is not None and not after[1]:
-            pool.remove((after[0], seg, off + n))
-            del blocks[off + n]
-            n += after[0]
-        before = next((o for o, b in blocks.items() if o + b[0] == off and not b[1]), None)
-        if before is not None:
-            pool.remove((blocks[before][0], seg, before))
-            del blocks[off]
-            off, n = before, n + blocks[before][0]
-        blocks[off] = [n, False]
-        bisect.insort(pool, (n, seg, off))
+@patch
+def free(self:_Allocator, handle):
+    "The block back to its pool, merged with the free blocks beside it."
+    if (where := self.used.pop(handle)) is None: return
+    seg, off = where
+    small, blocks = self.segments[seg]
+    pool, n = self.pools[small], blocks[off][0]
+    self.allocated -= n
+    after = blocks.get(off + n)
+    if after is not None and not after[1]:
+        pool.remove((after[0], seg, off + n))
+        del blocks[off + n]
+        n += after[0]
+    before = next((o for o, b in blocks.items() if o + b[0] == off and not b[1]), None)
+    if before is not None:
+        pool.remove((blocks[before][0], seg, before))
+        del blocks[off]
+        off, n = before, n + blocks[before][0]
+    blocks[off] = [n, False]
+    bisect.insort(pool, (n, seg, off))
 
-    @classmethod
-    def replay(cls, start:list, mt:MemoryTrace, cap:int|None=None)->'_Allocator':
-        ("The allocator after `start`, then the traced step's requests and frees; `fits` False when `cap` ran out. "
-         "`start`: what came before the step, in order: `(key, bytes)` made, `(key, None)` freed, `None` the cache emptied.")
-        a = cls(cap)
-        try:
-            for e in start:
-                if e is None: a._release()
-                elif e[1] is None: a.free(e[0])
-                else: a.malloc(*e)
-            for e in mt.log:
-                if e >= 0: a.malloc(e, mt.info[e][0])
-                else: a.free(~e)
-        except _NoRoom: a.fits = False
-        return a
-
+# %% ../nbs/05b_memory_model.ipynb #1ec63818
+@patch(cls_method=True)
+def replay(cls:_Allocator, start:list, mt:MemoryTrace, cap:int|None=None)->_Allocator:
+    ("The allocator after `start`, then the traced step's requests and frees; `fits` False when `cap` ran out. "
+     "`start`: what came before the step, in order: `(key, bytes)` made, `(key, None)` freed, `None` the cache emptied.")
+    a = cls(cap)
+    try:
+        for e in start:
+            if e is None: a._release()
+            elif e[1] is None: a.free(e[0])
+            else: a.malloc(*e)
+        for e in mt.log:
+            if e >= 0: a.malloc(e, mt.info[e][0])
+            else: a.free(~e)
+    except _NoRoom: a.fits = False
+    return a
 
 # %% ../nbs/05b_memory_model.ipynb #4c843791
 # the heads a config can be planned with: the transformers class that builds each, and the mapping of
@@ -617,6 +647,7 @@ def _build(config, task:str)->nn.Module:
                             'Check the config\'s sizes.') from None
     return model.to('meta')  # a weight made by a legacy constructor (`torch.Tensor(n)`) ignores the device
 
+# %% ../nbs/05b_memory_model.ipynb #a1878234
 def _vision(config, task:str):
     "The config that holds the image size and channels."
     return (config.vision_config if task == 'contrastive' else
@@ -647,6 +678,7 @@ def _image_default(config, task:str)->int:
     size = getattr(_vision(config, task), 'image_size', 224)
     return size[0] if isinstance(size, (list, tuple)) else size
 
+# %% ../nbs/05b_memory_model.ipynb #4f563f18
 def _example(config, task:str, seq:int, image:int)->Callable:
     "`example(batch)`: a batch of inputs with labels for `task`, on meta tensors."
     long = dict(dtype=torch.long, device='meta')
@@ -667,6 +699,7 @@ def _example(config, task:str, seq:int, image:int)->Callable:
     if task == 'seq-cls': return lambda b: dict(input_ids=ids(b), labels=torch.empty(b, **long))
     return lambda b: dict(input_ids=ids(b), labels=ids(b))
 
+# %% ../nbs/05b_memory_model.ipynb #3a7b1804
 def _ctc_loss(config, seq:int)->Callable:
     ("`loss_fn` of CTC as `Wav2Vec2ForCTC` computes it from labels (fp32 log-probabilities, PyTorch's own kernel), "
      "for transcripts of one label per 3 frames; the model's own check of the labels' values cannot run on meta tensors.")
@@ -713,7 +746,8 @@ def model_config(name:str)->tuple:
 # %% ../nbs/05b_memory_model.ipynb #d691abc4
 _LORA_TARGETS = {'llama': ['q_proj', 'v_proj'], 'mistral': ['q_proj', 'v_proj'], 'qwen2': ['q_proj', 'v_proj'],
                  'gpt2': ['c_attn'], 'bert': ['query', 'value'], 'roberta': ['query', 'value'],
-                 't5': ['q', 'v'], 'vit': ['query', 'value']}
+                 't5': ['q', 'v'], 'vit': ['query', 'value'],
+                 'UNet2DConditionModel': ['to_k', 'to_q', 'to_v', 'to_out.0']}  # diffusers' train_text_to_image_lora.py
 # where the defaults for an architecture name no layer of it (names change between transformers versions):
 # the attention's query and value projections under their common names
 _ATTENTION = (['q_proj', 'v_proj'], ['query', 'value'], ['query_proj', 'value_proj'], ['q', 'v'],
@@ -726,7 +760,8 @@ def _features(m:nn.Module)->tuple|None:
     return None
 
 class _LoraLayer(nn.Module):
-    "A frozen layer plus a trainable low-rank update, run as peft's `lora.Linear.forward` runs it."
+    ("A frozen layer plus a trainable low-rank update, run as peft's `lora.Linear.forward` runs it, or over a "
+     "bitsandbytes layer as its `lora.bnb` layers do.")
     def __init__(self, base:nn.Module, r:int, alpha:float, dropout:float=0.0, rslora:bool=False):
         super().__init__()
         i, o = _features(base)
@@ -737,8 +772,14 @@ class _LoraLayer(nn.Module):
 
     def forward(self, x):
         out = self.base(x)
-        x = x.to(self.lora_A.weight.dtype)  # peft casts the input to the adapter's dtype: an fp32 copy beside an fp16 base
-        return (out + self.lora_B(self.lora_A(self.dropout(x))) * self.scale).to(out.dtype)
+        bits = getattr(self.base, 'bits', None)  # a quantized base: 4 or 8
+        if bits is None:  # peft casts the input to the adapter's dtype: an fp32 copy beside an fp16 base
+            x = x.to(self.lora_A.weight.dtype)
+            return (out + self.lora_B(self.lora_A(self.dropout(x))) * self.scale).to(out.dtype)
+        if bits == 4: out = out.clone()  # `lora.bnb.Linear4bit` clones the base's output
+        autocast = torch.is_autocast_enabled() or MetaAutocast.active() is not None
+        update = self.lora_B(self.lora_A(self.dropout(x if autocast else x.to(self.lora_A.weight.dtype))))
+        return out + (update * self.scale if autocast else (update * self.scale).to(out.dtype))
 
 # %% ../nbs/05b_memory_model.ipynb #bd31e15d
 def _lora_rank(lora)->int:
@@ -769,7 +810,7 @@ def _targets(model:nn.Module, lora)->list:
     if isinstance(t, str):  # peft: a string is a regular expression over the full names
         return [(n, m) for n, m in model.named_modules() if re.fullmatch(t, n) and _features(m)]
     if t is not None: return _linear(model, list(t))
-    kind = getattr(getattr(model, 'config', None), 'model_type', None)
+    kind = getattr(getattr(model, 'config', None), 'model_type', None) or type(model).__name__
     tried = [_LORA_TARGETS.get(kind), *_ATTENTION]
     if find_spec('peft'):
         from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as peft_default
@@ -793,16 +834,320 @@ def _add_lora(model:nn.Module, lora, dtype:torch.dtype|None)->nn.Module:
         setattr(model.get_submodule(parent) if parent else model, child, layer)
     return model
 
+# %% ../nbs/05b_memory_model.ipynb #a2661541
+QUANTS = ('nf4', 'fp4', 'int8')  # the bitsandbytes formats a frozen base can be planned in
+
+@dataclass(frozen=True)
+class _Quant:
+    "A base quantized as transformers' `BitsAndBytesConfig` asks bitsandbytes to hold it."
+    kind:str              # 'nf4', 'fp4' (`Linear4bit`) or 'int8' (`Linear8bitLt`)
+    double:bool = False   # 4-bit: the block scales quantized too (`bnb_4bit_use_double_quant`)
+    compute:torch.dtype = torch.float16  # 4-bit: the dtype products run in (`bnb_4bit_compute_dtype`)
+    skip:tuple|None = None  # modules left unquantized (`llm_int8_skip_modules`); None: transformers' default
+    threshold:float = 6.0   # int8: inputs past it are outliers (`llm_int8_threshold`)
+
+    @property
+    def name(self)->str: return self.kind + (' with double quantization' if self.double else '')
+
+def _quantization(q)->_Quant|None:
+    "`q` as `_Quant`: 'nf4', 'fp4' or 'int8' (fp16 products), a `BitsAndBytesConfig`, or None."
+    if q is None or isinstance(q, _Quant): return q
+    if isinstance(q, str) and q in QUANTS: return _Quant(q)
+    four, eight = bool(getattr(q, 'load_in_4bit', False)), bool(getattr(q, 'load_in_8bit', False))
+    if isinstance(q, str) or four == eight:
+        raise ArgumentError(f"quantization={q!r}: pass 'nf4', 'fp4' or 'int8' (bitsandbytes' formats), a "
+                            'transformers BitsAndBytesConfig with load_in_4bit or load_in_8bit, or None for a base '
+                            'held in fp16.')
+    compute = getattr(q, 'bnb_4bit_compute_dtype', None) or torch.float32  # transformers' default
+    if isinstance(compute, str): compute = getattr(torch, compute, None)
+    if compute not in (torch.float16, torch.bfloat16, torch.float32):
+        raise ArgumentError(f'bnb_4bit_compute_dtype={getattr(q, "bnb_4bit_compute_dtype", None)!r}: pass '
+                            'torch.float16 (a T4), torch.bfloat16 or torch.float32.')
+    kind = 'int8' if eight else getattr(q, 'bnb_4bit_quant_type', 'fp4')
+    if kind not in QUANTS: raise ArgumentError(f"bnb_4bit_quant_type={kind!r}: pass 'nf4' or 'fp4'.")
+    skip = getattr(q, 'llm_int8_skip_modules', None)
+    return _Quant(kind, bool(getattr(q, 'bnb_4bit_use_double_quant', False)) and not eight, compute,
+                  None if skip is None else tuple(skip), float(getattr(q, 'llm_int8_threshold', 6.0)))
+
+# %% ../nbs/05b_memory_model.ipynb #dca9c6cb
+def _fused_4bit(m:int, n:int, k:int, dtype:torch.dtype)->bool:
+    ("Whether bitsandbytes' `gemm_4bit` on a T4 (40 SMs, compute capability 7.5) runs its fused kernel for `m` "
+     "rows of `k` inputs into `n` outputs, which makes no dequantized weight (`_gemm_4bit_use_custom_cuda`).")
+    if m > 1536 or k % 64: return False
+    if m <= 4: return True
+    if dtype != torch.float16: return m < 8  # the T4's fused kernel has tensor-core paths for fp16 alone
+    sms, blocks = 40, -(-n // 64)
+    if n * k < 4 * 2**20:  # a small weight
+        if 2 * k < n: return m <= (320 if blocks >= 3 * sms or k < 704 else 96 if k < 1024 else 64)
+        if blocks < sms and m > 8: return m <= 64
+        if blocks * 4 <= sms: return m <= (32 if k < n else 23)
+        return m <= 16 if blocks * 2 <= sms else False
+    if m > 512: return False
+    if m < 8 or blocks >= 3 * sms and m <= (128 if k < n else 64): return True
+    return m <= (64 if blocks >= sms // 2 else 32) and blocks < 3 * sms
+
+# %% ../nbs/05b_memory_model.ipynb #7881c50e
+def _dequantize(packed:torch.Tensor, shape:tuple, dtype:torch.dtype)->torch.Tensor:
+    ("A 4-bit weight as `dequantize_4bit` makes it: a new tensor of `shape` in `dtype`, written from the packed "
+     "bytes, two values each (so the T4 time counts its read and its write).")
+    n, pairs = math.prod(shape), packed.view(-1, 1).expand(-1, 2).to(dtype)
+    return pairs.view(shape) if pairs.numel() == n else pairs.view(-1)[:n].view(shape)
+
+def _gemm_4bit(x:torch.Tensor, layer:nn.Module)->torch.Tensor:
+    ("bitsandbytes' `gemm_4bit` on a T4: the fused kernel for few rows; else, for an instant, the fp32 scales of "
+     "a double quantization and the whole weight dequantized to `x`'s dtype, beside an `F.linear`.")
+    n, k = layer.out_features, layer.in_features
+    if _fused_4bit(x.numel() // k, n, k, x.dtype):
+        with torch._C.DisableTorchFunction():  # a custom kernel, which autocast does not reach
+            return F.linear(x, torch.empty((), dtype=x.dtype, device=x.device).expand(n, k), layer.bias)
+    scales = layer.scales()
+    w = _dequantize(layer.weight, (n, k), x.dtype)
+    del scales  # freed as the op returns
+    return F.linear(x, w, layer.bias)
+
+class _MatMul4Bit(torch.autograd.Function):
+    ("bitsandbytes' `MatMul4Bit`: `gemm_4bit` in forward; in backward the weight dequantized again, in the dtype "
+     "it was loaded in, for the input's gradient. The frozen weight gets no gradient.")
+    @staticmethod
+    def forward(ctx, x, weight, layer):
+        ctx.layer = layer
+        return _gemm_4bit(x, layer)
+
+    @staticmethod
+    def backward(ctx, grad):
+        layer = ctx.layer
+        scales = layer.scales(offset=False)
+        w = _dequantize(layer.weight, (layer.out_features, layer.in_features), layer.loaded).to(grad.dtype)
+        del scales
+        return torch.matmul(grad, w), None, None
+
+# %% ../nbs/05b_memory_model.ipynb #074c3574
+class _Linear4bit(nn.Linear):
+    ("bitsandbytes' `Linear4bit` as transformers loads a weight into it (`Params4bit`), frozen: the weight packed "
+     "two values a byte, its quantization state as buffers, products in `q.compute`.")
+    bits = 4
+    def __init__(self, base:nn.Module, q:_Quant, loaded:torch.dtype=torch.float16):
+        nn.Module.__init__(self)
+        self.in_features, self.out_features = _features(base)
+        self.q, self.loaded, dev = q, loaded, base.weight.device  # loaded: the dtype it was quantized from
+        n = self.in_features * self.out_features
+        blocks = -(-n // 64)
+        empty = lambda *shape, dtype=torch.float32: torch.empty(shape, dtype=dtype, device=dev)
+        self.weight = nn.Parameter(empty((n + 1) // 2, 1, dtype=torch.uint8), requires_grad=False)
+        # the bias is cast to the compute dtype at the first forward, and stays so
+        self.bias = (None if base.bias is None else
+                     nn.Parameter(empty(self.out_features, dtype=q.compute), requires_grad=False))
+        state = (dict(absmax=empty(blocks, dtype=torch.uint8), absmax2=empty(-(-blocks // 256)),
+                      code2=empty(256), offset=empty()) if q.double else dict(absmax=empty(blocks)))
+        for k, t in dict(state, code=empty(16)).items(): self.register_buffer(k, t, persistent=False)
+
+    def scales(self, offset:bool=True)->list:
+        ("The fp32 scales a dequantization makes from a double quantization's uint8 ones (`dequantize_blockwise`), "
+         "then shifted by the offset: into a new tensor in `gemm_4bit`, in place in `dequantize_4bit`.")
+        if not self.q.double: return []
+        a = self.absmax.to(torch.float32)
+        return [a, a + self.offset] if offset else [a.add_(self.offset)]
+
+    def forward(self, x):
+        "`Linear4bit.forward`: the input in the compute dtype, the product, the result back in the input's dtype."
+        dtype, x = x.dtype, x.to(self.q.compute)
+        if torch.is_grad_enabled() and x.requires_grad: out = _MatMul4Bit.apply(x, self.weight, self)
+        else: out = _gemm_4bit(x, self)  # `matmul_4bit` without autograd
+        return out.to(dtype)
+
+# %% ../nbs/05b_memory_model.ipynb #eff9d455
+def _int8_matmul(x:torch.Tensor, layer:nn.Module)->torch.Tensor:
+    ("`MatMul8bitLt`'s forward for a frozen int8 weight (`int8_vectorwise_quant`, `int8_scaled_mm`): the input "
+     "in fp16, its outlier test and its int8 rows beside fp32 row scales, the int8 product into int32, then fp16, "
+     "then the input's dtype. Outlier columns, a few in a trained model, are left out: none is counted.")
+    a = x.reshape(-1, x.shape[-1])
+    a16 = a.to(torch.float16)
+    rows, ca = torch.empty(a.shape[0], device=a.device), a16.to(torch.int8)  # the rows' scales, the int8 rows
+    if layer.q.threshold > 0: (a16.abs() >= layer.q.threshold).any()  # the outlier test, freed at once
+    del a16
+    n, (m, k) = layer.out_features, ca.shape
+    i32 = torch.empty(m, n, dtype=torch.int32, device=a.device)  # the int8 product
+    one = lambda *shape: torch.empty((), dtype=torch.float16, device=a.device).expand(*shape)
+    out = F.linear(one(m, k), one(n, k))  # dequantized to fp16; timed as an fp16 product
+    del i32
+    if layer.bias is not None: out.add_(layer.bias)
+    return out.to(x.dtype).view(*x.shape[:-1], n)
+
+class _MatMul8bitLt(torch.autograd.Function):
+    ("bitsandbytes' `MatMul8bitLt` for a frozen int8 weight. It keeps its input on the context (`ctx.tensors`, "
+     "not `save_for_backward`), so gradient checkpointing does not free it; in backward it dequantizes the weight "
+     "in the input's dtype for the input's gradient.")
+    @staticmethod
+    def forward(ctx, x, weight, layer):
+        with torch._C.DisableTorchFunction(): out = _int8_matmul(x, layer)  # custom ops: no autocast
+        ctx.layer, ctx.x = layer, (x if ctx.needs_input_grad[0] else None)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        layer, x = ctx.layer, ctx.x
+        w = layer.weight.to(x.dtype).mul_(layer.SCB.unsqueeze(1).mul(1 / 127))
+        grad = grad.reshape(-1, grad.shape[-1]).contiguous()
+        return torch.matmul(grad.to(x.dtype), w).view(x.shape), None, None
+
+class _Linear8bit(nn.Linear):
+    ("bitsandbytes' `Linear8bitLt` as transformers loads a weight into it (`Int8Params`, `has_fp16_weights=False`), "
+     "frozen: the weight in int8 and an fp32 scale per row (`SCB`); the bias stays in fp32 after "
+     "`prepare_model_for_kbit_training`.")
+    bits = 8
+    def __init__(self, base:nn.Module, q:_Quant):
+        nn.Module.__init__(self)
+        self.in_features, self.out_features = _features(base)
+        self.q, dev = q, base.weight.device
+        frozen = lambda *shape, dtype=torch.float32: nn.Parameter(torch.empty(shape, dtype=dtype, device=dev),
+                                                                  requires_grad=False)
+        self.weight = frozen(self.out_features, self.in_features, dtype=torch.int8)
+        self.bias = None if base.bias is None else frozen(self.out_features)
+        self.register_buffer('SCB', torch.empty(self.out_features, device=dev), persistent=False)
+
+    def forward(self, x): return _MatMul8bitLt.apply(x, self.weight, self)
+
+# %% ../nbs/05b_memory_model.ipynb #9508500a
+def _unquantized(model:nn.Module, q:_Quant)->list:
+    ("Names of the modules transformers leaves unquantized (`get_modules_to_not_convert`): `llm_int8_skip_modules`, "
+     "else the output layer, tied weights and the last module; and the model's `_keep_in_fp32_modules`.")
+    skip = list(q.skip or [])
+    if q.skip is None and hasattr(model, 'get_output_embeddings'):
+        from transformers.quantizers.base import get_keys_to_not_convert
+        skip += get_keys_to_not_convert(model)
+    return skip + list(getattr(model, '_keep_in_fp32_modules', None) or [])
+
+def _quantize(model:nn.Module, q:_Quant)->nn.Module:
+    ("`model` as `from_pretrained(quantization_config=...)` loads it in fp16 and peft's "
+     "`prepare_model_for_kbit_training` readies it: its linear layers bitsandbytes' (but those of `_unquantized`), "
+     "everything frozen, the parameters left in fp16 cast to fp32.")
+    skip = _unquantized(model, q)
+    kept = lambda name: any(re.match(rf'(?:{k})(?:(?<=\.)|(?=\.|$))', name) or name.endswith(k)
+                            for k in skip)  # transformers' `should_convert_module`
+    for name, m in list(model.named_modules()):
+        if (type(m) is nn.Linear or type(m).__name__ == 'Conv1D') and not kept(name):
+            model.set_submodule(name, _Linear8bit(m, q) if q.kind == 'int8' else _Linear4bit(m, q))
+    return model.requires_grad_(False)  # built in fp32: what `prepare_model_for_kbit_training` casts to
+
+# %% ../nbs/05b_memory_model.ipynb #8e863604
+# Stable Diffusion 1.5's parts, as the config.json files of its pipeline give them (unet/, vae/, text_encoder/):
+# the VAE and text encoder a UNet config alone is planned with
+SD15 = {'unet': dict(_class_name='UNet2DConditionModel', act_fn='silu', attention_head_dim=8,
+                     block_out_channels=[320, 640, 1280, 1280], center_input_sample=False, cross_attention_dim=768,
+                     down_block_types=['CrossAttnDownBlock2D'] * 3 + ['DownBlock2D'], downsample_padding=1,
+                     flip_sin_to_cos=True, freq_shift=0, in_channels=4, layers_per_block=2,
+                     mid_block_scale_factor=1, norm_eps=1e-05, norm_num_groups=32, out_channels=4, sample_size=64,
+                     up_block_types=['UpBlock2D'] + ['CrossAttnUpBlock2D'] * 3),
+        'vae': dict(_class_name='AutoencoderKL', act_fn='silu', block_out_channels=[128, 256, 512, 512],
+                    down_block_types=['DownEncoderBlock2D'] * 4, in_channels=3, latent_channels=4,
+                    layers_per_block=2, norm_num_groups=32, out_channels=3, sample_size=512,
+                    up_block_types=['UpDecoderBlock2D'] * 4),
+        'text_encoder': dict(architectures=['CLIPTextModel'], hidden_act='quick_gelu', hidden_size=768,
+                             intermediate_size=3072, max_position_embeddings=77, num_attention_heads=12,
+                             num_hidden_layers=12, projection_dim=768, vocab_size=49408)}
+
+def _is_pipeline(m)->bool:
+    "Whether `m` is a diffusers model's config (a dict with `_class_name`) or a pipeline's (a dict with 'unet')."
+    return isinstance(m, Mapping) and ('_class_name' in m or 'unet' in m)
+
+def _parts(m:Mapping)->tuple:
+    "(the configs of the UNet, VAE and text encoder, the parts SD 1.5 stands in for) of a UNet config or a pipeline's."
+    parts = dict(m) if 'unet' in m else {'unet': m}
+    unet, name = parts['unet'], parts['unet'].get('_class_name')
+    if name != 'UNet2DConditionModel' or unet.get('addition_embed_type') is not None:
+        what = "SDXL's UNet (time and text conditioning added)" if name == 'UNet2DConditionModel' else name
+        raise ArgumentError(f'{what} is not planned from its config: the plan trains a Stable Diffusion 1.x or 2.x '
+                            'UNet2DConditionModel. Build yours on meta tensors and pass it with example=.')
+    missing = [k for k in ('vae', 'text_encoder') if k not in parts]
+    if 'text_encoder' in missing and unet.get('cross_attention_dim', 1280) != 768:
+        raise ArgumentError(f"cross_attention_dim={unet.get('cross_attention_dim', 1280)}: SD 1.5's text encoder "
+                            "gives 768. Pass the pipeline's configs, {'unet': ..., 'text_encoder': ..., 'vae': ...}, "
+                            '(colab-t4 plan --config reads them beside unet/config.json).')
+    return unet, parts.get('vae', SD15['vae']), parts.get('text_encoder', SD15['text_encoder']), missing
+
+# %% ../nbs/05b_memory_model.ipynb #a904d35f
+class _DiffusionStep(nn.Module):
+    ("A training step of diffusers' `train_text_to_image.py` and `train_text_to_image_lora.py`: the VAE and the text "
+     "encoder frozen, the UNet trained to predict the noise added to the latents, its loss the MSE.")
+    def __init__(self, unet:nn.Module, vae:nn.Module, text_encoder:nn.Module):
+        super().__init__()
+        self.unet, self.vae, self.text_encoder = unet, vae, text_encoder
+
+    def forward(self, sample, timestep, encoder_hidden_states, noise):
+        pred = self.unet(sample, timestep, encoder_hidden_states, return_dict=False)[0]
+        return F.mse_loss(pred.float(), noise.float())
+
+    def batch(self, b:int, image:int)->dict:
+        ("The scripts' inputs for `b` images: latents from the VAE's encoder and the captions' embeddings, made "
+         "without autocast and without gradients; the noise, the timesteps and the noised latents (fp32).")
+        vae, text = self.vae, self.text_encoder
+        with torch.no_grad(), _t4_kernels():
+            pixels = torch.empty(b, vae.config.in_channels, image, image, device='meta').to(vae.dtype)
+            latents = vae.encode(pixels).latent_dist.sample() * vae.config.scaling_factor
+            ids = torch.empty(b, text.config.max_position_embeddings, dtype=torch.long, device='meta')
+            states = text(ids, return_dict=False)[0]
+        noise, t = torch.randn_like(latents), torch.randint(0, 1000, (b,), device='meta')
+        scale = torch.empty(b, 1, 1, 1, device='meta')  # `add_noise`: the square roots of alphas_cumprod[t], fp32
+        return dict(sample=scale * latents + scale * noise, timestep=t, encoder_hidden_states=states, noise=noise)
+
+# %% ../nbs/05b_memory_model.ipynb #a35ae93d
+def _diffusion(config:Mapping, seq, image_size, task, example, loss_fn, amp)->tuple:
+    ("(the `_DiffusionStep` on meta tensors, `example`, the setup in words, the frozen parts in words) of a diffusers "
+     "UNet config or a pipeline's configs. The VAE and text encoder are held in the run's precision, as the "
+     "scripts hold them (`weight_dtype`).")
+    given = dict(seq=seq, task=task, example=example, loss_fn=loss_fn)
+    if any(v is not None for v in given.values()):
+        k = next(k for k, v in given.items() if v is not None)
+        raise ArgumentError(f'{k}={given[k]!r}: a diffusers UNet config is planned with its own inputs (captions of '
+                            '77 tokens, images, noise): pass image_size alone, or build the model on meta tensors.')
+    diffusers = require('diffusers', 'plan_run of a diffusers UNet')
+    transformers = require('transformers', 'plan_run of a diffusers UNet')
+    unet, vae, text, missing = _parts(config)
+    with torch.device('meta'):
+        step = _DiffusionStep(diffusers.UNet2DConditionModel.from_config(unet),
+                              diffusers.AutoencoderKL.from_config(vae),
+                              transformers.CLIPTextModel(transformers.CLIPTextConfig(**text)))
+    frozen = amp or torch.float32
+    step.vae.to(frozen).requires_grad_(False)
+    step.text_encoder.to(frozen).requires_grad_(False)
+    down = 2 ** (len(step.vae.config.block_out_channels) - 1)  # pixels to latents
+    grain = down * 2 ** (len(step.unet.config.block_out_channels) - 1)  # latents the UNet halves, then doubles
+    image = image_size or step.unet.config.sample_size * down
+    if image % grain:
+        raise ArgumentError(f'image_size={image}: the VAE and the UNet take sides that are multiples of {grain}: '
+                            f'pass image_size={image // grain * grain or grain}.')
+    lat = image // down
+    what = f'UNet2DConditionModel for text-to-image, {image}x{image} images ({lat}x{lat} latents)'
+    held = {torch.float16: 'fp16', torch.bfloat16: 'bf16'}.get(frozen, 'fp32')
+    said = f', the VAE and text encoder frozen in {held}'
+    if missing: said += f" (SD 1.5's{'' if len(missing) == 2 else ' ' + missing[0].replace('_', ' ')}, built in)"
+    step.train()
+    for frozen_part in (step.vae, step.text_encoder): frozen_part.eval()  # as `from_pretrained` leaves them
+    return step, functools.partial(lambda s, i, b: s.batch(b, i), step, image), what, said
+
 # %% ../nbs/05b_memory_model.ipynb #4f277df9
-OPTIMIZERS = ('adamw', 'sgd', 'adafactor', 'adamw8bit')
+OPTIMIZERS = ('adamw', 'sgd', 'adafactor', 'adamw8bit', 'paged_adamw8bit')
+_OPTIMIZER_NAMES = dict(adamw='AdamW', sgd='SGD', adafactor='Adafactor', adamw8bit='8-bit AdamW',
+                        paged_adamw8bit='paged 8-bit AdamW')
+
+def _state_8bit(p:torch.Tensor, paged:bool)->list:
+    ("bitsandbytes' state of 8-bit AdamW for `p` (`Optimizer2State.init_state`): two uint8 states and an fp32 "
+     "scale per 256 values each from 4096 values on, two fp32 states below. A paged optimizer puts the two states "
+     "of a tensor of 100,000 values or more in unified memory (`is_paged`).")
+    n, dev = p.numel(), p.device
+    dtype = torch.uint8 if n >= 4096 else torch.float32
+    states = [torch.empty(n, dtype=dtype, device=dev) for _ in range(2)]
+    for t in states: t.is_paged = paged and n >= 100_000
+    scales = [torch.empty(-(-n // 256), device=dev) for _ in range(2)] if dtype == torch.uint8 else []
+    return states + scales
 
 def _optimizer(name:str, params:list)->tuple:
     "(the optimizer as it runs on a GPU, state it keeps beside it): see above for 8-bit AdamW."
     if name == 'adamw': return torch.optim.AdamW(params, lr=1e-4, foreach=True), []
     if name == 'sgd': return torch.optim.SGD(params, lr=1e-2, momentum=0.9, foreach=True), []
     if name == 'adafactor': return torch.optim.Adafactor(params, lr=1e-2, foreach=True), []
-    nbytes = lambda n: 2 * (n + 4 * -(-n // 256)) if n >= 4096 else 8 * n
-    extra = [torch.empty(nbytes(p.numel()), dtype=torch.uint8, device=p.device) for p in params]
+    codes = [torch.empty(256, device=params[0].device) for _ in range(2)]  # its two 256-value maps, shared
+    extra = codes + [t for p in params for t in _state_8bit(p, name.startswith('paged'))]
     return torch.optim.SGD(params, lr=1e-2, foreach=False), extra
 
 def _prime(opt, params:list):
@@ -885,16 +1230,18 @@ class _Setup:
     amp:torch.dtype|None  # autocast dtype; None: fp32
     scaler:bool           # fp16's loss scaling
     checkpoint:Callable|None  # switch(on), see `_checkpointer`
-    adapters:bool = False     # LoRA: a checkpoint holds the trainable weights alone
+    whole:nn.Module|None = None  # the module a checkpoint holds whole (a full fine-tune's); None: adapters alone
+    optimizer:str = ''        # the optimizer, in words
     deadline:float|None = None  # `time.monotonic()` past which a trace stops (`_Late`)
     ops:int = 0               # ops traced so far, all traces together
     max_ops:int|None = None   # ops one traced step may take (`_TooLong`); None: any number
 
     def weights(self)->int: return _storage_bytes([*self.model.parameters(), *self.model.buffers()])
     def state(self)->int: return _storage_bytes(_state(self.opt, self.extra))
-    def saved(self)->int:
-        "Bytes of one checkpoint: the weights (LoRA: the adapters) and the optimizer's state."
-        return (_storage_bytes(self.params) if self.adapters else self.weights()) + self.state()
+    def trained(self)->int:
+        "Bytes of the weights a checkpoint holds: `whole`'s, or the trainable parameters (adapters) alone."
+        whole = self.whole
+        return _storage_bytes(self.params if whole is None else [*whole.parameters(), *whole.buffers()])
 
 # %% ../nbs/05b_memory_model.ipynb #4b25addc
 SCALE = 2.0**16  # GradScaler's first scale
@@ -958,12 +1305,16 @@ def _trace(s:_Setup, batch:int, count:bool=False, cap:int|None=None, grid:tuple=
     # which the optimizer makes its state; the gradients freed (`zero_grad`); cuBLAS's workspaces; the cache emptied
     made = lambda tag, ts: [((tag, i), n) for i, n in enumerate(ts)]
     grads = made('grad', _storages(s.params))
+    # a paged optimizer's state lives outside PyTorch's allocator: it takes the card's memory, not the allocator's
+    paged = [t for t in s.extra if getattr(t, 'is_paged', False)]
+    held = [t for t in s.extra if not getattr(t, 'is_paged', False)]
     start = [*made('weight', _storages([*s.model.parameters(), *s.model.buffers()])), *grads,
-             *made('state', _storages(_state(s.opt, s.extra))), *((k, None) for k, _ in grads),
+             *made('state', _storages(_state(s.opt, held))), *((k, None) for k, _ in grads),
              *made('workspace', ws), None]
-    a = _Allocator.replay(start, mt, cap)
+    outside = _storage_bytes(paged)
+    a = _Allocator.replay(start, mt, None if cap is None else cap - outside)
     if not a.fits: a = _Allocator.replay(start, mt)  # out of memory: the reserve it would want
-    parts['slack'] = max(0, a.peak_reserved - sum(parts.values()))
+    parts['slack'] = max(0, a.peak_reserved + outside - sum(parts.values()))
     return parts, est
 
 # %% ../nbs/05b_memory_model.ipynb #43fcba50
@@ -986,14 +1337,15 @@ def _largest(peak:Callable, limit:int, pts:dict)->int:
 # %% ../nbs/05b_memory_model.ipynb #7b1a0bc8
 @contextmanager
 def _quiet():
-    "transformers' notices (a default loss chosen, a config key unused) held back while planning."
-    if find_spec('transformers') is None: yield
-    else:
-        from transformers.utils import logging
-        level = logging.get_verbosity()
-        logging.set_verbosity_error()
-        try: yield
-        finally: logging.set_verbosity(level)
+    ("transformers' and diffusers' notices (a default loss chosen, a config key unused, a dtype cast) held back "
+     "while planning; diffusers' only once it is imported, as it is slow to import.")
+    libs = [importlib.import_module(f'{name}.utils.logging') for name in ('transformers', 'diffusers')
+            if find_spec(name) and (name == 'transformers' or name in sys.modules)]
+    levels = [lib.get_verbosity() for lib in libs]
+    for lib in libs: lib.set_verbosity_error()
+    try: yield
+    finally:
+        for lib, level in zip(libs, levels): lib.set_verbosity(level)
 
 # %% ../nbs/05b_memory_model.ipynb #3911c181
 def _module(model, example, lora)->nn.Module:
@@ -1040,15 +1392,18 @@ def _count_params(config, task:str)->int|None:
         return base + sum((n - 1) * (params({**one, f: 2}) - base) for f, n in counts.items())
     except ArgumentError: return None
 
-def _too_big(name:str, n:int, nbytes:int, dtype:str, card:str, usable:int, lora:bool):
+# %% ../nbs/05b_memory_model.ipynb #b9785384
+def _too_big(name:str, n:int, nbytes:int, held:str, card:str, usable:int, lora:bool, quant:bool):
     "Refuse a model whose weights alone pass the card's memory: no batch fits, and a trace would only take time."
     if nbytes <= usable: return
-    way = ('plan a smaller model (4-bit loading, QLoRA, is not planned)' if lora
-           else 'plan LoRA on it (lora=...) or a smaller model')
+    fits_4bit = n // 2 < usable  # half a byte a weight, before the scales and the layers left unquantized
+    way = ("plan it on a 4-bit base, quantization='nf4' (QLoRA), or a smaller model" if lora and fits_4bit
+           and not quant else 'plan a smaller model' if lora else 'plan LoRA on it (lora=...) or a smaller model')
     raise NothingFits(f"{name} has {n / 1e9:.2f}B parameters: their weights alone take {nbytes / GiB:.1f} GiB "
-                      f"in {dtype}, more than the {card}'s {usable / GiB:.1f} GiB, so it does not fit even at "
+                      f"in {held}, more than the {card}'s {usable / GiB:.1f} GiB, so it does not fit even at "
                       f'batch 1. Instead, {way}, or a card with more memory.')
 
+# %% ../nbs/05b_memory_model.ipynb #7b07210d
 def _shape(task:str, seq:int, image:int)->str:
     "A sample, in words."
     img, tok = f'{image}x{image} images', f'{seq} tokens'
@@ -1067,48 +1422,67 @@ def _experts(model:nn.Module)->str:
                 'the worst included, takes the same memory and time')
     return f', {n} experts ({k} a token), each planned with every token: more than any routing sends it'
 
+# %% ../nbs/05b_memory_model.ipynb #81e5b056
+def _from_config(config, seq, image_size, task, example, loss_fn, weigh:Callable)->tuple:
+    ("(model on meta tensors, `example`, `loss_fn`, the setup in words) of a transformers config; `weigh(name, n)` "
+     "refuses a model of thousands of layers whose `n` parameters are too many, before it is built.")
+    require('transformers', 'plan_run with a transformers config')
+    task = _check_task(config, task) if task else _task(config)
+    seq, most = seq or _seq_default(config, task), _positions(config, task)
+    if most is not None and seq > most:
+        raise ArgumentError(f'seq={seq}: {config.model_type} has positions for {most} tokens: pass seq <= '
+                            f'{most}, or a config with more positions if the model was trained for them.')
+    native = _image_default(config, task)
+    image_size = image_size or native
+    n = _count_params(config, task)
+    if n is not None: weigh(config.model_type, n)
+    built = _build(config, task)
+    if example is None:
+        example = _example(config, task, seq, image_size)
+        if image_size != native and 'interpolate_pos_encoding' in inspect.signature(built.forward).parameters:
+            example = functools.partial(lambda f, b: {**f(b), 'interpolate_pos_encoding': True}, example)
+    if task == 'ctc' and loss_fn is None: loss_fn = _ctc_loss(config, seq)
+    return built, example, loss_fn, f'{config.model_type} for {task}, {_shape(task, seq, image_size)}' + _experts(built)
+
+# %% ../nbs/05b_memory_model.ipynb #3c145c55
+def _size(n:int)->str: return f'{n / 1e9:.2f}B' if n >= 1e9 else f'{n / 1e6:.1f}M' if n >= 1e6 else f'{n / 1e3:.1f}K'
+
 def _prepare(model, seq, image_size, task, example, loss_fn, optimizer, amp, scaler, lora,
-             card:str='T4', usable:int|None=None)->tuple:
-    ("(the `_Setup`, the setup in words) for a transformers config or a module on meta tensors; with `usable`, "
-     "a model whose weights alone pass it is refused before it is traced (or, for thousands of layers, built).")
+             card:str='T4', usable:int|None=None, quant:_Quant|None=None)->tuple:
+    ("(the `_Setup`, the setup in words) for a transformers config, a diffusers UNet config or a module on meta "
+     "tensors; with `usable`, a model whose weights alone pass it is refused before it is traced (or, for thousands "
+     "of layers, built).")
     held = amp if lora is not None and amp is not None else torch.float32  # a LoRA base is held in the AMP dtype
     dtype = {torch.float16: 'fp16', torch.bfloat16: 'bf16'}.get(held, 'fp32')
-    if _is_config(model):
-        require('transformers', 'plan_run with a transformers config')
-        task = _check_task(model, task) if task else _task(model)
-        seq, most = seq or _seq_default(model, task), _positions(model, task)
-        if most is not None and seq > most:
-            raise ArgumentError(f'seq={seq}: {model.model_type} has positions for {most} tokens: pass seq <= '
-                                f'{most}, or a config with more positions if the model was trained for them.')
-        native = _image_default(model, task)
-        image_size = image_size or native
-        what = f'{model.model_type} for {task}, {_shape(task, seq, image_size)}'
-        n = _count_params(model, task)
-        if n is not None and usable is not None:
-            _too_big(model.model_type, n, n * held.itemsize, dtype, card, usable, lora is not None)
-        built = _build(model, task)
-        if example is None:
-            example = _example(model, task, seq, image_size)
-            if image_size != native and 'interpolate_pos_encoding' in inspect.signature(built.forward).parameters:
-                example = functools.partial(lambda f, b: {**f(b), 'interpolate_pos_encoding': True}, example)
-        if task == 'ctc' and loss_fn is None: loss_fn = _ctc_loss(model, seq)
-        what, model = what + _experts(built), built
+    dtype = f'{quant.kind} (the rest in fp32)' if quant else dtype
+    def weigh(name:str, n:int, nbytes:int|None=None):
+        if usable is None: return
+        nbytes = nbytes or n * (held.itemsize if quant is None else 1 if quant.kind == 'int8' else 0.5)
+        _too_big(name, n, nbytes, dtype, card, usable, lora is not None, quant is not None)
+    trained, said = None, ''
+    if _is_pipeline(model):
+        if quant is not None: raise ArgumentError(f'quantization={quant.kind!r}: a diffusers UNet is planned '
+                                                   'unquantized: pass quantization=None.')
+        model, example, what, said = _diffusion(model, seq, image_size, task, example, loss_fn, amp)
+        loss_fn, trained = (lambda out, x: out), model.unet  # the step's output is its loss
+    elif _is_config(model): model, example, loss_fn, what = _from_config(model, seq, image_size, task, example,
+                                                                        loss_fn, weigh)
     else: what, model = type(model).__name__, _module(model, example, lora)
-    model.train()
-    if lora is not None: model = _add_lora(model, lora, amp)
+    if trained is None: trained = model.train()
+    n = sum(p.numel() for p in trained.parameters())
+    if quant is not None: _quantize(trained, quant)
+    if lora is not None: _add_lora(trained, lora, None if quant else amp)
     params = [p for p in model.parameters() if p.requires_grad]
     if not params: raise ArgumentError('model has no trainable parameters: nothing to plan.')
-    n, k = sum(p.numel() for p in model.parameters()), sum(p.numel() for p in params)
-    if usable is not None:
-        _too_big(what.split(',')[0], n, _storage_bytes([*model.parameters(), *model.buffers()]), dtype, card,
-                 usable, lora is not None)
+    k = sum(p.numel() for p in params)
+    n += k if lora is not None else 0
+    weigh(what.split(',')[0], n, _storage_bytes([*model.parameters(), *model.buffers()]))
     opt, extra = _optimizer(optimizer, params)
     _prime(opt, params)
-    size = lambda n: (f'{n / 1e9:.2f}B' if n >= 1e9 else f'{n / 1e6:.1f}M' if n >= 1e6
-                      else f'{n / 1e3:.1f}K')
-    what += f', {size(n)} parameters' + (f' ({size(k)} trainable: LoRA r={lora.r})' if lora else '')
-    s = _Setup(model, params, opt, extra, example, loss_fn, amp, scaler, _checkpointer(model, amp),
-               adapters=lora is not None)
+    base = f' on an {quant.kind} base' + (', double-quantized' if quant.double else '') if quant else ''
+    what += f', {_size(n)} parameters' + (f' ({_size(k)} trainable: LoRA r={lora.r}{base})' if lora else '') + said
+    s = _Setup(model, params, opt, extra, example, loss_fn, amp, scaler, _checkpointer(trained, amp),
+               whole=None if lora is not None else trained, optimizer=_OPTIMIZER_NAMES[optimizer])
     return s, what
 
 # %% ../nbs/05b_memory_model.ipynb #275fc0f1
@@ -1134,6 +1508,7 @@ def _traced(s:_Setup, name:str, batch:int, time_limit:float, **kw)->tuple:
     except ColabT4Error: raise
     except Exception as e: raise ColabT4Error(_failed(name, e)) from None
 
+# %% ../nbs/05b_memory_model.ipynb #4e949db0
 OPS_LIMIT = 40_000  # ops of one traced step past which a model of repeated layers is planned from copies of few layers
 
 def _more_ops(base:pd.DataFrame, more:pd.DataFrame)->pd.DataFrame:
@@ -1167,6 +1542,25 @@ class _ByLayers:
             est = replace(est, ms=f('ms'), low_ms=f('low_ms'), high_ms=f('high_ms'), ops=ops)
         return {k: max(0, v) for k, v in out.items()}, est
 
+# %% ../nbs/05b_memory_model.ipynb #bd83c8ff
+@functools.cache
+def _rng_bytes()->int:
+    "Bytes of the random generators' states in a checkpoint (`rng_state`, as `torch.save` writes it)."
+    buf = io.BytesIO()
+    torch.save(rng_state(), buf)
+    return buf.tell()
+
+def _holds(s:_Setup)->str:
+    "What one checkpoint of `s` holds, in words, each part with its size."
+    size = lambda n: f'{n / 1e9:.2f} GB' if n >= 1e9 else f'{n / 1e6:.1f} MB' if n >= 1e5 else f'{n / 1e3:.0f} KB'
+    parts = (f'the {"adapters" if s.whole is None else "weights"} ({size(s.trained())}), '
+             f'{"their" if s.whole is None else "the"} optimizer state ({size(s.state())}) and the random '
+             f'generators ({size(_rng_bytes())})')
+    if s.whole is None: return f'{parts}; never the frozen base ({size(s.weights() - s.trained())})'
+    frozen = s.weights() - s.trained()
+    return parts + (f'; never the frozen parts ({size(frozen)})' if frozen > 0 else '')
+
+# %% ../nbs/05b_memory_model.ipynb #5d7d3123
 @dataclass
 class Counted:
     "What the memory model finds for a training setup: the figures a `RunPlan` is made from."
@@ -1178,6 +1572,7 @@ class Counted:
     per_sample:int                 # bytes each sample adds on that line
     saved:int                      # bytes of one checkpoint: the trained weights and the optimizer's state
     t4:T4Estimate|None             # the step's T4 estimate; None: not asked for
+    holds:str = ''                 # what a checkpoint holds, in words
 
 def _count(s:_Setup, what:str, batch:int, checkpointing:bool, usable:int, grid:tuple, t4:bool, time_limit:float,
            layers:_ByLayers|None=None)->Counted:
@@ -1204,30 +1599,41 @@ def _count(s:_Setup, what:str, batch:int, checkpointing:bool, usable:int, grid:t
     largest = {checkpointing: 0 if hopeless else _largest(peak, usable, pts)}
     if switch:
         switch(not checkpointing)
-        try: largest[not checkpointing] = 0 if hopeless else _largest(peak, usable, {batch: peak(batch), two: peak(two)})
+        try:
+            other = {} if hopeless else {batch: peak(batch)}
+            if other and (other[batch] <= usable or batch > 1): other[two] = peak(two)  # batch 1 past it: none fits
+            largest[not checkpointing] = _largest(peak, usable, other) if other else 0
         finally: switch(checkpointing)
-    opt = '8-bit AdamW' if s.extra else type(s.opt).__name__
-    return Counted(f'{what}, {opt}', parts, largest.get(False), largest.get(True), int(y0 - per_sample * x0),
-                   per_sample, s.saved(), est)
+    return Counted(f'{what}, {s.optimizer or type(s.opt).__name__}', parts, largest.get(False),
+                   largest.get(True), int(y0 - per_sample * x0), per_sample,
+                   s.trained() + s.state() + _rng_bytes(), est, _holds(s))
 
-def count_run(model, # a transformers config, or an nn.Module built on meta tensors
+# %% ../nbs/05b_memory_model.ipynb #70d7d92f
+def count_run(model, # a transformers config, a diffusers UNet config, or an nn.Module built on meta tensors
               batch:int, seq:int|None, image_size:int|None, task:str|None, example:Callable|None,
               loss_fn:Callable|None, optimizer:str, amp:torch.dtype|None, # the autocast dtype; None: fp32
               scaler:bool, # fp16's loss scaling
               lora, checkpointing:bool, card:Card, usable:int, # bytes a program sees on `card`
               time_limit:float, grid:tuple|None=None, # SMs and threads per SM that size reductions; None: `card`'s
+              quantization=None, # 'nf4', 'fp4', 'int8' or a transformers `BitsAndBytesConfig`: the base's format
              )->Counted:
     ("A training setup, checked and traced on meta tensors: its peak at `batch`, the largest batches and, for a T4, "
      "the time of a step. `plan_run` checks the plain arguments and makes its `RunPlan` from this.")
     deadline = time.monotonic() + time_limit
     if lora is not None: _lora_rank(lora)
-    if not (_is_config(model) or isinstance(model, nn.Module)):
-        raise ArgumentError(f'model must be a transformers config or an nn.Module on meta '
-                            f'tensors, got model={type(model).__name__}.')
+    quant = _quantization(quantization)
+    if quant is not None and lora is None:
+        raise ArgumentError(f'quantization={quantization!r} with a full fine-tune: bitsandbytes cannot train '
+                            f'{"8" if quant.kind == "int8" else "4"}-bit weights, which get no gradient. Pass lora '
+                            '(a peft LoraConfig) to train adapters on the quantized base, or quantization=None.')
+    if not (_is_config(model) or _is_pipeline(model) or isinstance(model, nn.Module)):
+        raise ArgumentError(f'model must be a transformers config, a diffusers UNet config or an nn.Module on '
+                            f'meta tensors, got model={type(model).__name__}.')
+    if _is_pipeline(model): require('diffusers', 'plan_run of a diffusers UNet')  # imported before `_quiet`
     t4 = card.spec is not None and card.spec.key == 'T4'
     with _quiet(), _seeded():  # the caller's random generators untouched
         s, what = _prepare(model, seq, image_size, task, example, loss_fn, optimizer, amp, scaler, lora,
-                           card.name, usable)
+                           card.name, usable, quant)
         s.deadline = deadline
         args = (what, batch, checkpointing, usable, grid or card_grid(card), t4, time_limit)
         stacks = _stacks(model) if _is_config(model) else {}
@@ -1238,7 +1644,7 @@ def count_run(model, # a transformers config, or an nn.Module built on meta tens
         # a step past OPS_LIMIT ops (a Python loop per token, as Mamba's reference scan): traced as copies of few layers
         base = {k: min(n, 2) for k, n in stacks.items()}
         copies = [_prepare(_layered(model, layers), seq, image_size, task, example, loss_fn, optimizer, amp,
-                           scaler, lora)[0] for layers in (base, *({**base, k: 3} for k in grow))]
+                           scaler, lora, quant=quant)[0] for layers in (base, *({**base, k: 3} for k in grow))]
         for c in copies: c.deadline = deadline
         layers = _ByLayers(copies[0], list(zip(grow.values(), copies[1:])))
         return _count(s, f'{what}, traced as copies of 2 and 3 layers', *args[1:], layers=layers)

@@ -4,9 +4,9 @@
 
 # %% ../nbs/06a_monitoring.ipynb #499a92ff
 from __future__ import annotations
-import atexit, csv, errno, json, math, numbers, os, re, shutil, signal, subprocess, sys, tempfile
+import csv, errno, json, math, numbers, os, re, shutil, signal, subprocess, sys, tempfile
 import threading, time
-import uuid, warnings, weakref
+import uuid, warnings
 from contextlib import contextmanager
 from collections import deque
 from dataclasses import dataclass
@@ -19,7 +19,8 @@ import pynvml
 from fastcore.basics import patch
 
 from .allocation import NoGPUError, parse_smi_csv
-from .core import (ColabT4Error, ArgumentError, state_dir, stop_on_signals, check_callable,
+from .core import (ColabT4Error, ArgumentError, background_work, state_dir,
+                              stop_on_signals, check_callable,
                               check_choice, check_flag,
                               check_int, check_num, check_path, check_seq, check_type,
                               open_regular)
@@ -358,10 +359,55 @@ def _check_periods(every)->dict:
         check_num(f'every[{k!r}]', v, 0, 24 * 3600, eq=True)
     return dict(every or {})
 
+# %% ../nbs/06a_monitoring.ipynb #370f1ab5
+class _Upkeep:
+    "A `GPUMonitor`'s chores between samples: what is due, warnings said once, the CSV and the ledger."
+    def _is_due(self, what:str, now:float)->bool:
+        if now < self._due.get(what, -math.inf): return False
+        self._due[what] = now + self.every[what]
+        return True
+
+    def _warn_once(self, what:str, e:Exception):
+        self.errors.append((what, str(e)))
+        if what not in self._warned:
+            self._warned.add(what)
+            warnings.warn(f'GPUMonitor: {what} failed ({e}); sampling goes on and it is retried.')
+
+    def _ledger_update(self, now:float):
+        try: self._session.update(self.busy_s / 3600, now)
+        except (OSError, ColabT4Error) as e: self._warn_once('updating the usage ledger', e)
+
+    def _csv_gone(self)->bool:
+        "True when the CSV open for appending is no longer the file at its path (it or its folder was removed)."
+        try: return not os.path.samestat(os.fstat(self._csvf.fileno()), os.stat(self.csv))
+        except OSError: return True
+
+    def _reopen_csv(self):
+        "Create the removed CSV again, with its header and the samples written to it that are still in memory."
+        f = _open_csv(Path(self.csv))  # a ArgumentError keeps the rows pending: `unwritten` counts them
+        try: self._csvf.close()
+        except OSError: pass
+        self._csvf, n = f, len(self._flushed)
+        self._pending[:0] = self._flushed; self._flushed.clear()
+        self.csv_recreated += 1
+        warnings.warn(f'GPUMonitor: {self.csv} was removed while monitoring; created it again with its '
+                      f'header and the {n} earlier sample(s) still in memory.')
+
+    def _flush(self, sync:bool=False):
+        "Write the pending rows to the CSV, made again if it was removed; on a failing disk keep them and retry later."
+        try:
+            if self._csv_gone(): self._reopen_csv()
+            csv.writer(self._csvf).writerows(_csv_row(r, self.names) for r in self._pending)
+            self._csvf.flush()
+            if sync: os.fsync(self._csvf.fileno())
+            self._flushed.extend(self._pending); self._pending.clear()
+        except (OSError, ColabT4Error) as e:
+            self._warn_once('writing the CSV', e)
+            del self._pending[:-self._rows.maxlen]
+
 # %% ../nbs/06a_monitoring.ipynb #148d105a
-class GPUMonitor:
+class GPUMonitor(_Upkeep):
     "Samples every GPU in a daemon thread into a DataFrame (and a CSV), cheaply enough to run beside training."
-    _clock = staticmethod(time.time)  # wall clock for timestamps; tests give a monitor a fake one
 
     def __init__(self, interval:float=1.0, # seconds between samples, at least `MIN_INTERVAL`
                  csv:str|Path|None=None, # append samples to this CSV (its header is written once)
@@ -396,50 +442,8 @@ class GPUMonitor:
         # rows in the CSV; times it was made again
         self._flushed, self.csv_recreated = deque(maxlen=max_rows), 0
 
-    def _is_due(self, what:str, now:float)->bool:
-        if now < self._due.get(what, -math.inf): return False
-        self._due[what] = now + self.every[what]
-        return True
-
-    def _warn_once(self, what:str, e:Exception):
-        self.errors.append((what, str(e)))
-        if what not in self._warned:
-            self._warned.add(what)
-            warnings.warn(f'GPUMonitor: {what} failed ({e}); sampling goes on and it is retried.')
-
-    def _csv_gone(self)->bool:
-        "True when the CSV open for appending is no longer the file at its path (it or its folder was removed)."
-        try: return not os.path.samestat(os.fstat(self._csvf.fileno()), os.stat(self.csv))
-        except OSError: return True
-
-    def _reopen_csv(self):
-        "Create the removed CSV again, with its header and the samples written to it that are still in memory."
-        f = _open_csv(Path(self.csv))  # a ArgumentError keeps the rows pending: `unwritten` counts them
-        try: self._csvf.close()
-        except OSError: pass
-        self._csvf, n = f, len(self._flushed)
-        self._pending[:0] = self._flushed; self._flushed.clear()
-        self.csv_recreated += 1
-        warnings.warn(f'GPUMonitor: {self.csv} was removed while monitoring; created it again with its '
-                      f'header and the {n} earlier sample(s) still in memory.')
-
-    def _flush(self, sync:bool=False):
-        "Write the pending rows to the CSV, made again if it was removed; on a failing disk keep them and retry later."
-        try:
-            if self._csv_gone(): self._reopen_csv()
-            csv.writer(self._csvf).writerows(_csv_row(r, self.names) for r in self._pending)
-            self._csvf.flush()
-            if sync: os.fsync(self._csvf.fileno())
-            self._flushed.extend(self._pending); self._pending.clear()
-        except (OSError, ColabT4Error) as e:
-            self._warn_once('writing the CSV', e)
-            del self._pending[:-self._rows.maxlen]
-
-    def _ledger_update(self, now:float):
-        try: self._session.update(self.busy_s / 3600, now)
-        except (OSError, ColabT4Error) as e: self._warn_once('updating the usage ledger', e)
-
     def _run(self):
+        "The thread: `run_once` every `interval` s on a fixed schedule; a bug is kept for `stop` to raise."
         nxt = time.monotonic()
         while not self._stop.is_set():
             try: self.run_once()
@@ -456,7 +460,7 @@ class GPUMonitor:
 
     def clock(self)->float:
         "Now, in the epoch seconds that stamp the samples."
-        return self._clock()
+        return time.time()
 
 # %% ../nbs/06a_monitoring.ipynb #a99c69e1
 def _gpu_label(names)->str:
@@ -606,9 +610,6 @@ def read_csv(path:str|Path # a CSV written by `GPUMonitor(csv=...)`
     except (ValueError, TypeError) as e:
         raise ColabT4Error(f'{path} has a value a monitor CSV cannot hold: {e}') from e
 
-# %% ../nbs/06a_monitoring.ipynb #4f55aa04
-_RUNNING = weakref.WeakSet()
-
 # %% ../nbs/06a_monitoring.ipynb #7955536e
 @patch
 def start(self:GPUMonitor)->GPUMonitor:
@@ -616,8 +617,8 @@ def start(self:GPUMonitor)->GPUMonitor:
     self.open()
     if not self.available or self.running: return self
     self._stop.clear(); self._crash = None
-    self._thread = threading.Thread(target=self._run, name='GPUMonitor', daemon=True)
-    _RUNNING.add(self); self._thread.start()
+    background_work.add('samplers', self, _stop_sampling)
+    self._thread = background_work.start('samplers', 'GPUMonitor', self._run, stop=self._stop)
     return self
 
 # %% ../nbs/06a_monitoring.ipynb #3123b0d4
@@ -634,7 +635,7 @@ def stop(self:GPUMonitor, timeout:float=10.0)->GPUMonitor:
         if self._thread.is_alive():
             warnings.warn(f'GPUMonitor: the sampling thread did not end within {timeout} s.')
         self._thread = None
-    _RUNNING.discard(self)
+    background_work.discard('samplers', self)
     self.close()
     if (e := self._crash) is not None:
         self._crash = None
@@ -643,11 +644,9 @@ def stop(self:GPUMonitor, timeout:float=10.0)->GPUMonitor:
     return self
 
 # %% ../nbs/06a_monitoring.ipynb #cf35e29c
-@atexit.register
-def _stop_all_at_exit():
-    for m in list(_RUNNING):
-        try: m.stop(timeout=2)
-        except ColabT4Error as e: print(f'GPUMonitor at exit: {e}')
+def _stop_sampling(m:GPUMonitor):
+    "`m.stop()` at `background_work.close()` or at exit: a stuck NVML call holds it 2 s at most."
+    m.stop(timeout=2)
 
 # %% ../nbs/06a_monitoring.ipynb #d6eb5957
 METRICS = ['util_gpu', 'util_mem', 'mem_used_mib', 'temp_c', 'power_w', 'clock_sm_mhz',
@@ -707,8 +706,8 @@ def plot_samples(df:pd.DataFrame, # samples, as `GPUMonitor.df` or `read_csv`
     "Utilization, memory and temperature/power over time, one line per GPU: a matplotlib `Figure`."
     df = _check_df(df, ('gpu', 'name', *FIELDS))
     title = check_type('title', title, str, none=True)
-    from matplotlib.figure import Figure
-    fig = Figure(figsize=(9, 7), layout='constrained')
+    from colab_t4_nb.core import chart_figure  # PNGs with a palette of colours
+    fig = chart_figure((9, 7))
     ax = fig.subplots(3, 1, sharex=True)
     ax_w, t0, unit = ax[2].twinx(), df.index.min(), 's'
     for k, ((g, name), d) in enumerate(df.groupby(['gpu', 'name'], dropna=False)):

@@ -4,9 +4,9 @@
 
 # %% ../nbs/05a_persistence.ipynb #420f6f86
 from __future__ import annotations
-import atexit, copy, errno, gc, importlib, inspect, json, numbers, os, pickle, random, re, shutil, socket
-import subprocess, sys, threading, time, uuid, warnings, weakref, zipfile
-from collections import OrderedDict, deque
+import copy, errno, gc, importlib, inspect, json, numbers, os, pickle, random, re, shutil, socket
+import hashlib, subprocess, sys, threading, time, uuid, warnings, zipfile
+from collections import Counter, OrderedDict, deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -19,7 +19,7 @@ from fastcore.basics import patch, store_attr
 from fastcore.meta import delegates
 
 from .core import (COLAB_DRIVE, ColabT4Error, ArgumentError, stop_on_signals,
-                              atomic_write, oom_kind, runtime,
+                              atomic_write, background_work, oom_kind, runtime,
                               state_dir, check_callable, check_choice, check_flag, check_int,
                               check_name, check_num, check_path, check_seq, check_stateful,
                               check_str, check_type, open_regular)
@@ -75,20 +75,108 @@ def set_rng_state(st:dict # from `rng_state`
 # %% ../nbs/05a_persistence.ipynb #87b9849a
 def _unwrap(model): return getattr(model, '_orig_mod', model)  # torch.compile's wrapper
 
+# %% ../nbs/05a_persistence.ipynb #1417edf3
+def _quantization(params)->str:
+    "How `params` are quantized, in words: bitsandbytes' kind and settings, or 'none'."
+    kinds = set()
+    for p in params:
+        name = type(p).__name__
+        if name == 'Params4bit':
+            kinds.add(f'bitsandbytes 4-bit {p.quant_type}, blocksize {p.blocksize}'
+                      + (', double quant' if p.compress_statistics else ''))
+        elif name == 'Int8Params': kinds.add('bitsandbytes 8-bit')
+        elif name not in ('Parameter', 'Tensor'): kinds.add(name)  # another kind, by its class
+    return '; '.join(sorted(kinds)) or 'none'
+
+def _split(model)->tuple:
+    "`model`'s state in two, what trains (buffers too) and the frozen base; the frozen parameters."
+    m = _unwrap(model)
+    sd, named = m.state_dict(), list(m.named_parameters(remove_duplicate=False))
+    frozen = {n for n, p in named if not p.requires_grad}
+    keep, base = OrderedDict(), {}
+    for k, v in sd.items():
+        parts = k.split('.')  # a frozen parameter's own entries are named after it: `weight.absmax`
+        mine = any('.'.join(parts[:i]) in frozen for i in range(len(parts), 0, -1))
+        (base if mine else keep)[k] = v
+    if hasattr(sd, '_metadata'): keep._metadata = sd._metadata  # the modules' versions
+    return keep, base, [p for n, p in named if n in frozen]
+
+# %% ../nbs/05a_persistence.ipynb #6a60efdf
+_WORDS = 1 << 20  # words hashed at a time: the temporaries stay near 24 MiB, on the GPU too
+_MIX = -7046029254386353131  # 0x9E3779B97F4A7C15, the golden ratio's bits, as a signed int64
+
+def _words(t:torch.Tensor)->torch.Tensor:
+    "The bytes of `t` as 8-byte words where their number allows, else 4-byte ones, else bytes."
+    if t.layout != torch.strided: t = t.to_dense()
+    b = t.detach().contiguous().reshape(-1).view(torch.uint8)
+    d = next(d for d in (torch.int64, torch.int32, torch.uint8) if b.numel() % d.itemsize == 0)
+    try: return b.view(d)
+    except RuntimeError: return b.clone().view(d)  # a view starting off a word's edge: copied
+
+def _digest(t:torch.Tensor)->torch.Tensor:
+    "A 64-bit hash of `t`'s bytes, where it lives: words times odd numbers of their places, summed."
+    if t.is_meta: return torch.zeros((), dtype=torch.int64)  # offloaded: no bytes here to read
+    w = _words(t)
+    acc = torch.zeros((), dtype=torch.int64, device=w.device)
+    for i in range(0, w.numel(), _WORDS):
+        c = w[i:i + _WORDS]
+        k = torch.arange(2 * i + 1, 2 * (i + c.numel()), 2, dtype=torch.int64, device=w.device)
+        acc += (c.to(torch.int64) * k.mul_(_MIX)).sum()  # integers: they wrap alike on CPU and GPU
+    return acc
+
+# %% ../nbs/05a_persistence.ipynb #79da59d8
+def _fingerprint(base:dict, params:list)->dict|None:
+    "What identifies the frozen tensors `base` (by name) of the frozen `params`; None for none."
+    if not base: return None
+    digests = {k: _digest(v) for k, v in sorted(base.items())}  # all launched before one is read
+    layout, content = hashlib.sha256(), hashlib.sha256()
+    for k, d in digests.items():
+        row = f'{k} {tuple(base[k].shape)} {base[k].dtype}\n'.encode()
+        layout.update(row)
+        content.update(row + d.item().to_bytes(8, 'little', signed=True))
+    dtypes = Counter(str(v.dtype).removeprefix('torch.') for v in base.values())
+    return {'tensors': len(base), 'bytes': sum(v.numel() * v.element_size() for v in base.values()),
+            'quantization': _quantization(params), 'dtypes': dict(sorted(dtypes.items())),
+            'layout': layout.hexdigest()[:16], 'content': content.hexdigest()[:16]}
+
+# %% ../nbs/05a_persistence.ipynb #a281f496
+def model_state(model)->tuple:
+    "What a checkpoint keeps of `model`: all but its frozen base; and the base's fingerprint, or None."
+    keep, base, params = _split(model)
+    return keep, _fingerprint(base, params)
+
+# %% ../nbs/05a_persistence.ipynb #2e160c96
+# what tells two frozen bases apart, in the order a message names them
+_BASE = {'quantization': 'quantization', 'tensors': 'number of frozen tensors', 'dtypes': 'dtypes',
+         'layout': 'names and shapes (hash)', 'content': 'weights (hash)'}
+
+def base_change(saved:dict|None, # the fingerprint a checkpoint holds (`model_state`'s second value)
+                found:dict|None, # the fingerprint of the model a run resumes into
+               )->str|None:
+    "How base `found` differs from the frozen base `saved` with a checkpoint, in words; None if not."
+    if saved is None: return None  # the checkpoint holds the whole model
+    if found is None:
+        return (f"its base of {saved['tensors']} tensors ({saved['quantization']} quantization) "
+                'was frozen, and nothing is frozen here: freeze the base as the run did '
+                "(requires_grad_(False), or peft's get_peft_model)")
+    k = next((k for k in _BASE if saved.get(k) != found.get(k)), None)
+    return None if k is None else (f'its frozen base differs in {_BASE[k]}: saved '
+                                   f'{saved.get(k)!r}, found {found.get(k)!r}')
+
 # %% ../nbs/05a_persistence.ipynb #b266d786
 def training_state(step:int, # steps done: the step to continue from
                    model=None, optimizer=None, scaler=None,
                    scheduler=None, # the training objects (any may be None)
                    extras:dict|None=None, # the caller's own values
                   )->dict:
-    "Everything needed to continue training exactly: state dicts, their classes, RNG states and `extras`."
+    "All to continue training exactly: state dicts (no frozen base), classes, RNG states, `extras`."
     step = check_int('step', step)
     objs = dict(model=model, optimizer=optimizer, scaler=scaler, scheduler=scheduler)
     for k, o in objs.items(): check_stateful(k, o)
     check_type('extras', extras, Mapping, 'a dict', none=True)
     sd = lambda o: None if o is None else o.state_dict()
-    return {'step': step, 'model': sd(None if model is None else _unwrap(model)),
-            'optimizer': sd(optimizer),
+    trained, base = (None, None) if model is None else model_state(model)
+    return {'step': step, 'model': trained, 'base': base, 'optimizer': sd(optimizer),
             'scaler': sd(scaler), 'scheduler': sd(scheduler), 'rng': rng_state(),
             'extras': dict(extras or {}),
             'classes': {k: type(o).__name__ for k, o in objs.items()
@@ -117,35 +205,23 @@ def _shown(p:Path)->str:
     r = os.path.relpath(p)
     return str(p) if r.startswith('..') else r
 
-class CheckpointDir:
-    "One folder of checkpoint files and their manifest, owned by one run: atomic writes, checks, keep-N rotation."
-    def __init__(self, path:str|Path, # the folder; created on the first save
-                 keep:int=3, # checkpoints kept; older ones are deleted once a new one is written and checked
-                 checksum:str='crc32', # 'crc32' or a `hashlib` algorithm
-                 take_over:bool=False, # take the folder from another run that may still hold it
-                ):
-        keep = check_int('keep', keep, 1)
-        checksum = check_choice('checksum', checksum, sorted(CHECKSUMS), err=CheckpointError)
-        # absolute: a later os.chdir (or %cd) does not move the folder
-        self.path, self.keep, self.checksum = check_path('path', path).absolute(), keep, checksum
-        self.take_over, self.run = check_flag('take_over', take_over), uuid.uuid4().hex[:12]
-        self._verified, self._deleting, self._owned, self._busy = {}, None, False, False
-        self._retiring = None  # (files being deleted, checkpoints listed) of the last rotation
-        # files this run wrote; files it found and did not write
-        self._written, self._found, self._told = set(), set(), set()
-        # a folder that must be there to write here: Drive's MyDrive, gone when Drive unmounts
-        self.mount = _drive_root(self.path)
-        self.on_drive = self.mount is not None
+# %% ../nbs/05a_persistence.ipynb #e08d08c0
+def _set_aside(p:Path, why:str, prefix:str='damaged')->bool:
+    "Rename `p` to `<prefix>-<name>`, out of rotation's reach, with a warning; True if moved."
+    if not p.is_file(): return False  # a named pipe, a socket: not a checkpoint, and left alone
+    dst, n = p.with_name(f'{prefix}-{p.name}'), 1
+    while dst.exists(): dst, n = p.with_name(f'{prefix}-{n}-{p.name}'), n + 1
+    damaged = prefix == 'damaged'
+    what = f'Checkpoint {p} is damaged ({why})' if damaged else f'{p} {why}'
+    try: os.rename(p, dst)
+    except OSError as e: _warn(f'{what} and could not be set aside ({e}).'); return False
+    _warn(f'{what}: moved to {dst.name if damaged else dst}, out of the rotation. Delete '
+          'it when you no longer need it.')
+    return True
 
-    @property
-    def manifest(self)->Path: return self.path/_MANIFEST
-    @property
-    def owner_file(self)->Path: return self.path/_OWNER
-    # this run's temporary files
-    def _tmp(self, run:str|None=None)->str: return f'.colab_t4_nb-{run or self.run}-'
-    def file_for(self, step:int)->Path: return self.path/f'ckpt-{check_int("step", step):09d}.pt'
-    def __repr__(self): return f'CheckpointDir({_shown(self.path)!r}, keep={self.keep})'
-
+# %% ../nbs/05a_persistence.ipynb #a573024d
+class _OwnerRecord:
+    "A `CheckpointDir`'s owner record: who holds the folder, claimed and checked."
     def _owner(self)->tuple:
         "The folder's owner record ({} while it is unreadable) and its age in seconds; (None, None) when it has none."
         try:
@@ -180,10 +256,13 @@ class CheckpointDir:
         if rec is None or rec.get('run') == self.run: return True
         # a manager of this process
         if rec.get('host') == socket.gethostname() and rec.get('pid') == os.getpid():
-            other = _OWNERS.get(os.path.realpath(self.path), lambda: None)()
+            other = _holder(self.path)
             return other is None or not other._owned or not other._busy
         return bool(rec) and not _alive(rec, age)
 
+# %% ../nbs/05a_persistence.ipynb #80674d5d
+class _Manifest:
+    "A `CheckpointDir`'s manifest: read with its form checked, written atomically."
     def _read_manifest(self)->tuple:
         "(entries, None) or (None, what is wrong with the manifest); a folder of an older version has `manifest.json`."
         try: data = json.loads(_read(self.manifest))
@@ -241,6 +320,9 @@ class CheckpointDir:
         except OSError as e: _warn(f'Could not update {self.manifest} ({e}); it will be rebuilt on '
                                    'the next save.')
 
+# %% ../nbs/05a_persistence.ipynb #e6ea9dfe
+class _Provenance:
+    "Which run a `CheckpointDir`'s files come from; a manifest rebuilt from the files."
     def _rebuild(self, problem:str, files:dict)->list[Checkpoint]:
         good, bad = [], []
         for name, t in sorted(files.items()):
@@ -277,27 +359,9 @@ class CheckpointDir:
                   f'{self.path}.')
         return True
 
-    def _mkdir(self):
-        try: self.path.mkdir(parents=True, exist_ok=True)
-        except OSError as e: raise write_error(e, self.path, making=True) from e
-
-    def _clean_tmp(self, run:str|None=None):
-        "Remove the temporary files left by run `run` (default this one); no other file."
-        for p in self.path.glob(f'{self._tmp(run)}*.tmp'): p.unlink(missing_ok=True)
-
-    def _set_aside(self, p:Path, why:str, prefix:str='damaged')->bool:
-        "Rename `p` to `<prefix>-<name>`, out of rotation's reach, with a warning; True if moved."
-        if not p.is_file(): return False  # a named pipe, a socket: not a checkpoint, and left alone
-        dst, n = p.with_name(f'{prefix}-{p.name}'), 1
-        while dst.exists(): dst, n = p.with_name(f'{prefix}-{n}-{p.name}'), n + 1
-        damaged = prefix == 'damaged'
-        what = f'Checkpoint {p} is damaged ({why})' if damaged else f'{p} {why}'
-        try: os.rename(p, dst)
-        except OSError as e: _warn(f'{what} and could not be set aside ({e}).'); return False
-        _warn(f'{what}: moved to {dst.name if damaged else dst}, out of the rotation. Delete '
-              'it when you no longer need it.')
-        return True
-
+# %% ../nbs/05a_persistence.ipynb #e54846cf
+class _Rotation:
+    "A `CheckpointDir`'s save: room made for the new file, then checked, listed and rotated."
     def _make_way(self, p:Path, old:list, run:str|None):
         "Set aside the file at `p` unless it is a checkpoint of `run` listed in `old`."
         if not os.path.lexists(p): return
@@ -307,7 +371,7 @@ class CheckpointDir:
         elif p.name in self._found - self._written or (c.run and run and c.run != run):
             why = f'comes from another training run ({c.run or "unknown"})'
         else: return  # this run's own checkpoint: the save replaces it
-        if self._set_aside(p, f'{why}, and this run saves {p.name} now', 'set-aside'):
+        if _set_aside(p, f'{why}, and this run saves {p.name} now', 'set-aside'):
             self._found.discard(p.name); return
         raise CheckpointWriteError(errno.EEXIST, f'{p} {why}, and this run would save over it: '
                                    f'move it out of {self.path}, or save to another folder.')
@@ -332,7 +396,7 @@ class CheckpointDir:
             if o.path == c.path: continue
             why = self.verify(o)
             if why is None: kept.append(o)
-            elif o.path.exists() and o.path.name not in self._found: self._set_aside(o.path, why)
+            elif o.path.exists() and o.path.name not in self._found: _set_aside(o.path, why)
         # rotation takes only files of this folder's runs: listed, retired, written
         names = {k.path.name for k in kept}
         ours = sorted(({o.path.name for o in old} | self._written | set(self._retired())) - names
@@ -348,12 +412,49 @@ class CheckpointDir:
             return
         self._written &= names
         for p in [p for p in doomed if read_trailer(p) is None]:  # damaged, not a rotated-out one
-            self._set_aside(p, 'it has no valid trailer'); doomed.remove(p)
+            _set_aside(p, 'it has no valid trailer'); doomed.remove(p)
         if doomed:
-            self._deleting = threading.Thread(target=_unlink_all, args=(doomed, self.on_drive),
-                                              name='checkpoint-rotation', daemon=True)
             self._retiring = doomed, kept  # `wait` clears the manifest's note once they are gone
-            self._deleting.start()
+            self._deleting = background_work.start('saves', 'checkpoint-rotation', _unlink_all,
+                                                   doomed, self.on_drive)
+
+# %% ../nbs/05a_persistence.ipynb #df992073
+class CheckpointDir(_OwnerRecord, _Manifest, _Provenance, _Rotation):
+    "One folder of checkpoint files and their manifest, owned by one run: atomic writes, checks, keep-N rotation."
+    def __init__(self, path:str|Path, # the folder; created on the first save
+                 keep:int=3, # checkpoints kept; older ones are deleted once a new one is written and checked
+                 checksum:str='crc32', # 'crc32' or a `hashlib` algorithm
+                 take_over:bool=False, # take the folder from another run that may still hold it
+                ):
+        keep = check_int('keep', keep, 1)
+        checksum = check_choice('checksum', checksum, sorted(CHECKSUMS), err=CheckpointError)
+        # absolute: a later os.chdir (or %cd) does not move the folder
+        self.path, self.keep, self.checksum = check_path('path', path).absolute(), keep, checksum
+        self.take_over, self.run = check_flag('take_over', take_over), uuid.uuid4().hex[:12]
+        self._verified, self._deleting, self._owned, self._busy = {}, None, False, False
+        self._retiring = None  # (files being deleted, checkpoints listed) of the last rotation
+        # files this run wrote; files it found and did not write
+        self._written, self._found, self._told = set(), set(), set()
+        # a folder that must be there to write here: Drive's MyDrive, gone when Drive unmounts
+        self.mount = _drive_root(self.path)
+        self.on_drive = self.mount is not None
+
+    @property
+    def manifest(self)->Path: return self.path/_MANIFEST
+    @property
+    def owner_file(self)->Path: return self.path/_OWNER
+    # this run's temporary files
+    def _tmp(self, run:str|None=None)->str: return f'.colab_t4_nb-{run or self.run}-'
+    def file_for(self, step:int)->Path: return self.path/f'ckpt-{check_int("step", step):09d}.pt'
+    def __repr__(self): return f'CheckpointDir({_shown(self.path)!r}, keep={self.keep})'
+
+    def _mkdir(self):
+        try: self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as e: raise write_error(e, self.path, making=True) from e
+
+    def _clean_tmp(self, run:str|None=None):
+        "Remove the temporary files left by run `run` (default this one); no other file."
+        for p in self.path.glob(f'{self._tmp(run)}*.tmp'): p.unlink(missing_ok=True)
 
 # %% ../nbs/05a_persistence.ipynb #d2103838
 # an owner record of another host not refreshed for this long belongs to a run that ended
@@ -385,27 +486,35 @@ def _who(rec:dict)->str:
             f"since {rec.get('since', '?')})")
 
 # %% ../nbs/05a_persistence.ipynb #93436e94
-_BEATING, _BEAT = weakref.WeakSet(), []
-
-def _beat():
-    while True:
-        time.sleep(_BEAT_S)
-        for d in list(_BEATING):
+def _beat(stop:threading.Event):
+    "Refresh the owner records of the folders this process holds, every `_BEAT_S` s, until `stop`."
+    while not stop.wait(_BEAT_S):
+        for d in background_work.held('folders'):
             try:
                 if d._owned: os.utime(d.owner_file)  # its modification time says the run is alive
             except OSError: pass
 
 # %% ../nbs/05a_persistence.ipynb #50e8c10f
+def _give_up(d:CheckpointDir):
+    "Release `d` at `background_work.close()` or at exit; an unreachable folder keeps its record."
+    try: d.release()
+    except (OSError, CheckpointError): background_work.discard('folders', d)
+
 def _heartbeat(d:CheckpointDir):
-    "Keep `d`'s owner record fresh, from one daemon thread for the whole process."
-    _BEATING.add(d)
-    if not _BEAT:
-        _BEAT.append(threading.Thread(target=_beat, name='checkpoint-owner', daemon=True))
-        _BEAT[0].start()
+    "Keep `d`'s owner record fresh, from one daemon thread for the whole process, until released."
+    background_work.add('folders', d, _give_up)
+    if not any(t.name == 'checkpoint-owner' for t in background_work.alive):
+        stop = threading.Event()
+        background_work.start('folders', 'checkpoint-owner', _beat, stop, stop=stop)
 
 # %% ../nbs/05a_persistence.ipynb #63b8517e
-# folder -> the CheckpointDir of this process that owns it (weakly)
-_OWNERS, _OWNERS_LOCK = {}, threading.RLock()
+_OWNERS_LOCK = threading.RLock()  # one claim or release at a time in this process
+
+def _holder(path:Path)->CheckpointDir|None:
+    "The folder of this process that holds `path` now, if any (`background_work` lists them)."
+    key = os.path.realpath(path)
+    return next((d for d in background_work.held('folders')
+                 if d._owned and os.path.realpath(d.path) == key), None)
 
 # %% ../nbs/05a_persistence.ipynb #d3cfd590
 @patch
@@ -439,7 +548,7 @@ def own(self:CheckpointDir):
                 continue
             if not rec and age < 5: time.sleep(0.05); continue  # its owner is writing it
             here = rec.get('host') == socket.gethostname() and rec.get('pid') == os.getpid()
-            other = _OWNERS.get(os.path.realpath(self.path), lambda: None)() if here else None
+            other = _holder(self.path) if here else None
             alive = (other is not None and other._owned and 'a manager of this process holds it '
                                                             '(release() it)') \
                     if here else (rec and _alive(rec, age))
@@ -459,7 +568,6 @@ def own(self:CheckpointDir):
                          'that run has ended.'))
                 break
         self._owned = self._busy = True
-        _OWNERS[os.path.realpath(self.path)] = weakref.ref(self)
         _heartbeat(self)
 
 # %% ../nbs/05a_persistence.ipynb #3cadaf8c
@@ -473,14 +581,7 @@ def release(self:CheckpointDir):
         if self._owned and rec and rec.get('run') == self.run:
             self.owner_file.unlink(missing_ok=True)
         self._owned = False
-        _BEATING.discard(self)
-
-# %% ../nbs/05a_persistence.ipynb #346f0e0a
-@atexit.register
-def _release_at_exit():
-    for d in list(_BEATING):
-        try: d.release()
-        except (OSError, CheckpointError): pass
+        background_work.discard('folders', self)
 
 # %% ../nbs/05a_persistence.ipynb #c1074a5e
 _ENTRY = {'file': str, 'step': int, 'seq': int, 'size': int, 'checksum': str}
@@ -610,14 +711,48 @@ def wait(self:CheckpointDir):
     except OSError: pass  # the next save writes the manifest again
 
 # %% ../nbs/05a_persistence.ipynb #3ff8cd14
-_live = weakref.WeakSet()  # managers with possibly a save in flight, checked at exit
-
 def _run_name()->str:
     "A folder name of its own for a run that was given none: the time it started and a random tag."
     return f"run-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
 
+# %% ../nbs/05a_persistence.ipynb #fd5a63a4
+class _Writes:
+    "How a `CheckpointManager` writes: one save number for both folders, a mirror, the background."
+    def _listing(self, d:CheckpointDir)->list:
+        if d is self.local: return d.checkpoints()
+        try: return d.checkpoints()
+        except OSError as e: _warn(f'Cannot read the mirror {d.path} ({e}); using the local folder '
+                                   'only.'); return []
+
+    def _write(self, st:dict)->Checkpoint:
+        listings = [(d, self._listing(d)) for d in self._dirs()]
+        # one training run across both folders: a resume on a new machine finds it on the mirror
+        runs = [(cks[0].seq, d._lineage(cks)) for d, cks in listings if d._lineage(cks)]
+        run = max(runs)[1] if runs else self.local.run
+        seq = 1 + max((c.seq for _, cks in listings for c in cks), default=0)
+        c = self.local.save(st, st['step'], seq, run)
+        self.last_saved = c
+        if self.mirror is not None: self._copy_to_mirror(c)
+        return c
+
+    def _copy_to_mirror(self, c:Checkpoint):
+        m = self.mirror.mount
+        if m is not None and not m.is_dir() and runtime() == 'colab':  # Drive went away: mount again
+            try: importlib.import_module('google.colab.drive').mount(str(m.parent))
+            except Exception: pass  # whatever the mount raised, the copy below reports the lost mount
+            else: self.mirror._owned = False  # a new mount: the folder is claimed afresh
+        try: self.mirror.copy_in(c); self.mirror_error = None
+        except (OSError, CheckpointError) as e:
+            self.mirror_error = e
+            _warn(f'Copying {c.path.name} to {self.mirror.path} failed: {e} The local checkpoint '
+                  f'{c.path} is good; the next save tries the copy again.')
+
+    def _background(self, st:dict):
+        try: self._write(st)
+        except Exception as e: self._error = e
+
 # %% ../nbs/05a_persistence.ipynb #1c9a4d06
-class CheckpointManager:
+class CheckpointManager(_Writes):
     "Full-state training checkpoints: atomic, verified, rotated, optionally mirrored and saved in the background."
     def __init__(self, path:str|Path|None=None, # folder; default `state_dir()/'checkpoints'/name`
                  keep:int=3, # checkpoints kept in each folder
@@ -641,7 +776,7 @@ class CheckpointManager:
                                 'mirror a folder of its own (on Drive, say).')
         self._thread = self._error = self._host = None
         self.last_saved = self.last_loaded = self.mirror_error = None
-        _live.add(self)
+        background_work.add('saves', self, _finish)  # its save in flight is finished at close
 
     @property
     def path(self)->Path: return self.local.path
@@ -656,23 +791,6 @@ class CheckpointManager:
         if self._error is not None:
             e, self._error = self._error, None
             raise e
-
-    def _listing(self, d:CheckpointDir)->list:
-        if d is self.local: return d.checkpoints()
-        try: return d.checkpoints()
-        except OSError as e: _warn(f'Cannot read the mirror {d.path} ({e}); using the local folder '
-                                   'only.'); return []
-
-    def _write(self, st:dict)->Checkpoint:
-        listings = [(d, self._listing(d)) for d in self._dirs()]
-        # one training run across both folders: a resume on a new machine finds it on the mirror
-        runs = [(cks[0].seq, d._lineage(cks)) for d, cks in listings if d._lineage(cks)]
-        run = max(runs)[1] if runs else self.local.run
-        seq = 1 + max((c.seq for _, cks in listings for c in cks), default=0)
-        c = self.local.save(st, st['step'], seq, run)
-        self.last_saved = c
-        if self.mirror is not None: self._copy_to_mirror(c)
-        return c
 
     def _pick(self, checkpoint)->Checkpoint:
         if checkpoint is None:
@@ -689,21 +807,13 @@ class CheckpointManager:
         if why: raise CheckpointCorrupt(f'Checkpoint {c.path} is corrupt: {why}.')
         return c
 
-    def _background(self, st:dict):
-        try: self._write(st)
-        except Exception as e: self._error = e
-
-    def _copy_to_mirror(self, c:Checkpoint):
-        m = self.mirror.mount
-        if m is not None and not m.is_dir() and runtime() == 'colab':  # Drive went away: mount again
-            try: importlib.import_module('google.colab.drive').mount(str(m.parent))
-            except Exception: pass  # whatever the mount raised, the copy below reports the lost mount
-            else: self.mirror._owned = False  # a new mount: the folder is claimed afresh
-        try: self.mirror.copy_in(c); self.mirror_error = None
-        except (OSError, CheckpointError) as e:
-            self.mirror_error = e
-            _warn(f'Copying {c.path.name} to {self.mirror.path} failed: {e} The local checkpoint '
-                  f'{c.path} is good; the next save tries the copy again.')
+# %% ../nbs/05a_persistence.ipynb #753e1c1e
+def _finish(m:CheckpointManager):
+    "`m.wait()` at `background_work.close()` or at exit; a failed save names its folder."
+    try: m.wait()
+    except Exception as e:
+        raise CheckpointError(f'The last background checkpoint save in {m.path} failed: '
+                              f'{e!r}') from e
 
 # %% ../nbs/05a_persistence.ipynb #a63a2d28
 @patch
@@ -772,8 +882,10 @@ def _mismatch(st:dict, objs:dict, strict:bool)->list[str]:
     "What keeps checkpoint state `st` from loading into the objects `objs` (model, optimizer...), in words."
     out, model, classes = [], objs.get('model'), st.get('classes') or {}
     if model is not None:
-        want, got = _unwrap(model).state_dict(), st.get('model')
+        got = st.get('model')
         if got is None: return ['it holds no model state']
+        # a checkpoint of what trains on a frozen base holds the model's keys less the base's
+        want = _split(model)[0] if st.get('base') is not None else _unwrap(model).state_dict()
         if strict and (miss := [k for k in want if k not in got]):
             out.append(f'missing keys {_few(miss)}')
         if strict and (extra := [k for k in got if k not in want]):
@@ -817,7 +929,9 @@ def _apply(st:dict, objs:dict, name:str, strict:bool, restore_rng:bool):
             set_rng_state(st['rng'])
         if objs['model'] is not None:
             k = 'model'
-            _unwrap(objs['model']).load_state_dict(st['model'], strict=strict)
+            # on a frozen base, its keys were checked (`_mismatch`): the base's are left as they are
+            _unwrap(objs['model']).load_state_dict(st['model'],
+                                                   strict=strict and st.get('base') is None)
     except Exception as e:
         for o, attrs, s in reversed(undo): _put_back(o, attrs, s)
         partly = (' (the model may be partly loaded: load again into a new one)'
@@ -837,7 +951,7 @@ class Resumed(NamedTuple):
 def load(self:CheckpointManager, model=None, optimizer=None, scaler=None,
          scheduler=None, # restored in place
          checkpoint:Checkpoint|str|Path|None=None, # what to load; default `latest()`
-         strict:bool=True, # every model key must be in the checkpoint and nothing else
+         strict:bool=True, # the model's keys, no others, on the same frozen base
          restore_rng:bool=True, # also restore the random generators
          weights_only:bool=True, # `torch.load`'s safe mode; False only for files you trust
         )->Resumed:
@@ -860,6 +974,13 @@ def load(self:CheckpointManager, model=None, optimizer=None, scaler=None,
         raise CheckpointError(f'{c.path} holds objects that torch.load(weights_only=True) refuses '
                               f'({str(e).splitlines()[0]}). If you trust the file, '
                               'load(..., weights_only=False).') from e
+    if model is not None and (why := base_change(st.get('base'), model_state(model)[1])):
+        msg = (f'{c.path.name} was trained on another base: {why}. Load the base the run was '
+               'trained on (the same model, revision and quantization), or start the run afresh '
+               'in another folder.')
+        if strict: raise CheckpointMismatch(msg + ' Nothing was changed; strict=False loads it '
+                                            'anyway.')
+        _warn(msg + ' It was loaded anyway (strict=False).')
     if problems := _mismatch(st, objs, strict):
         raise CheckpointMismatch(f'{c.path.name} does not fit: {"; ".join(problems)}. Nothing was '
                                  'changed. Load it into the model and optimizer it was saved '
@@ -928,8 +1049,9 @@ def save_async(self:CheckpointManager, step:int, model=None, optimizer=None, sca
                               f'({type(e).__name__}: {e}): the extras given must be tensors, '
                               'numbers, strings, state dicts or other values that can be '
                               'copied.') from e
-    self._thread = threading.Thread(target=self._background, args=(st,), name=f'checkpoint-{step}')
-    self._thread.start()
+    # not a daemon: Python waits for the save before it exits
+    self._thread = background_work.start('saves', f'checkpoint-{step}', self._background, st,
+                                         daemon=False)
 
 # %% ../nbs/05a_persistence.ipynb #b04c4739
 @patch
@@ -958,15 +1080,6 @@ def pending(self:CheckpointManager)->bool:
 def release_buffers(self:CheckpointManager):
     "Wait for the save in flight, then free the host buffers `save_async` keeps."
     self._settle(); self._host = None
-
-# %% ../nbs/05a_persistence.ipynb #f2c94d5c
-@atexit.register
-def _finish_saves():
-    for m in list(_live):
-        try: m.wait()
-        except Exception as e:
-            print(f'colab_t4_nb: the last background checkpoint save in {m.path} failed: {e!r}',
-                  file=sys.stderr)
 
 # %% ../nbs/05a_persistence.ipynb #925afc8d
 @patch
@@ -1048,7 +1161,6 @@ class SessionEnding(UserWarning):
 # %% ../nbs/05a_persistence.ipynb #39673579
 class SessionClock:
     "Time left before Colab's free tier cuts the session: ~12 h after its start, ~90 min after the last activity."
-    _clock = staticmethod(time.monotonic)  # seconds; tests patch in a fake clock
 
     def __init__(self, session_h:float=12, # longest session
                  idle_min:float|None=90, # idle disconnect; None to ignore it
@@ -1063,17 +1175,16 @@ class SessionClock:
         minutes = lambda n, w: check_num(n, w, eq=True)
         warn_min = tuple(check_seq('warn_min', warn_min, minutes, lo=0))
         store_attr()
-        self._clock = self._clock  # read the clock it started with for its whole life
-        now = self._clock()
+        now = time.monotonic()
         self.started, self.active, self._said = now - used_min * 60, now, set()
 
     def touch(self):
         "Record activity: the idle count starts again."
-        self.active = self._clock(); self._said = {s for s in self._said if s[0] == 'session'}
+        self.active = time.monotonic(); self._said = {s for s in self._said if s[0] == 'session'}
 
     def left(self)->dict:
         "Seconds left before each cut."
-        now = self._clock()
+        now = time.monotonic()
         d = {'session': self.started + self.session_h * 3600 - now}
         if self.idle_min is not None: d['idle'] = self.active + self.idle_min * 60 - now
         return d
@@ -1127,7 +1238,7 @@ class RunReport:
 _MAX_STEPS = 10**9  # a billion steps: beyond any run on a T4
 
 def _check_run(step_fn, ckpt, steps, every_steps, steps_per_epoch, every_minutes, session, max_oom,
-               on_oom, background):
+               on_oom, background, loader):
     "Check `run_resumable`'s arguments, naming the first that is wrong."
     check_callable('step_fn', step_fn)
     check_callable('on_oom', on_oom, none=True)
@@ -1139,6 +1250,11 @@ def _check_run(step_fn, ckpt, steps, every_steps, steps_per_epoch, every_minutes
     check_num('every_minutes', every_minutes, none=True)  # inf: no saves by time
     check_int('max_oom', max_oom)
     check_flag('background', background)
+    try: inspect.signature(step_fn).bind(*((0, None) if loader is not None else (0,)))
+    except TypeError as e:
+        raise ArgumentError(f'step_fn must take {"(step, batch)" if loader else "(step)"}, '
+                            f'got {step_fn!r} ({e}).') from None
+    except ValueError: pass  # no signature to read (a builtin): it is called as it is
 
 # %% ../nbs/05a_persistence.ipynb #d969ef1e
 def _free_memory(optimizer):
@@ -1146,10 +1262,51 @@ def _free_memory(optimizer):
     gc.collect()
     if torch.cuda.is_initialized(): torch.cuda.empty_cache()
 
-# %% ../nbs/05a_persistence.ipynb #4e603394
+# %% ../nbs/05a_persistence.ipynb #a0216f88
+def _next_batch(loader:ResumableLoader, batches)->tuple|None:
+    "(next batch, the epoch's iterator), beginning an epoch if `batches` is None; None at its end."
+    fresh, batches = batches is None, iter(loader) if batches is None else batches
+    if (batch := next(batches, batches)) is not batches: return batch, batches
+    if fresh and not loader._given:  # (a resumed epoch may end with its last skipped batch)
+        used = loader.epoch and callable(getattr(loader.loader, '__next__', None))
+        raise ArgumentError(f'loader {loader.loader!r} is an iterator, used up by the '
+                            'epochs before: it cannot start another. Give an iterable '
+                            'that starts again at each iter() (a DataLoader, a list), '
+                            'or fewer steps.' if used else
+                            f'loader gave no batches: {loader.loader!r}.')
+    return None
+
+# %% ../nbs/05a_persistence.ipynb #f4a5cfd5
+def _recoverable(e:Exception, step:int, tries:dict, max_oom:int)->str|None:
+    "The first line of `e` when a reload recovers from it (counted in `tries`); None for another error."
+    if is_context_lost(e):
+        raise ColabT4Error(f'CUDA failed at step {step} ({str(e).splitlines()[0]}); '
+                           'this process cannot use the GPU any more. Run the script '
+                           'with `run_with_restarts` to go on from the last '
+                           'checkpoint.') from e
+    if oom_kind(e) is None: return None
+    tries[step] = tries.get(step, 0) + 1
+    if tries[step] > max_oom:
+        raise CheckpointError(f'Out of memory at step {step} {tries[step]} times; lower '
+                              'the batch size.') from e
+    return str(e).splitlines()[0]
+
+# %% ../nbs/05a_persistence.ipynb #9566de28
+def _restore(ckpt:CheckpointManager, objs:dict, loader:ResumableLoader|None)->int:
+    "Load the latest checkpoint into the training objects `objs` and `loader`; return its step."
+    r = ckpt.load(**objs)
+    if loader is not None:
+        if 'loader' not in r.extras:
+            raise CheckpointMismatch(f'{ckpt.last_loaded.path.name} was saved without a '
+                                     'loader: resume as it was run, or in a new folder.')
+        loader.load_state_dict(r.extras['loader'])
+    return r.step
+
+# %% ../nbs/05a_persistence.ipynb #6d859b69
 # run_resumable's schedule when none is given: a crash loses at most this much work
 DEFAULT_EVERY_MINUTES = 10
 
+# %% ../nbs/05a_persistence.ipynb #4e603394
 def run_resumable(step_fn:Callable, # step_fn(step), data from `step` alone; step_fn(step, batch) with `loader`
                   ckpt:CheckpointManager, # where checkpoints go and come from
                   steps:int, # train until this many steps are done
@@ -1165,64 +1322,33 @@ def run_resumable(step_fn:Callable, # step_fn(step), data from `step` alone; ste
                  )->RunReport:
     "Train from the latest checkpoint to `steps`, saving as asked; recover from out-of-memory errors by reloading."
     _check_run(step_fn, ckpt, steps, every_steps, steps_per_epoch, every_minutes, session, max_oom,
-               on_oom, background)
+               on_oom, background, loader)
     if every_steps is None and steps_per_epoch is None and every_minutes is None:
         every_minutes = DEFAULT_EVERY_MINUTES
     objs = dict(model=model, optimizer=optimizer, scaler=scaler, scheduler=scheduler)
     for k, o in objs.items(): check_stateful(k, o)
     if loader is not None and not isinstance(loader, ResumableLoader):
         loader = ResumableLoader(loader)
-    try: inspect.signature(step_fn).bind(*((0, None) if loader is not None else (0,)))
-    except TypeError as e:
-        raise ArgumentError(f'step_fn must take {"(step, batch)" if loader else "(step)"}, '
-                            f'got {step_fn!r} ({e}).') from None
-    except ValueError: pass  # no signature to read (a builtin): it is called as it is
     def save(step, now=False):
         extras = {} if loader is None else {'loader': loader.state_dict()}
         (ckpt.save if now or not background else ckpt.save_async)(step, **objs, **extras)
-    def restore()->int:
-        r = ckpt.load(**objs)
-        if loader is not None:
-            if 'loader' not in r.extras:
-                raise CheckpointMismatch(f'{ckpt.last_loaded.path.name} was saved without a '
-                                         'loader: resume as it was run, or in a new folder.')
-            loader.load_state_dict(r.extras['loader'])
-        return r.step
     if ckpt.latest() is None: save(0, now=True); start = 0
-    else: start = restore()
-    clock = run_resumable._clock
-    rep, step, last, tries, batches = RunReport(start), start, clock(), {}, None
+    else: start = _restore(ckpt, objs, loader)
+    rep, step, last, tries, batches = RunReport(start), start, time.monotonic(), {}, None
     while step < steps:
         oom = None
         if loader is not None:
-            fresh, batches = batches is None, iter(loader) if batches is None else batches
-            if (batch := next(batches, batches)) is batches:  # the epoch is over
-                if fresh and not loader._given:  # (a resumed epoch may end with its last skipped batch)
-                    used = loader.epoch and callable(getattr(loader.loader, '__next__', None))
-                    raise ArgumentError(f'loader {loader.loader!r} is an iterator, used up by the '
-                                        'epochs before: it cannot start another. Give an iterable '
-                                        'that starts again at each iter() (a DataLoader, a list), '
-                                        'or fewer steps.' if used else
-                                        f'loader gave no batches: {loader.loader!r}.')
+            if (got := _next_batch(loader, batches)) is None:  # the epoch is over
                 batches = None
                 continue
+            batch, batches = got
         try: step_fn(step) if loader is None else step_fn(step, batch)
         except Exception as e:
-            if is_context_lost(e):
-                raise ColabT4Error(f'CUDA failed at step {step} ({str(e).splitlines()[0]}); '
-                                   'this process cannot use the GPU any more. Run the script '
-                                   'with `run_with_restarts` to go on from the last '
-                                   'checkpoint.') from e
-            if oom_kind(e) is None: raise
-            tries[step] = tries.get(step, 0) + 1
-            if tries[step] > max_oom:
-                raise CheckpointError(f'Out of memory at step {step} {tries[step]} times; lower '
-                                      'the batch size.') from e
-            oom = str(e).splitlines()[0]
+            if (oom := _recoverable(e, step, tries, max_oom)) is None: raise
         # outside `except`, so the frames of the error (and their tensors) are freed
         if oom is not None:
             _free_memory(optimizer); ckpt.wait()
-            failed, step, batches = step, restore(), None
+            failed, step, batches = step, _restore(ckpt, objs, loader), None
             rep.oom_recoveries += 1
             _warn(f'Out of memory at step {failed} ({oom}); reloaded the checkpoint of step '
                   f'{step} and going on.')
@@ -1232,15 +1358,13 @@ def run_resumable(step_fn:Callable, # step_fn(step), data from `step` alone; ste
         cut = session.due() if session is not None else None
         if (step == steps or cut or (every_steps and step % every_steps == 0)
                 or (steps_per_epoch and step % steps_per_epoch == 0)
-                or (every_minutes and clock() - last >= every_minutes * 60)):
+                or (every_minutes and time.monotonic() - last >= every_minutes * 60)):
             save(step)
             rep.saves += 1
-            last = clock()
+            last = time.monotonic()
         if cut == 'session': rep.reason = 'session limit'; break
     ckpt.wait(); rep.stop = step
     return rep
-
-run_resumable._clock = time.monotonic  # seconds, for `every_minutes`; tests patch it
 
 # %% ../nbs/05a_persistence.ipynb #3105eab3
 def _generators(loader)->list:
@@ -1305,34 +1429,9 @@ class _WorkerSeeds:
                                   'in a way ResumableLoader does not know, and a resume would not '
                                   'be exact. Make the DataLoader with persistent_workers=False.')
 
-# %% ../nbs/05a_persistence.ipynb #b293a0d2
-class ResumableLoader:
-    "A data loader that resumes mid-epoch as an uninterrupted run goes on: same order, next batch."
-    def __init__(self, loader, # a `DataLoader`, a torchdata `StatefulDataLoader`, or any iterable
-                 done:Callable|None=None, # `done()`: batches of the epoch trained; default: given
-                ):
-        if not callable(getattr(loader, '__iter__', None)):
-            raise ArgumentError(f'loader must be a DataLoader or another iterable, got '
-                                f'{loader!r}.')
-        check_callable('done', done, none=True)
-        self.loader, self._done, self.epoch = loader, done, 0
-        self._resume, self._begun, self._given, self._over = None, False, 0, False
-        self._start, self._before = None, {}  # the epoch's first states; states before batch i
-        keeps = isinstance(loader, torch.utils.data.DataLoader) and loader.persistent_workers \
-            and loader.num_workers > 0
-        self._seeds = _WorkerSeeds.install(loader) if keeps else None
-        self._run = None  # persistent workers: the run's seed for them, the epoch it was drawn in
-
-    def __len__(self): return len(self.loader)
-    def __getattr__(self, k):  # the loader's `sampler`, `batch_size`..., for the frameworks' checks
-        if k == 'loader' or k.startswith('__'): raise AttributeError(k)
-        return getattr(self.loader, k)
-    # a DataLoader's persistent workers, which Lightning shuts down as a fit ends
-    @property
-    def _iterator(self): return self.loader._iterator
-    @_iterator.setter
-    def _iterator(self, it): self.loader._iterator = it
-
+# %% ../nbs/05a_persistence.ipynb #c1c6df40
+class _Epochs:
+    "Where a `ResumableLoader` is in its epoch, and the random states its order is drawn from."
     @property
     def _stateful(self)->bool:  # torchdata's StatefulDataLoader: it keeps its own position
         return all(callable(getattr(self.loader, m, None))
@@ -1348,6 +1447,7 @@ class ResumableLoader:
         return {'batch_size': getattr(self.loader, 'batch_size', None), 'length': n}
 
     def _snapshot(self)->dict:
+        "The random states the loader draws its order from: the global ones and its own generators."
         return {'rng': rng_state(), 'generators': [g.get_state() for g in _generators(self.loader)]}
 
     def _put_back(self, snap:dict):
@@ -1380,7 +1480,36 @@ class ResumableLoader:
         if self._seeds is not None and batch is not it: self._seeds.check(self.epoch)
         return batch
 
+# %% ../nbs/05a_persistence.ipynb #b293a0d2
+class ResumableLoader(_Epochs):
+    "A data loader that resumes mid-epoch as an uninterrupted run goes on: same order, next batch."
+    def __init__(self, loader, # a `DataLoader`, a torchdata `StatefulDataLoader`, or any iterable
+                 done:Callable|None=None, # `done()`: batches of the epoch trained; default: given
+                ):
+        if not callable(getattr(loader, '__iter__', None)):
+            raise ArgumentError(f'loader must be a DataLoader or another iterable, got '
+                                f'{loader!r}.')
+        check_callable('done', done, none=True)
+        self.loader, self._done, self.epoch = loader, done, 0
+        self._resume, self._begun, self._given, self._over = None, False, 0, False
+        self._start, self._before = None, {}  # the epoch's first states; states before batch i
+        keeps = isinstance(loader, torch.utils.data.DataLoader) and loader.persistent_workers \
+            and loader.num_workers > 0
+        self._seeds = _WorkerSeeds.install(loader) if keeps else None
+        self._run = None  # persistent workers: the run's seed for them, the epoch it was drawn in
+
+    def __len__(self): return len(self.loader)
+    def __getattr__(self, k):  # the loader's `sampler`, `batch_size`..., for the frameworks' checks
+        if k == 'loader' or k.startswith('__'): raise AttributeError(k)
+        return getattr(self.loader, k)
+    # a DataLoader's persistent workers, which Lightning shuts down as a fit ends
+    @property
+    def _iterator(self): return self.loader._iterator
+    @_iterator.setter
+    def _iterator(self, it): self.loader._iterator = it
+
     def __iter__(self):
+        "The next epoch's batches; a resumed one draws its order again and skips those trained."
         r, self._resume = self._resume, None
         if r is not None: self.epoch, self._run = r['epoch'], dict(r.get('workers') or {}) or None
         elif self._begun: self.epoch += 1

@@ -19,7 +19,7 @@ from .amp import amp_choice
 from .memory import usable_memory
 from .t4 import T4Estimate
 from .persistence import DEFAULT_EVERY_MINUTES, SessionClock
-from .memory_model import MODELS, OPTIMIZERS, TASKS, count_run, model_config
+from .memory_model import MODELS, OPTIMIZERS, SD15, TASKS, count_run, model_config
 
 # %% auto #0
 __all__ = ['RunPlan', 'plan_run']
@@ -50,9 +50,10 @@ class RunPlan:
     samples:int|None      # samples in one epoch; None: no run planned
     epochs:float          # passes over them
     session_h:float       # hours a Colab session lasts
-    checkpoint_bytes:int  # one checkpoint: the weights it trains (LoRA: the adapters), the optimizer's state
+    checkpoint_bytes:int  # one checkpoint: the weights it trains (LoRA: the adapters), the optimizer's state, RNG
     every_minutes:float   # checkpoint cadence: the most work a disconnect can lose
     t4:T4Estimate|None = field(default=None, repr=False)  # the step's T4 estimate, op by op
+    checkpoint_holds:str = ''  # what one checkpoint holds, in words
 
     @property
     def peak(self)->int: return sum(self.parts.values())
@@ -111,7 +112,8 @@ def as_dict(self:RunPlan)->dict:
                 largest_plain=self.largest_plain, largest_checkpointed=self.largest_checkpointed,
                 step_ms=r(self.step_ms, 1), samples_per_s=r(self.samples_per_s, 2),
                 epoch_hours=r(self.epoch_h), run_hours=r(self.run_h), sessions=self.sessions,
-                checkpoint_gb=r(self.checkpoint_bytes / 1e9), drive_checkpoints=self.drive_checkpoints,
+                checkpoint_gb=r(self.checkpoint_bytes / 1e9), checkpoint_holds=self.checkpoint_holds,
+                drive_checkpoints=self.drive_checkpoints,
                 every_steps=self.every_steps, card=self.card, precision=self.precision,
                 checkpointing=self.checkpointing, verdict=self.verdict,
                 parts_gib={k: r(v / GiB) for k, v in self.parts.items()})
@@ -137,7 +139,8 @@ def as_rows(self:RunPlan)->list:
                             f'{self.sessions} session(s) of {self.session_h:g} h'))
     every = (f'~{self.every_minutes:g} min' if self.every_steps is None
              else f'{self.every_steps} steps (~{self.every_minutes:g} min of work at risk)')
-    rows.append(('checkpoint', f'{self.checkpoint_bytes / 1e9:.2f} GB: {self.drive_checkpoints} fit '
+    holds = f' ({self.checkpoint_holds})' if self.checkpoint_holds else ''
+    rows.append(('checkpoint', f'{self.checkpoint_bytes / 1e9:.2f} GB{holds}: {self.drive_checkpoints} fit '
                                f'in 15 GB of Drive; save every {every}'))
     return rows
 
@@ -150,17 +153,19 @@ def measured(self:RunPlan, step_ms:float, # one training step at the plan's batc
     return replace(self, step_ms=ms, step_low_ms=ms, step_high_ms=ms, bound='measured', t4=None)
 
 # %% ../nbs/05b_plan.ipynb #c74b4db9
-def plan_run(model, # a transformers config, or an nn.Module built on meta tensors
+def plan_run(model, # a transformers config, a diffusers UNet config (a dict), or an nn.Module on meta tensors
              batch:int=8, # samples per step
              seq:int|None=None, # tokens per sample (CTC: 16 kHz audio samples); default 512, or the model's positions
              image_size:int|None=None, # image side; default the config's
              task:str|None=None, # with a config: a key of `TASKS`; default from its `architectures` or model type
              example:Callable|None=None, # with a module: `example(batch)`, its inputs on meta tensors
              loss_fn:Callable|None=None, # `loss_fn(output, inputs)`; default `output.loss`, else the first output's mean
-             optimizer:str='adamw', # 'adamw', 'sgd' (momentum 0.9), 'adafactor' or 'adamw8bit'
+             optimizer:str='adamw', # 'adamw', 'sgd' (momentum 0.9), 'adafactor', 'adamw8bit' or 'paged_adamw8bit'
              precision:str|None=None, # 'fp16', 'bf16' or 'fp32'; None: the card's choice (`amp_choice`)
-             checkpointing:bool=False, # gradient checkpointing
+             checkpointing:bool|None=None, # gradient checkpointing; None: on with `quantization`, as peft's
+                                           # `prepare_model_for_kbit_training` turns it on, else off
              lora=None, # a peft `LoraConfig`, or an object with `r` and `target_modules`: LoRA on a frozen base
+             quantization=None, # the base in 4 or 8 bits (QLoRA): 'nf4', 'fp4', 'int8' or a `BitsAndBytesConfig`
              device='T4', # the card to plan for (see `as_card`)
              samples:int|None=None, # samples in one epoch; None: no run time
              epochs:float=1, # passes over them
@@ -174,7 +179,8 @@ def plan_run(model, # a transformers config, or an nn.Module built on meta tenso
     task = check_choice('task', task, TASKS, none=True)
     optimizer = check_choice('optimizer', optimizer, OPTIMIZERS)
     precision = check_choice('precision', precision, ('fp16', 'bf16', 'fp32'), none=True)
-    checkpointing = check_flag('checkpointing', checkpointing)
+    checkpointing = check_flag('checkpointing', checkpointing, none=True)
+    if checkpointing is None: checkpointing = quantization is not None
     samples = check_int('samples', samples, 1, LIMITS['elements'], none=True)
     epochs = check_num('epochs', epochs, hi=1e4)
     colab_h = inspect.signature(SessionClock).parameters['session_h'].default
@@ -186,21 +192,23 @@ def plan_run(model, # a transformers config, or an nn.Module built on meta tenso
     usable, choice = usable_memory(card.spec or device), amp_choice(card.spec, precision)
     c = count_run(model, batch, seq, image_size, task, example, loss_fn, optimizer,
                   choice.dtype if choice.enabled else None, choice.scaler, lora, checkpointing, card, usable,
-                  time_limit)
+                  time_limit, quantization=quantization)
     est = c.t4
     ms = (est.ms, est.low_ms, est.high_ms, est.bound) if est else (None,) * 4
     return RunPlan(f'{c.setup}, {choice.name}', card.name, batch, choice.name, checkpointing, c.parts, usable,
                    c.largest_plain, c.largest_checkpointed, c.fixed, c.per_sample, *ms, samples, epochs, session_h,
-                   c.saved, DEFAULT_EVERY_MINUTES, est)
+                   c.saved, DEFAULT_EVERY_MINUTES, est, c.holds)
 
 # %% ../nbs/05b_plan.ipynb #09013b01
 def corpus()->list:
-    "The setups of the corpus: each one's name, source, model (a config class and its sizes, or a module) and run."
+    ("The setups of the corpus: each one's name, source, model (a config class and its sizes, a module, or "
+     "SD 1.5's UNet and its changed sizes) and run.")
     return json.loads((resources.files('colab_t4_nb')/'files'/'plan'/'corpus.json').read_text())
 
 def corpus_setup(name:str # a setup of `corpus()`, e.g. 'whisper-small-128-ckpt'
                 )->tuple:
-    "(model, `plan_run`'s keyword arguments) of a corpus setup: a config built from its class, or a module on meta tensors."
+    ("(model, `plan_run`'s keyword arguments) of a corpus setup: a config built from its class, a module on meta "
+     "tensors, or a diffusers UNet config.")
     setups = {e['name']: e for e in corpus()}
     e = setups[check_choice('name', name, setups)]
     kw = dict(e['plan'], **({'task': e['task']} if 'task' in e else {}))
@@ -210,7 +218,9 @@ def corpus_setup(name:str # a setup of `corpus()`, e.g. 'whisper-small-128-ckpt'
         with torch.device('meta'): model = getattr(models, e['module'])()
         kw['example'] = functools.partial(lambda n, b: torch.empty(b, 3, n, n, device='meta'), e['image'])
         return model, kw
+    if 'diffusers' in e: return {**SD15['unet'], **e['dims']}, kw
     transformers = require('transformers', f'corpus_setup({name!r})')
+    if 'quantization' in kw: kw['quantization'] = transformers.BitsAndBytesConfig(**kw['quantization'])
     cls, dims = getattr(transformers, e['config']), e['dims']
     if {'encoder', 'decoder'} <= set(dims):  # an encoder-decoder of two configs, each with its defaults
         parts = [getattr(transformers, dims[k])() for k in ('encoder', 'decoder')]

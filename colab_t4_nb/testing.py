@@ -319,10 +319,12 @@ def fake_cuda(cuda:FakeCuda|None=None, # the stand-in; default `FakeCuda()`
     finally: torch.cuda = old
 
 # %% ../nbs/00c_testing.ipynb #0b38b6ed
+_CLOCKS = ('perf_counter', 'monotonic', 'time')  # the `time` functions `fake_clock` replaces
+
 @contextmanager
-def fake_clock(ticks, # seconds `time.perf_counter` reads in turn: a list, or a function of nothing
+def fake_clock(ticks, # seconds the clocks read in turn: a list, or a function of nothing
               ):
-    "Context manager: `time.perf_counter` reads `ticks` for the block; yields the readings it gave."
+    "Context manager: `time`'s perf_counter, monotonic and time read `ticks`; yields the readings."
     if callable(ticks): read = ticks
     else:
         ticks = check_seq('ticks', ticks, lambda n, t: check_num(n, t, eq=True))
@@ -332,11 +334,12 @@ def fake_clock(ticks, # seconds `time.perf_counter` reads in turn: a list, or a 
             except StopIteration:
                 raise ArgumentError(f'fake_clock ran out of ticks after {len(ticks)} readings: '
                                     'give more, or a function.') from None
-    old, given = time.perf_counter, []
+    old, given = {n: getattr(time, n) for n in _CLOCKS}, []
     def clock(): given.append(t := read()); return t
-    time.perf_counter = clock
+    for n in old: setattr(time, n, clock)
     try: yield given
-    finally: time.perf_counter = old
+    finally:
+        for n, f in old.items(): setattr(time, n, f)
 
 # %% ../nbs/00c_testing.ipynb #a3abea0f
 class FakeNotebook:

@@ -13,7 +13,7 @@ import torch
 from colab_t4_nb import callbacks as C
 from conftest import ROOT, python
 from colab_t4_nb.persistence import CheckpointManager, SessionClock, SessionEnding
-from colab_t4_nb.testing import fake_colab, fake_nvml, h200_reading
+from colab_t4_nb.testing import fake_clock, fake_colab, fake_nvml, h200_reading
 
 transformers = pytest.importorskip('transformers')
 from transformers import (BertConfig, BertForSequenceClassification, PrinterCallback, Trainer,
@@ -38,10 +38,8 @@ class Disconnect(TrainerCallback):
 
 @contextlib.contextmanager
 def on_clock(now:list):
-    "Session clocks and callbacks made inside the block read the time from `now[0]` (seconds)."
-    fake = staticmethod(lambda: now[0])
-    with mock.patch.object(SessionClock, '_clock', fake), mock.patch.object(C.HFCallback, '_clock', fake):
-        yield
+    "Every clock read inside the block gives `now[0]` (seconds)."
+    with fake_clock(lambda: now[0]): yield
 
 class Tick(TrainerCallback):
     def __init__(self, now, s): self.now, self.s = now, s
@@ -250,7 +248,7 @@ def test_lightning_session_end_saves_stops_and_resumes(tmp_path, lit_ref):
         def on_train_batch_end(self, *a): self.now[0] += 600
     def run():
         now = [0.0]
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), on_clock(now):
             warnings.simplefilter('ignore', SessionEnding)
             kw = dict(session=session(now), every_minutes=None)
             return lit_run(tmp_path/'run', every=None, cb_kw=kw, extra=[Tick(now)])
@@ -324,7 +322,7 @@ def test_keras_session_end_stops_and_resumes_from_the_last_epoch_end(tmp_path, k
         def on_train_batch_end(self, batch, logs=None): self.now[0] += 600
     def run():
         now = [0.0]
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), on_clock(now):
             warnings.simplefilter('ignore', SessionEnding)
             return keras_run(tmp_path/'run', cb_kw=dict(session=session(now)), extra=[Tick(now)])
     first = run()[0]

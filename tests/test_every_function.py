@@ -92,15 +92,15 @@ def _examples(tmp:Path)->dict:
               report=lambda: __import__('pandas').DataFrame({'ms': [2.0, 1.0]}, index=['fp32', 'amp fp16']),
               ids=lambda: torch.zeros(2, 8, dtype=torch.long))
 
-    # -- kernels, switches, t4, benchmarks: examples
-    from colab_t4_nb import t4 as T4
+    # -- kernels, switches, t4_model, t4, benchmarks: examples
+    from colab_t4_nb import t4 as T4, t4_model as TM
     ex.update(ns=Alt((lambda: [1.0], lambda: [1000, 10**6])), gpu=Alt((lambda: 'Tesla T4', lambda: 0)),
               verdict=lambda: 'power', shares=lambda: {'idle': 0.0, 'SwPowerCap': 0.5},
               sm_mhz=Alt((lambda: 1000.0, lambda: (1000.0, 1200.0, 1400.0))))
     ex.update(loader=lambda: [torch.zeros(1)] * 6, step=Alt((lambda: 1, lambda: (lambda *a: None))),
               batch=Alt((lambda: (torch.randn(2, 4), torch.tensor([0, 1])), lambda: 2)))
     ex.update(table=lambda: T4.validation_table(T4.PUBLISHED[:2]))  # two counted rows
-    ex.update(ops=lambda: T4._charge([T4.Op('mm', 'matmul', 'fp32', 1e6, 1e4)]),
+    ex.update(ops=lambda: TM.charge([TM.Op('mm', 'matmul', 'fp32', 1e6, 1e4)]),
               build=Alt((lambda: (lambda device: ((lambda x: x + 1), (torch.zeros(2, device=device),))),
                          lambda: (lambda small, size, **kw: _model()))))
 
@@ -159,7 +159,7 @@ CHEAP.update(samples={'T4': [1.0, 1.2], 'L4': [2.0]}, timeout=0.5)
 CHEAP.update(start_method='fork', nprocs=1, loss_fn=torch.nn.functional.mse_loss, batch=2, seq=16,
              layers=1, hidden=64, heads=2, ffn=128, vocab=1000, max_len=64)
 
-# -- kernels, switches, t4, benchmarks: cheap values
+# -- kernels, switches, t4_model, t4, benchmarks: cheap values
 from colab_t4_nb import t4 as _t4
 CHEAP.update(measurements=_t4.PUBLISHED[:1])  # one ResNet-50 row, not every published table
 

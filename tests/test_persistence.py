@@ -10,6 +10,7 @@ from conftest import ROOT
 from zygote import Zygote
 
 from colab_t4_nb import checkpoint_format as F, persistence as P
+from colab_t4_nb.testing import fake_clock
 
 # ---------------------------------------------------------------- the training run under test
 TRAIN = r'''
@@ -283,7 +284,7 @@ def test_background_save_error_is_printed_at_exit(tmp_path, cpu_env):
     '''))
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
                        env={**cpu_env, 'PYTHONPATH': str(ROOT)})
-    assert 'colab_t4_nb: the last background checkpoint save in' in r.stderr and 'No space left on device' in r.stderr, r.stderr
+    assert 'colab_t4_nb at exit: The last background checkpoint save in' in r.stderr and 'No space left on device' in r.stderr, r.stderr
 
 # ---------------------------------------------------------------- a crashing training script
 SCRIPT = r'''
@@ -389,8 +390,7 @@ def test_run_resumable_saves_before_the_session_cut(tmp_path):
     "With only a SessionClock, the run saves before the cut and stops there."
     now = [0.0]
     def step(s): now[0] += 600
-    with (warnings.catch_warnings(), mock.patch.object(P.SessionClock, '_clock', staticmethod(lambda: now[0])),
-          mock.patch.object(P.run_resumable, '_clock', lambda: now[0])):
+    with warnings.catch_warnings(), fake_clock(lambda: now[0]):
         warnings.simplefilter('ignore', P.SessionEnding)
         rep = P.run_resumable(step, P.CheckpointManager(tmp_path, keep=100), 1000, model=torch.nn.Linear(2, 2),
                               session=P.SessionClock(idle_min=None), every_minutes=math.inf)

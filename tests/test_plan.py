@@ -143,7 +143,10 @@ def test_lora_checkpoint_holds_the_adapters():
     lora = types.SimpleNamespace(r=4, target_modules='all-linear')
     p = plan_run(tiny('LlamaConfig', **LLAMA), batch=2, seq=64, lora=lora)
     linear = 2 * (4 * (64 + 64) * 2 + 4 * (64 + 32) * 2 + 4 * (64 + 128) * 3)  # q, o; k, v; gate, up, down
-    assert p.checkpoint_bytes == 3 * 4 * linear, (p.checkpoint_bytes, linear)  # fp32 adapters, AdamW's two states
+    rng = p.checkpoint_bytes - 3 * 4 * linear  # fp32 adapters, AdamW's two states; the random generators' states
+    assert 0 < rng < 64 * 1024, (p.checkpoint_bytes, linear)
+    assert p.checkpoint_holds.startswith('the adapters (') and 'never the frozen base' in p.checkpoint_holds, p
+    assert 'the adapters (' in dict(p.as_rows())['checkpoint']
 
 def test_lora_defaults_follow_the_layer_names():
     "Without target_modules, LoRA finds the attention projections under their names in this transformers (ViT)."
@@ -214,3 +217,101 @@ def test_plan_a_corpus_setup_from_the_shell(cpu_env):
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert d['batch'] == 4 and d['fits'] and d['largest_batch'] > 4, d
+
+# ---------------------------------------------------------------- QLoRA and Stable Diffusion
+NF4 = dict(load_in_4bit=True, bnb_4bit_quant_type='nf4', bnb_4bit_use_double_quant=True,
+           bnb_4bit_compute_dtype='float16')
+
+def test_qlora_plans_a_4bit_base():
+    ("A base quantized by bitsandbytes trains the same adapters, checkpointed by default as "
+     "prepare_model_for_kbit_training does; its checkpoint is the LoRA run's.")
+    from transformers import BitsAndBytesConfig
+    from colab_t4_nb.plan import plan_run
+    lora = types.SimpleNamespace(r=4, target_modules='all-linear')
+    q = plan_run(tiny('LlamaConfig', **LLAMA), batch=2, seq=64, lora=lora, quantization=BitsAndBytesConfig(**NF4))
+    assert 'LoRA r=4 on an nf4 base, double-quantized' in q.setup and q.checkpointing and q.largest_checkpointed, q
+    linear = 2 * (4 * (64 + 64) * 2 + 4 * (64 + 32) * 2 + 4 * (64 + 128) * 3)  # the adapters, as a LoRA run's
+    assert 0 < q.checkpoint_bytes - 3 * 4 * linear < 64 * 1024 and 'never the frozen base' in q.checkpoint_holds, q
+    int8 = plan_run(tiny('LlamaConfig', **LLAMA), batch=2, seq=64, lora=lora, quantization='int8')
+    assert 'on an int8 base' in int8.setup and int8.fits, int8.setup
+
+@pytest.mark.parametrize('kw, said', [
+    (dict(quantization='nf3', lora=types.SimpleNamespace(r=4, target_modules=None)),
+     "quantization='nf3': pass 'nf4'"),
+    (dict(quantization='nf4'), 'bitsandbytes cannot train 4-bit weights'),
+    (dict(quantization='int8'), 'cannot train 8-bit weights'),
+], ids=['nf3', 'nf4-full', 'int8-full'])
+def test_quantization_refusals(kw, said):
+    "A format bitsandbytes does not have, and a full fine-tune of a quantized base, are refused with the way out."
+    from colab_t4_nb.core import ArgumentError
+    from colab_t4_nb.plan import plan_run
+    with pytest.raises(ArgumentError) as e: plan_run(tiny('LlamaConfig', **LLAMA), seq=64, **kw)
+    assert said in str(e.value), e.value
+
+def test_quant_from_the_shell(capsys, tmp_path):
+    "--quant with --lora-rank plans QLoRA; --quant alone, or --double-quant with int8, is one line and status 1."
+    from colab_t4_nb.cli import main
+    tiny('LlamaConfig', **LLAMA).save_pretrained(tmp_path)
+    assert main(['plan', '--config', str(tmp_path), '--seq', '64', '--batch', '2', '--lora-rank', '4', '--quant', 'nf4',
+                 '--double-quant', '--no-checkpointing', '--json']) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert not d['checkpointing'] and d['checkpoint_holds'].startswith('the adapters'), d
+    assert main(['plan', '--model', 'gpt2', '--quant', 'nf4']) == 1
+    assert 'pass --lora-rank R to train adapters' in capsys.readouterr().err
+    assert main(['plan', '--model', 'gpt2', '--lora-rank', '4', '--quant', 'int8', '--double-quant']) == 1
+    assert '--double-quant quantizes the scales of a 4-bit base' in capsys.readouterr().err
+
+def test_paged_state_is_counted_on_the_card():
+    ("bitsandbytes' paged 8-bit AdamW holds its state in unified memory: counted on the card, as 8-bit AdamW's is, "
+     "outside PyTorch's allocator.")
+    from colab_t4_nb.plan import plan_run
+    config = tiny('LlamaConfig', **{**LLAMA, 'vocab_size': 2048})  # an embedding past 100,000 values: paged
+    plans = {o: plan_run(config, batch=2, seq=64, optimizer=o) for o in ('adamw8bit', 'paged_adamw8bit')}
+    assert plans['adamw8bit'].parts['optimizer'] == plans['paged_adamw8bit'].parts['optimizer'] > 0
+    assert 'paged 8-bit AdamW' in plans['paged_adamw8bit'].setup
+
+UNET = dict(_class_name='UNet2DConditionModel', block_out_channels=[32, 64], layers_per_block=1,
+            attention_head_dim=8, down_block_types=['CrossAttnDownBlock2D', 'DownBlock2D'],
+            up_block_types=['UpBlock2D', 'CrossAttnUpBlock2D'], cross_attention_dim=32, sample_size=8,
+            norm_num_groups=32)
+VAE = dict(_class_name='AutoencoderKL', block_out_channels=[32, 32], down_block_types=['DownEncoderBlock2D'] * 2,
+           up_block_types=['UpDecoderBlock2D'] * 2, layers_per_block=1, latent_channels=4, norm_num_groups=32,
+           sample_size=32)
+TEXT = dict(architectures=['CLIPTextModel'], hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+            num_attention_heads=2, max_position_embeddings=77, vocab_size=1000, projection_dim=32)
+
+def test_diffusers_unet_from_its_pipeline_folder(tmp_path, capsys):
+    ("`colab-t4 plan --config unet/config.json` plans diffusers' text-to-image step with the VAE and text encoder "
+     "found beside it; LoRA trains the attention by default, and the checkpoint holds the adapters.")
+    pytest.importorskip('diffusers')
+    from colab_t4_nb.cli import main
+    for part, config in (('unet', UNET), ('vae', VAE), ('text_encoder', TEXT)):
+        (tmp_path/part).mkdir()
+        (tmp_path/part/'config.json').write_text(json.dumps(config))
+    assert main(['plan', '--config', str(tmp_path/'unet'/'config.json'), '--batch', '2', '--lora-rank', '4']) == 0
+    out = capsys.readouterr().out
+    assert 'UNet2DConditionModel for text-to-image, 16x16 images (8x8 latents)' in out, out
+    assert "SD 1.5's" not in out and 'frozen in fp16' in out and 'the adapters (' in out, out
+
+def test_diffusers_unet_config_alone():
+    "A UNet config alone gets SD 1.5's VAE and text encoder, said in the setup; a full fine-tune saves the UNet alone."
+    pytest.importorskip('diffusers')
+    from colab_t4_nb.plan import plan_run
+    p = plan_run({**UNET, 'cross_attention_dim': 768}, batch=1, image_size=64, optimizer='adamw8bit',
+                 checkpointing=True)
+    assert "(SD 1.5's, built in)" in p.setup and '8-bit AdamW' in p.setup, p.setup
+    assert p.checkpoint_holds.startswith('the weights') and 'never the frozen parts' in p.checkpoint_holds, p
+
+def test_plan_check_builds_qlora_and_sd_as_users_do():
+    ("tools/plan_check.py's CPU side: an SD setup builds through diffusers' add_adapter, a QLoRA one through "
+     "replace_with_bnb_linear, prepare_model_for_kbit_training and get_peft_model, on meta tensors.")
+    pytest.importorskip('diffusers')
+    pytest.importorskip('peft')
+    import importlib.util
+    spec = importlib.util.spec_from_file_location('plan_check', ROOT/'tools'/'plan_check.py')
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    assert check._built('sd15-unet-lora-512') == 'UNet2DConditionModel, 0.8M trainable'
+    assert check._built('gpt2-full-1024') is None
+    pytest.importorskip('bitsandbytes')
+    assert check._built('llama-3.2-1b-qlora-2048') == 'PeftModel, 11.3M trainable'

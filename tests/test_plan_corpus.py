@@ -82,3 +82,34 @@ def test_a_plan_does_not_depend_on_the_random_state():
         seed(n)
         assert after == draws()  # the generators as the caller left them
     assert plans[0] == plans[1] == plans[2], plans
+
+# what each QLoRA and Stable Diffusion setup's recorded plan says it planned
+QUANTIZED = {'llama-3.2-1b-qlora-2048': 'on an nf4 base, double-quantized', 'llama-3.2-3b-qlora-2048': 'nf4 base',
+             'llama-2-7b-qlora-2048': 'LoRA r=64 on an nf4 base', 'mistral-7b-qlora-2048': 'nf4 base',
+             'llama-3.1-8b-qlora-2048': 'on an nf4 base)', 'opt-6.7b-int8-lora-256': 'on an int8 base',
+             'sd15-unet-lora-512': '512x512 images (64x64 latents)', 'sd15-unet-full-512-8bit-ckpt': '8-bit AdamW'}
+
+def test_qlora_and_stable_diffusion_setups():
+    ("The corpus holds QLoRA of 1 to 8 billion parameters, LoRA on an int8 base and SD 1.5's UNet; each setup builds "
+     "with its BitsAndBytesConfig or UNet config, and its recorded answer is a plan of it.")
+    rows = {r['name']: r for r in map(json.loads, plan_corpus.RECORD.read_text().splitlines())}
+    for name, said in QUANTIZED.items():
+        assert rows[name]['answer'] == 'plan' and said in rows[name]['setup'], rows[name]
+    assert rows['llama-2-7b-qlora-2048']['fits'] and rows['llama-2-7b-qlora-2048']['checkpoint_gb'] < 1
+    model, kw = plan_corpus.plan.corpus_setup('llama-2-7b-qlora-2048')
+    assert kw['quantization'].bnb_4bit_use_double_quant and kw['optimizer'] == 'paged_adamw8bit', kw
+    model, kw = plan_corpus.plan.corpus_setup('sd15-unet-lora-512')
+    assert model['_class_name'] == 'UNet2DConditionModel' and model['cross_attention_dim'] == 768, model
+
+def test_record_answers_of_some_setups(tmp_path, monkeypatch):
+    "`--only NAME --record` replaces those setups' answers in the record and keeps the others', in the corpus's order."
+    record, recorded = tmp_path/'answers.jsonl', plan_corpus.RECORD.read_text()
+    record.write_text(recorded)
+    monkeypatch.setattr(plan_corpus, 'RECORD', record)
+    assert plan_corpus.main(['--only', 'gpt2-seq-4096', '--record']) == 0
+    before = [json.loads(l) for l in recorded.splitlines()]
+    after = [json.loads(l) for l in record.read_text().splitlines()]
+    assert [r['name'] for r in after] == [r['name'] for r in before]
+    changed = [a['name'] for a, b in zip(after, before) if a != b]
+    assert set(changed) <= {'gpt2-seq-4096'}
+    assert {r['name']: r for r in after}['gpt2-seq-4096']['answer'] == 'refused'

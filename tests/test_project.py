@@ -122,4 +122,5 @@ def test_the_public_api_stays_small_enough_to_hold():
     import importlib, pkgutil, colab_t4_nb
     mods = [m.name for m in pkgutil.iter_modules(colab_t4_nb.__path__) if not m.name.startswith('_')]
     names = {m: importlib.import_module(f'colab_t4_nb.{m}').__all__ for m in mods}
-    assert sum(map(len, names.values())) <= 190, {m: len(v) for m, v in names.items()}
+    # 190 names before one owner of the background work (`background_work`) joined core
+    assert sum(map(len, names.values())) <= 195, {m: len(v) for m, v in names.items()}

@@ -20,7 +20,7 @@ from colab_t4_nb.core import record
 from colab_t4_nb.monitoring import (FIELDS, GPUMonitor, check_outputs, decode_reasons, read_csv, samples_df, smi_values,
                                     status_text, summarize, throttle_shares)
 from colab_t4_nb.ledger import UsageLedger, advice
-from colab_t4_nb.testing import fake_env, fake_nvml, missing_nvml, t4_reading
+from colab_t4_nb.testing import fake_clock, fake_env, fake_nvml, missing_nvml, t4_reading
 from colab_t4_nb.cli import main
 from conftest import PROPS, answers
 
@@ -175,10 +175,10 @@ def test_ledger_path(path):
        st.one_of(st.none(), st.floats()))
 def test_advice_limits(tmp_path, limits, open_min):
     led = UsageLedger(tmp_path/'adv.jsonl')
-    led._clock = lambda: 1.8e9
     led.add(1.8e9 - 7200, 1.8e9 - 60, 'Tesla T4', 1.0, session='s')
-    answers(lambda: advice(led, open_min=10 if open_min is None else open_min, limits=limits),
-            'limits', 'open_min=')
+    with fake_clock(lambda: 1.8e9):
+        answers(lambda: advice(led, open_min=10 if open_min is None else open_min, limits=limits),
+                'limits', 'open_min=')
 
 paths = st.text(st.sampled_from('ab./\x00 '), max_size=8)
 

@@ -12,6 +12,7 @@ from hypothesis import given, settings, strategies as st
 
 from colab_t4_nb import checkpoint_format as F, persistence as P
 from colab_t4_nb.core import ColabT4Error
+from colab_t4_nb.testing import fake_clock
 from conftest import PROPS, PROPS_FILES, answers, bare
 
 # ---------------------------------------------------------------- arbitrary values
@@ -166,12 +167,12 @@ def test_drive_checkpoints_and_flush(arg, v):
        st.one_of(junk, st.lists(junk, max_size=3)))
 def test_session_clock(arg, v):
     now = [0.0]
-    with mock.patch.object(P.SessionClock, '_clock', staticmethod(lambda: now[0])):
+    with fake_clock(lambda: now[0]):
         sc = works_or_names(lambda: P.SessionClock(**{arg: v}), arg, v)
-    if isinstance(sc, P.SessionClock):
-        with warnings.catch_warnings():
-            warnings.simplefilter('ignore', P.SessionEnding)
-            for t in (0, 3600, 13 * 3600): now[0] = t; sc.due(); sc.left(); repr(sc)
+        if isinstance(sc, P.SessionClock):
+            with warnings.catch_warnings():
+                warnings.simplefilter('ignore', P.SessionEnding)
+                for t in (0, 3600, 13 * 3600): now[0] = t; sc.due(); sc.left(); repr(sc)
 
 RUN_ARGS = ['step_fn', 'ckpt', 'steps', 'every_steps', 'steps_per_epoch', 'every_minutes', 'session', 'max_oom',
             'on_oom', 'background', 'model', 'optimizer']

@@ -37,6 +37,14 @@ writes one JSON line to OUT.jsonl and prints a table:
 With `--corpus`, the setups are the plan's corpus entries (`corpus_setup`), each built on the GPU as its users
 build it (the transformers class of its task from the same config, peft's LoRA on an fp16 base, the package's
 torchvision-shaped modules) and measured at its own batch, the search bounded at twice the plan's largest.
+A QLoRA setup (QUANTIZED: `--corpus llama-2-7b-qlora-2048 ...`) is built in fp16 on the GPU with random weights,
+its linear layers replaced by transformers' `replace_with_bnb_linear` and each weight quantized on the card as
+`from_pretrained(quantization_config=BitsAndBytesConfig(...))` quantizes it (a 7B in seconds, no checkpoint
+written), then peft's `prepare_model_for_kbit_training` and `get_peft_model`; 8-bit optimizers are bitsandbytes'.
+An SD setup builds diffusers' `UNet2DConditionModel` from its config and runs the loop of
+`train_text_to_image(_lora).py`: VAE and CLIP text encoder frozen in fp16, LoRA through `unet.add_adapter` with the
+adapters cast to fp32. A paged optimizer's state lives outside PyTorch's allocator: `paged_gib` records it and is
+added to `measured_gib`. `--dry-run --corpus NAME` builds these as users do on meta tensors (no weight quantized).
 
 One setup failing does not stop the others: its line holds the error. The whole run is meant to
 finish within 8 minutes on an H200; each setup's batch search is bounded.
@@ -111,10 +119,15 @@ def _corpus_setup(name:str)->tuple:
     if b: kw['batch'] = int(b)
     return model, kw
 
+# the corpus's QLoRA and Stable Diffusion setups, measured with `--corpus NAME ...` (each builds billions of weights)
+QUANTIZED = ('llama-3.2-1b-qlora-2048', 'llama-3.2-3b-qlora-2048', 'llama-2-7b-qlora-2048',
+             'mistral-7b-qlora-2048', 'llama-3.1-8b-qlora-2048@1', 'opt-6.7b-int8-lora-256', 'sd15-unet-lora-512',
+             'sd15-unet-full-512-8bit-ckpt')
+
 def corpus_row(name:str)->tuple:
     "(model, task, batch, size, optimizer, checkpointing, lora rank) of a corpus setup, as SETUPS gives them."
     e, (model, kw) = _corpus_entry(name), _corpus_setup(name)
-    task = None if 'module' in e else mm.setup_inputs(model, kw.get('task'))[0]
+    task = None if 'module' in e or 'diffusers' in e else mm.setup_inputs(model, kw.get('task'))[0]
     size = e.get('image') or kw.get('image_size') or kw.get('seq')
     lora = kw.get('lora')
     return (name, task, kw.get('batch', 8), size, kw.get('optimizer', 'adamw'), kw.get('checkpointing', False),
@@ -123,7 +136,8 @@ def corpus_row(name:str)->tuple:
 def _peft_config(lora):
     "peft's LoraConfig of a corpus setup's LoRA (its rank, alpha and targets)."
     from peft import LoraConfig
-    return LoraConfig(r=lora.r, lora_alpha=getattr(lora, 'lora_alpha', 2 * lora.r), lora_dropout=0.0,
+    return LoraConfig(r=lora.r, lora_alpha=getattr(lora, 'lora_alpha', 2 * lora.r),
+                      lora_dropout=getattr(lora, 'lora_dropout', 0.0) or 0.0,
                       target_modules=getattr(lora, 'target_modules', None))
 
 def corpus_plan(name:str, grid=None):
@@ -147,11 +161,18 @@ def corpus_model(name:str, device):
         with torch.device(device): m = getattr(models, e['module'])()
         n = e['image']
         return m, lambda b: torch.randn(b, 3, n, n, device=device), lambda out, x: out.float().mean()
+    if 'diffusers' in e: return _sd_model(config, kw.get('lora'), device)
     # the plan's own config (no cache, a pad token) and batch, on meta tensors
     task, built, meta, vocab = mm.setup_inputs(config, kw.get('task'), kw.get('seq'), kw.get('image_size'))
-    with torch.device(device): m = getattr(transformers, mm.TASKS[task]).from_config(built)
+    quant = kw.get('quantization')
+    with torch.device(device):  # a quantized base is loaded in fp16, then quantized
+        m = getattr(transformers, mm.TASKS[task]).from_config(built, **({'dtype': torch.float16} if quant else {}))
     m = m.to(device)  # a weight made by a legacy constructor (Wav2Vec2's masked_spec_embed) ignores the device
-    if kw.get('lora') is not None:
+    if quant is not None:
+        from peft import get_peft_model, prepare_model_for_kbit_training
+        m = prepare_model_for_kbit_training(_quantized(m, quant), kw.get('checkpointing', False))
+        m = get_peft_model(m, _peft_config(kw['lora']))
+    elif kw.get('lora') is not None:
         from peft import get_peft_model
         m = get_peft_model(m.half(), _peft_config(kw['lora']))
     vocab, classes = vocab or 2, getattr(config, 'num_labels', 2)
@@ -168,6 +189,85 @@ def corpus_model(name:str, device):
                          else vocab, device) if isinstance(v, torch.Tensor) else v for k, v in x.items()}
     return m, example, lambda out, x: out.loss
 
+def _quantized(m, quant):
+    ("`m`, built in fp16, with its linear layers bitsandbytes' (transformers' `replace_with_bnb_linear`, the modules "
+     "`get_keys_to_not_convert` names left out), each weight quantized on its device as `from_pretrained` "
+     "quantizes it (`Bnb4bitQuantize`, `Bnb8bitQuantize`).")
+    import bitsandbytes as bnb
+    from transformers.integrations.bitsandbytes import replace_with_bnb_linear
+    from transformers.quantizers.base import get_keys_to_not_convert
+    skip = (list(quant.llm_int8_skip_modules) if quant.llm_int8_skip_modules is not None
+            else get_keys_to_not_convert(m)) + list(getattr(m, '_keep_in_fp32_modules', None) or [])
+    old = {n: (mod.weight.data, mod.bias) for n, mod in m.named_modules() if type(mod) is torch.nn.Linear}
+    replace_with_bnb_linear(m, modules_to_not_convert=skip, quantization_config=quant)
+    for n, mod in m.named_modules():
+        if not isinstance(mod, (bnb.nn.Linear4bit, bnb.nn.Linear8bitLt)): continue
+        w, bias = old.pop(n)
+        if isinstance(mod, bnb.nn.Linear4bit):
+            mod.weight = bnb.nn.Params4bit(w, requires_grad=False, **mod.weight.__dict__).to(w.device)
+        elif w.device.type != 'meta':  # an int8 weight is quantized on its way to the card
+            kw = {k: v for k, v in mod.weight.__dict__.items() if k != 'SCB'}
+            mod.weight = bnb.nn.Int8Params(w.to('cpu'), requires_grad=False, **kw).to(w.device)
+        if bias is not None: mod.bias = torch.nn.Parameter(bias.data, requires_grad=False)
+    del old
+    m.is_loaded_in_4bit, m.is_loaded_in_8bit = quant.load_in_4bit, quant.load_in_8bit
+    m.config.quantization_config = quant
+    _free()
+    return m
+
+def _sd_model(config, lora, device):
+    ("(UNet, example(batch), loss_fn) of an SD setup as diffusers' train_text_to_image(_lora).py builds and runs "
+     "it: the VAE and CLIP text encoder frozen in fp16, the latents and text embeddings made without gradients, "
+     "noise added by DDPMScheduler; LoRA on the UNet held in fp16, its adapters cast to fp32.")
+    import diffusers, transformers
+    unet_config, vae_config, text_config, _ = mm._parts(config)
+    with torch.device(device):
+        unet = diffusers.UNet2DConditionModel.from_config(unet_config)
+        vae = diffusers.AutoencoderKL.from_config(vae_config).half().requires_grad_(False).eval()
+        text = transformers.CLIPTextModel(transformers.CLIPTextConfig(**text_config))
+    text = text.half().requires_grad_(False).eval()
+    if lora is not None:
+        from diffusers.training_utils import cast_training_params
+        from peft import LoraConfig
+        unet.requires_grad_(False).half()
+        unet.add_adapter(LoraConfig(r=lora.r, lora_alpha=lora.lora_alpha, init_lora_weights='gaussian',
+                                    target_modules=lora.target_modules))
+        cast_training_params(unet, dtype=torch.float32)
+    scheduler, noise = diffusers.DDPMScheduler(num_train_timesteps=1000), {}
+    side = vae_config.get('sample_size', 512)
+    def example(b):
+        with torch.no_grad():
+            pixels = torch.randn(b, 3, side, side, device=device)
+            latents = vae.encode(pixels.half()).latent_dist.sample() * vae.config.scaling_factor
+            ids = torch.randint(0, text.config.vocab_size, (b, text.config.max_position_embeddings), device=device)
+            states = text(ids, return_dict=False)[0]
+        noise['now'] = torch.randn_like(latents)
+        t = torch.randint(0, 1000, (b,), device=device)
+        return dict(sample=scheduler.add_noise(latents, noise['now'], t), timestep=t, encoder_hidden_states=states)
+    unet.frozen_parts = (vae, text)  # held on the card for the run, as the script holds them
+    return unet, example, lambda out, x: F.mse_loss(out.sample.float(), noise['now'].float())
+
+def _built(name:str)->str|None:
+    ("A QLoRA or SD corpus setup built as users build it, on meta tensors (no weight quantized): its class and "
+     "trainable parameters, in words; None for the other setups. The CPU side of the GPU run.")
+    e = _corpus_entry(name)
+    if 'diffusers' not in e and 'quantization' not in e['plan']: return None
+    m, _, _ = corpus_model(name, 'meta')
+    trainable = sum(p.numel() for p in m.parameters() if p.requires_grad)
+    return f'{type(m).__name__}, {trainable / 1e6:.1f}M trainable'
+
+def _optimizer(name:str, params:list):
+    "The optimizer a user's run makes: PyTorch's AdamW, SGD (momentum 0.9), or bitsandbytes' 8-bit AdamW, paged or not."
+    if name == 'adamw': return torch.optim.AdamW(params, lr=1e-4)
+    if name == 'sgd': return torch.optim.SGD(params, lr=1e-2, momentum=0.9)
+    import bitsandbytes as bnb
+    return (bnb.optim.PagedAdamW8bit if name == 'paged_adamw8bit' else bnb.optim.AdamW8bit)(params, lr=1e-4)
+
+def _paged_bytes(opt)->int:
+    "Bytes of an optimizer's paged state (bitsandbytes', in unified memory), which PyTorch's allocator does not count."
+    return sum(t.numel() * t.element_size() for s in opt.state.values() for t in s.values()
+               if isinstance(t, torch.Tensor) and getattr(t, 'is_paged', False))
+
 def _lora_config(r:int):
     "peft's LoraConfig (default targets for the architecture) where peft is installed, else r alone."
     if find_spec('peft'):
@@ -176,7 +276,7 @@ def _lora_config(r:int):
     return types.SimpleNamespace(r=r, target_modules=None, lora_alpha=2 * r)
 
 def planned(model, grid=None, batch=8, seq=None, image_size=None, task=None, example=None, loss_fn=None,
-            optimizer='adamw', checkpointing=False, lora=None)->types.SimpleNamespace:
+            optimizer='adamw', checkpointing=False, lora=None, quantization=None)->types.SimpleNamespace:
     """The plan of one setup for a T4 in fp16 with a GradScaler (on meta tensors, any machine), made without the CUDA
     context: the rehearsal's cap holds PyTorch's reserve to what it can reserve on a T4
     (`usable_memory('T4', reserve=True)`) and the context sits outside it, so the largest batch that leaves that much
@@ -186,7 +286,7 @@ def planned(model, grid=None, batch=8, seq=None, image_size=None, task=None, exa
     context = mm.CONTEXT_MIB * 2**20
     c = mm.count_run(model, batch, seq, image_size, task, example, loss_fn, optimizer, torch.float16, True, lora,
                      checkpointing, as_card('T4'), usable_memory('T4', reserve=True) + context, 600,
-                     grid=None if grid is None else tuple(grid))
+                     grid=None if grid is None else tuple(grid), quantization=quantization)
     parts = {k: v for k, v in c.parts.items() if k != 'context'}
     return types.SimpleNamespace(parts=parts, peak=sum(parts.values()), step_ms=c.t4.ms if c.t4 else None,
                                  largest_plain=c.largest_plain, largest_checkpointed=c.largest_checkpointed)
@@ -247,8 +347,7 @@ def measure(name, model, task, batch, size, optimizer, ckpt, rank, bound, plan):
     m.train()
     if ckpt: _enable_ckpt(m)
     params = [p for p in m.parameters() if p.requires_grad]
-    opt = (torch.optim.AdamW(params, lr=1e-4) if optimizer == 'adamw'
-           else torch.optim.SGD(params, lr=1e-2, momentum=0.9))
+    opt = _optimizer(optimizer, params)
     scaler = [torch.amp.GradScaler('cuda')]
     for p in params: p.grad = torch.zeros_like(p)  # the optimizer's state, as after the first step
     opt.step()                                      # the scaler did not skip (the plan counts it)
@@ -274,8 +373,9 @@ def measure(name, model, task, batch, size, optimizer, ckpt, rank, bound, plan):
     torch.cuda.reset_peak_memory_stats()
     step(batch)
     torch.cuda.synchronize()
-    got = dict(base_gib=base / GiB, measured_gib=torch.cuda.max_memory_allocated() / GiB,
-               reserved_gib=torch.cuda.max_memory_reserved() / GiB)
+    paged = _paged_bytes(opt)  # on the card, outside PyTorch's allocator
+    got = dict(base_gib=base / GiB, measured_gib=(torch.cuda.max_memory_allocated() + paged) / GiB,
+               reserved_gib=(torch.cuda.max_memory_reserved() + paged) / GiB, paged_gib=paged / GiB)
     planned = (plan.largest_checkpointed if ckpt else plan.largest_plain) or 1
     bound = bound or min(2048, 2 * planned + 16)
     start = max(1, min(bound, planned))
@@ -297,6 +397,9 @@ def _accelerate(name, model, task, rank):
         if 'module' in e:
             from colab_t4_nb import models
             with torch.device('meta'): m = getattr(models, e['module'])()
+        elif 'diffusers' in e:
+            import diffusers
+            with torch.device('meta'): m = diffusers.UNet2DConditionModel.from_config(mm._parts(config)[0])
         else:
             import transformers
             task, built, _, _ = mm.setup_inputs(config, kw.get('task'), kw.get('seq'), kw.get('image_size'))
@@ -313,8 +416,8 @@ def context_mib()->float:
     free, total = torch.cuda.mem_get_info()
     return (total - free - torch.cuda.memory_reserved()) / 2**20
 
-MEASURED = ('context_mib', 'device', 'grid', 'base_gib', 'measured_gib', 'reserved_gib', 'largest_measured',
-            'largest_oom', 'search_s')
+MEASURED = ('context_mib', 'device', 'grid', 'base_gib', 'measured_gib', 'reserved_gib', 'paged_gib',
+            'largest_measured', 'largest_oom', 'search_s')
 
 def real_grid()->list:
     "[SMs, threads per SM] of the GPU here, read before the rehearsal makes it answer as a T4."
@@ -362,6 +465,7 @@ def run(out:Path, dry:bool, only:list|None, measured:dict|None=None, grid:list|N
                 elif not dry:
                     if rank is not None and not find_spec('peft'): raise ModuleNotFoundError('peft is not installed')
                     row.update(measure(name, model, task, batch, size, optimizer, ckpt, rank, bound, p))
+                elif model == 'corpus': row['built'] = _built(name)
                 if 'measured_gib' in row:
                     row['slack'] = row['reserved_gib'] / row['measured_gib'] - 1
                     row['error_pct'] = 100 * (row['plan_alloc_gib'] / row['measured_gib'] - 1)

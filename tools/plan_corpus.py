@@ -3,6 +3,7 @@
 
     python tools/plan_corpus.py                  # all setups; rewrites colab_t4_nb/files/plan/answers.jsonl
     python tools/plan_corpus.py --only NAME ...  # some setups, printed, the record left as it is
+    python tools/plan_corpus.py --only NAME ... --record  # those setups' answers replaced in the record
 
 An answer is a plan (its verdict and figures) or a refusal (the package's error, its class and message).
 Anything else, a traceback of another class or a setup past --hang seconds, is recorded as such and
@@ -60,8 +61,10 @@ def _made()->str:
 
 def main(argv=None)->int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument('--only', nargs='+', help='these setups only; the record is not rewritten')
+    ap.add_argument('--only', nargs='+', help='these setups only; the record is not rewritten (but see --record)')
     ap.add_argument('--hang', type=float, default=300, help='seconds after which a setup counts as hung')
+    ap.add_argument('--record', action='store_true', help="with --only: write those setups' answers into the record, "
+                    "the others' kept, in the corpus's order")
     a = ap.parse_args(argv)
     names = [e['name'] for e in plan.corpus()]
     unknown = sorted(set(a.only or ()) - set(names))
@@ -76,7 +79,11 @@ def main(argv=None)->int:
           f'{sum(r["answer"] == "refused" for r in rows)} refused, '
           f'{sum(r["answer"] == "traceback" for r in rows)} other; '
           f'median {statistics.median(secs):.1f} s, max {max(secs):.1f} s')
-    if not a.only:
+    if a.only and a.record:  # the new answers beside the recorded ones, every setup of the corpus once
+        kept = {r['name']: r for r in map(json.loads, RECORD.read_text().splitlines()) if r['name'] in names}
+        kept.update({r['name']: r for r in rows})
+        rows = [kept[n] for n in names if n in kept]
+    if not a.only or a.record:
         with atomic_write(RECORD) as f: f.write(''.join(json.dumps(r) + '\n' for r in rows).encode())
     return int(any(r['answer'] == 'traceback' for r in rows))
 

@@ -120,8 +120,9 @@ class Data:
     q: dict | None = None    # --combine queue: the parts' op groups, call orders and each workload's parts
 
 
-def load(path:Path=CACHE / 'rows.pkl')->Data:
-    "Rows from `rebuild.py`, their workloads deduplicated (same key and framework: one op table)."
+def load(path:Path=CACHE / 'rows.pkl', queue:bool=False)->Data:
+    ("Rows from `rebuild.py`, their workloads deduplicated (same key and framework: one op table); "
+     "with `queue`, also the call order `--combine queue` needs (it imports `rebuild`, so the package).")
     recs = pd.read_pickle(path)
     keys, tables, graph, nhwc, ngc, ws = {}, [], [], [], [], []
     for r in recs:
@@ -134,7 +135,7 @@ def load(path:Path=CACHE / 'rows.pkl')->Data:
     ops = pd.concat([pd.DataFrame(t).assign(w=i) for i, t in enumerate(tables)], ignore_index=True)
     ops = ops[ops['count'] != 0]
     d = Data(rows, *_groups(ops), T(graph, torch.bool), T(nhwc, torch.bool), T(ngc, torch.bool), len(tables))
-    if all('prog' in t.attrs or 'seq' in t.attrs for t in tables):
+    if queue and all('prog' in t.attrs or 'seq' in t.attrs for t in tables):
         d.q = _queue(tables)
         d.q['data'] = Data(rows, *d.q.pop('groups'), d.graph, d.nhwc, d.ngc, d.n_work)
     return d
@@ -375,7 +376,8 @@ def sensitivity(d:Data, logp, combine)->pd.Series:
     return pd.Series(out, name='sources_moved')
 
 
-def main(argv=None):
+def parser()->argparse.ArgumentParser:
+    "The model's options, shared by the scripts that fit it."
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--combine', default='sum', choices=['sum', 'max', 'async', 'mix', 'queue', 'pnorm'])
     ap.add_argument('--boot', type=int, default=0, help='bootstrap refits over sources')
@@ -393,7 +395,11 @@ def main(argv=None):
     ap.add_argument('--throttle', action='store_true', help='fit throttle, the load-dependent fp16 clock (tested)')
     ap.add_argument('--loss', default='l2', choices=['l2', 'soft_l1'])
     ap.add_argument('--fix', default='', help="parameters held, e.g. 'u16=8,bw_other=266' (display units)")
-    a = ap.parse_args(argv)
+    return ap
+
+
+def configure(a:argparse.Namespace)->dict:
+    "Apply the options `a` (from `parser`) to the model; return the parameters held fixed."
     global LOSS, SIZE_CURVE, K1_GEMM
     LOSS, SIZE_CURVE, K1_GEMM = a.loss, a.size_curve, a.k1_gemm
     for n in ('bw_red', 'throttle', 'ngc'):
@@ -405,8 +411,13 @@ def main(argv=None):
     if a.combine == 'pnorm': PARAMS['kp'] = OPTIONAL['kp']
     if a.combine == 'queue': PARAMS['g_kernel'] = OPTIONAL['g_kernel']
     if a.t_mm: PARAMS['t_mm'] = OPTIONAL['t_mm']; del PARAMS['f_half']
-    fixed = {k: float(v) for k, v in (x.split('=') for x in a.fix.split(',') if x)}
-    d = load()
+    return {k: float(v) for k, v in (x.split('=') for x in a.fix.split(',') if x)}
+
+
+def main(argv=None):
+    a = parser().parse_args(argv)
+    fixed = configure(a)
+    d = load(queue=a.combine == 'queue')
     if a.exclude:
         keep = ~d.rows.source_id.isin(a.exclude.split(','))
         d.rows = d.rows[keep].reset_index(drop=True)

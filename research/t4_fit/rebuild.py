@@ -3,7 +3,7 @@
 Each kept row of `data/t4_published/{inference,training}.csv`, and each row of
 `colab_t4_nb.t4.PUBLISHED` (NVIDIA DeepLearningExamples), becomes
 - a *workload*: a composition of counted *parts* (one forward, one UNet step, one training step, ...),
-  each part counted once with `colab_t4_nb.t4`'s dispatch counter on the meta device, and
+  each part counted once with `colab_t4_nb.t4_model`'s dispatch counter on the meta device, and
 - a published time converted to **ms per call of that workload**.
 
 Op summaries are cached per part in `CACHE` (pickled DataFrames, one row per distinct op with a
@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from colab_t4_nb import models, t4
+from colab_t4_nb import models, t4, t4_model
 
 META = torch.device('meta')
 COLS = ['name', 'kind', 'dtype', 'flops', 'nbytes', 'aligned', 'grouped', 'k1', 'k3', 'gw']  # an op group's key
@@ -38,13 +38,13 @@ COLS = ['name', 'kind', 'dtype', 'flops', 'nbytes', 'aligned', 'grouped', 'k1', 
 F16, F32 = torch.float16, torch.float32
 
 # --------------------------------------------------------------------------------------------
-# Counting: colab_t4_nb.t4's counter (it keeps, per op, alignment, grouping and layout), plus k1, k3
+# Counting: colab_t4_nb.t4_model's counter (it keeps, per op, alignment, grouping and layout), plus k1, k3
 # --------------------------------------------------------------------------------------------
 
 def _k1(name, kind, args)->bool:
     "Whether a convolution's kernel is 1x1 (every spatial dimension of the weight is 1)."
     if kind != 'conv': return False
-    try: return all(int(x) == 1 for x in t4.conv_args(name, args)[1].shape[2:])
+    try: return all(int(x) == 1 for x in t4_model.conv_args(name, args)[1].shape[2:])
     except Exception: return False
 
 
@@ -52,7 +52,7 @@ def _k3(name, kind, args)->bool:
     "Whether a convolution is dense 3x3, stride 1, dilation 1 and not transposed: the shapes Winograd takes."
     if kind != 'conv': return False
     try:
-        _, w, transposed, groups = t4.conv_args(name, args)
+        _, w, transposed, groups = t4_model.conv_args(name, args)
         stride, dilation = (args[4], args[6]) if name == 'convolution_backward' else (args[3], args[5])
         return (tuple(int(x) for x in w.shape[2:]) == (3, 3) and int(groups) == 1 and not transposed
                 and all(int(x) == 1 for x in (*stride, *dilation)))
@@ -63,14 +63,14 @@ def _gw(name, kind, args)->int:
     "A grouped convolution's output channels per group (the width of each group's product); 0 otherwise."
     if kind != 'conv': return 0
     try:
-        _, w, transposed, groups = t4.conv_args(name, args)
+        _, w, transposed, groups = t4_model.conv_args(name, args)
         if int(groups) == 1: return 0
         return int(w.shape[1]) if transposed else int(w.shape[0]) // int(groups)
     except Exception: return 0
 
 
-class ShapeCounter(t4.WorkCounter):
-    "`t4.WorkCounter` that also keeps, per op, a convolution's shape flags: 1x1, dense 3x3, width per group."
+class ShapeCounter(t4_model.WorkCounter):
+    "`t4_model.WorkCounter` that also keeps, per op, a convolution's shape flags: 1x1, dense 3x3, width per group."
     def __init__(self):
         super().__init__()
         self.k1, self.k3, self.gw = [], [], []
@@ -84,9 +84,9 @@ class ShapeCounter(t4.WorkCounter):
 
 
 def count_ops(fn, *args)->pd.DataFrame:
-    """Ops of one call of `fn(*args)` (as `t4.count_work` counts them), grouped: one row per
+    """Ops of one call of `fn(*args)` (as `t4_model.count_work` counts them), grouped: one row per
     distinct (name, kind, dtype, flops, nbytes, aligned, grouped) with its `count`."""
-    with t4.sdpa_t4(), t4.fused_attention(), t4.dropout_as_on_gpu(), ShapeCounter() as wc: fn(*args)
+    with t4_model.sdpa_t4(), t4_model.fused_attention(), t4_model.dropout_as_on_gpu(), ShapeCounter() as wc: fn(*args)
     d = pd.DataFrame([(o.name, o.kind, o.dtype, o.flops, o.nbytes, o.aligned, o.grouped, k, k3, gw)
                       for o, k, k3, gw in zip(wc.ops, wc.k1, wc.k3, wc.gw)], columns=COLS)
     g = d.groupby(COLS, as_index=False).size().rename(columns={'size': 'count'})
@@ -139,7 +139,7 @@ def combine(parts)->pd.DataFrame:
 # Emulated autocast (autocast does nothing on meta tensors)
 # --------------------------------------------------------------------------------------------
 
-# T4_FIT_AUTOCAST=meta: the training rows' fp16 autocast is the package's `t4.MetaAutocast` (CUDA's fp32 ops in fp32 too),
+# T4_FIT_AUTOCAST=meta: the training rows' fp16 autocast is the package's `t4_model.MetaAutocast` (CUDA's fp32 ops in fp32 too),
 # counted into parts of their own (tested: see README, "Training steps"); default: Autocast16 below
 META_AUTOCAST = os.environ.get('T4_FIT_AUTOCAST', '') == 'meta'
 
@@ -376,7 +376,7 @@ def sd_train_step(arch, batch, res, precision, ckpt:bool, opt:str, lora_rank:int
     emulated autocast) or 'amp16' (fp16 frozen weights + fp32 LoRA, autocast)."""
     key = (f'sdtrain_{arch}_b{batch}_r{res}_{precision}_lora{lora_rank}_{opt}'  # the optimizer's ops are a part
            + ('_mac' if META_AUTOCAST and precision != 'fp32' else ''))
-    autocast = (lambda: t4.MetaAutocast('fp16')) if META_AUTOCAST else Autocast16
+    autocast = (lambda: t4_model.MetaAutocast('fp16')) if META_AUTOCAST else Autocast16
     def parts():
         wdt = F16 if precision == 'amp16' else F32
         u = _unet(arch, wdt, 'fused')

@@ -26,9 +26,9 @@ LARGE = 2 * 4096**3  # FLOPs from which the large-size fp16 rate held
 
 def _former_share(flops:float)->float:
     "The former page's share of the large-size fp16 rate for a product of `flops`."
-    from colab_t4_nb import t4
+    from colab_t4_nb import t4_model
     by = {}
-    for m, n, k, ms in t4.T4_FP16_GEMM: by.setdefault(2 * m * n * k, []).append(2 * m * n * k / ms / 1e9)
+    for m, n, k, ms in t4_model.T4_FP16_GEMM: by.setdefault(2 * m * n * k, []).append(2 * m * n * k / ms / 1e9)
     pts = [(f, math.exp(np.mean(np.log(r)))) for f, r in sorted(by.items())] + [(LARGE, FORMER['fp16'])]
     if flops >= LARGE: return 1.0
     if flops <= pts[0][0]: return pts[0][1] / FORMER['fp16']

@@ -4,7 +4,7 @@
 
 # %% ../nbs/00c_testing.ipynb #b045ea58
 from __future__ import annotations
-import copy, json, os, random, stat, sys, tempfile, time, types
+import copy, json, os, random, stat, sys, tempfile, threading, time, types
 from collections.abc import Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -324,7 +324,7 @@ _CLOCKS = ('perf_counter', 'monotonic', 'time')  # the `time` functions `fake_cl
 @contextmanager
 def fake_clock(ticks, # seconds the clocks read in turn: a list, or a function of nothing
               ):
-    "Context manager: `time`'s perf_counter, monotonic and time read `ticks`; yields the readings."
+    "Context manager: in this thread, `time`'s perf_counter, monotonic and time read `ticks`; yields the readings."
     if callable(ticks): read = ticks
     else:
         ticks = check_seq('ticks', ticks, lambda n, t: check_num(n, t, eq=True))
@@ -334,9 +334,13 @@ def fake_clock(ticks, # seconds the clocks read in turn: a list, or a function o
             except StopIteration:
                 raise ArgumentError(f'fake_clock ran out of ticks after {len(ticks)} readings: '
                                     'give more, or a function.') from None
-    old, given = {n: getattr(time, n) for n in _CLOCKS}, []
-    def clock(): given.append(t := read()); return t
-    for n in old: setattr(time, n, clock)
+    old, given, me = {n: getattr(time, n) for n in _CLOCKS}, [], threading.get_ident()
+    def clock(real):  # other threads (a kernel's heartbeat, a sampler) keep the real clock
+        def read_it():
+            if threading.get_ident() != me: return real()
+            given.append(t := read()); return t
+        return read_it
+    for n, f in old.items(): setattr(time, n, clock(f))
     try: yield given
     finally:
         for n, f in old.items(): setattr(time, n, f)
